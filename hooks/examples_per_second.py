@@ -1,0 +1,101 @@
+"""A SessionRunHook that measures training throughput in examples (images) per second."""
+import logging
+import math
+import time
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+
+class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
+    """Times each training step and reports images/sec over the global batch.
+
+    Unlike the design write-up's hook it skips `warm_up_steps` steps (graph
+    initialisation and autotuning would otherwise be counted) and multiplies
+    the step rate by the global batch (every replica's images), never dividing
+    by the replica count. Every `every_n_steps` timed steps it logs the window's
+    throughput with its spread and, given `output_dir`, writes it as the
+    TensorBoard scalar `images_per_sec`. Checkpoint writing falls outside the
+    timed interval when this hook runs before the Estimator's own hooks.
+
+    After training, `step_times` holds every timed step's seconds and
+    `summary()` the figures over the whole run.
+    """
+
+    def __init__(self, global_batch_size, every_n_steps=100, warm_up_steps=10,
+                 output_dir=None, clock=time.perf_counter):
+        if global_batch_size <= 0:
+            raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
+        self.global_batch_size = global_batch_size
+        self.every_n_steps = every_n_steps
+        self.warm_up_steps = warm_up_steps
+        self.output_dir = output_dir
+        self._clock = clock
+        self.step_times = []
+        self._steps_seen = 0
+        self._window = []
+        self._start = None
+        self._writer = None
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+        if self.output_dir:
+            self._writer = tf.compat.v1.summary.FileWriterCache.get(self.output_dir)
+
+    def before_run(self, run_context):
+        self._start = self._clock()
+        return tf.estimator.SessionRunArgs(self._global_step) if self._global_step is not None else None
+
+    def after_run(self, run_context, run_values):
+        elapsed = self._clock() - self._start
+        self._steps_seen += 1
+        if self._steps_seen <= self.warm_up_steps:
+            return
+        self.step_times.append(elapsed)
+        self._window.append(elapsed)
+        if len(self._window) >= self.every_n_steps:
+            # The global step is read before this step's increment.
+            finished_step = None if run_values.results is None else run_values.results + 1
+            self._report(self._window, finished_step)
+            self._window = []
+
+    def end(self, session):
+        if self._writer is not None:
+            self._writer.flush()
+
+    def _report(self, step_times, global_step):
+        figures = throughput(step_times, self.global_batch_size)
+        log.info("step %s: %.1f images/sec (+/- %.1f over %d steps, %.4f s/step)",
+                 global_step, figures["images_per_sec"], figures["images_per_sec_std"],
+                 len(step_times), figures["step_time_mean"])
+        if self._writer is not None and global_step is not None:
+            summary = tf.compat.v1.Summary(value=[
+                tf.compat.v1.Summary.Value(tag="images_per_sec", simple_value=figures["images_per_sec"])])
+            self._writer.add_summary(summary, global_step)
+
+    def summary(self):
+        """Returns throughput figures over all timed steps (see `throughput`), or None before any."""
+        return throughput(self.step_times, self.global_batch_size) if self.step_times else None
+
+
+def throughput(step_times, global_batch_size):
+    """Returns a dict of throughput figures for steps of `global_batch_size` images.
+
+    images_per_sec is total images over total time; images_per_sec_std is the
+    standard deviation of the per-step rates; step times are in seconds.
+    """
+    n = len(step_times)
+    total = sum(step_times)
+    rates = [global_batch_size / t for t in step_times if t > 0]
+    mean_rate = sum(rates) / len(rates) if rates else float("nan")
+    variance = sum((r - mean_rate) ** 2 for r in rates) / len(rates) if rates else float("nan")
+    return {
+        "timed_steps": n,
+        "images_per_sec": global_batch_size * n / total if total > 0 else float("nan"),
+        "images_per_sec_std": math.sqrt(variance),
+        "step_time_mean": total / n,
+        "step_time_min": min(step_times),
+        "step_time_max": max(step_times),
+        "timed_seconds": total,
+    }

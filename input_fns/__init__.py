@@ -1,0 +1,1 @@
+"""tf.data input functions for Estimators: they build datasets and nothing else."""

@@ -1,0 +1,164 @@
+"""Fashion-MNIST: the official IDX files, their TFRecord cache and the input_fns over it.
+
+Images are 28x28 grayscale; the input_fns yield ({feature_key: float32 [28, 28, 1]
+in [0, 1]}, one-hot float32 [10]) batches.
+"""
+import json
+import os
+import shutil
+import socket
+import tempfile
+import urllib.error
+import urllib.request
+
+import numpy as np
+import tensorflow as tf
+
+from input_fns import idx, records
+from input_fns.errors import InputDataError
+
+IMAGE_SHAPE = (28, 28, 1)
+NUM_CLASSES = 10
+CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+DOWNLOAD_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
+DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "fashion-mnist")
+NUM_SHARDS = {"train": 8, "test": 2}
+_CACHE_VERSION = 1
+
+
+class DownloadError(InputDataError):
+    """The dataset files are absent and could not be downloaded."""
+
+
+def missing_files(data_dir):
+    """Returns the official file names that are not in `data_dir`."""
+    return [name for pair in FILES.values() for name in pair
+            if not os.path.isfile(os.path.join(data_dir, name))]
+
+
+def download(data_dir, base_url=DOWNLOAD_URL, timeout=30):
+    """Downloads the official files missing from `data_dir`; returns the names it fetched.
+
+    Each file is written under a temporary name and renamed when complete, so an
+    interrupted download is never taken for a whole file.
+    """
+    fetched = []
+    for name in missing_files(data_dir):
+        os.makedirs(data_dir, exist_ok=True)
+        url = base_url + name
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=data_dir)
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+                shutil.copyfileobj(response, out)
+            os.replace(tmp, os.path.join(data_dir, name))
+        except (urllib.error.URLError, socket.timeout, ConnectionError) as e:
+            raise DownloadError(
+                f"Fashion-MNIST is not in {data_dir} and downloading {url} failed "
+                f"({getattr(e, 'reason', e)})") from None
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        fetched.append(name)
+    return fetched
+
+
+def load_split(data_dir, split):
+    """Returns (images uint8 [N, 28, 28], labels uint8 [N]) of `split` ('train' or 'test').
+
+    Raises InputDataError naming the file when the pair is missing, damaged or
+    inconsistent (other image size, counts that differ, labels out of range).
+    """
+    images_name, labels_name = FILES[split]
+    images_path = os.path.join(data_dir, images_name)
+    labels_path = os.path.join(data_dir, labels_name)
+    images = idx.read_idx(images_path, idx.IMAGES_MAGIC)
+    labels = idx.read_idx(labels_path, idx.LABELS_MAGIC)
+    if images.shape[1:] != IMAGE_SHAPE[:2]:
+        raise InputDataError(
+            f"{images_path} holds {images.shape[1]}x{images.shape[2]} images; Fashion-MNIST's are 28x28")
+    if len(images) != len(labels):
+        raise InputDataError(
+            f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels")
+    if len(labels) and labels.max() >= NUM_CLASSES:
+        raise InputDataError(f"{labels_path} holds label {labels.max()}; Fashion-MNIST labels are 0-9")
+    return images, labels
+
+
+def serialize_example(image, label):
+    """Returns one (image, label) pair as a serialized tf.train.Example."""
+    feature = {
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _fingerprint(data_dir):
+    return {name: [os.stat(os.path.join(data_dir, name)).st_size,
+                   os.stat(os.path.join(data_dir, name)).st_mtime_ns]
+            for pair in FILES.values() for name in pair}
+
+
+def prepare_tfrecords(data_dir, cache_dir=None):
+    """Converts the IDX files of `data_dir` to sharded TFRecords once; returns a summary dict.
+
+    The summary maps 'train' and 'test' to {'pattern': file pattern, 'count':
+    examples}. A later call reuses the shards while the IDX files are unchanged
+    (same sizes and modification times) and rebuilds them otherwise.
+    """
+    cache_dir = cache_dir or os.path.join(data_dir, "tfrecords")
+    manifest_path = os.path.join(cache_dir, "manifest.json")
+    fingerprint = _fingerprint(data_dir)
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        if (manifest.get("version") == _CACHE_VERSION and manifest.get("source") == fingerprint
+                and all(tf.io.gfile.glob(s["pattern"]) for s in manifest["splits"].values())):
+            return manifest["splits"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no usable cache: build it
+    splits = {}
+    for split in FILES:
+        images, labels = load_split(data_dir, split)
+        records.write_shards((serialize_example(i, l) for i, l in zip(images, labels)),
+                             cache_dir, split, NUM_SHARDS[split])
+        splits[split] = {"pattern": records.shard_pattern(cache_dir, split), "count": int(len(labels))}
+    manifest = {"version": _CACHE_VERSION, "source": fingerprint, "splits": splits}
+    tmp = manifest_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=2)
+    os.replace(tmp, manifest_path)
+    return splits
+
+
+def make_parse_fn(feature_key="image"):
+    """Returns a function from a serialized Example to ({feature_key: image}, one-hot label)."""
+    spec = {"image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(serialized):
+        parsed = tf.io.parse_single_example(serialized, spec)
+        image = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), IMAGE_SHAPE)
+        image = tf.cast(image, tf.float32) / 255.0
+        label = tf.one_hot(parsed["label"], NUM_CLASSES, dtype=tf.float32)
+        return {feature_key: image}, label
+
+    return parse
+
+
+def make_input_fn(file_pattern, batch_size, training, feature_key="image", shuffle_buffer=5000, seed=None):
+    """Returns an Estimator input_fn over Fashion-MNIST TFRecords matching `file_pattern`."""
+    return records.make_record_input_fn(file_pattern, make_parse_fn(feature_key), batch_size,
+                                        training, shuffle_buffer=shuffle_buffer, seed=seed)
+
+
+def write_split(data_dir, split, images, labels):
+    """Writes images and labels as the official IDX pair of `split` in `data_dir`; returns the paths."""
+    os.makedirs(data_dir, exist_ok=True)
+    return [idx.write_idx(os.path.join(data_dir, name), np.asarray(array, np.uint8))
+            for name, array in zip(FILES[split], (images, labels))]

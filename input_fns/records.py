@@ -1,0 +1,98 @@
+"""Sharded TFRecord files and the file-pattern input_fn that reads them.
+
+The input_fn follows the tf.data performance guide: list_files -> interleave
+the readers -> shuffle -> repeat -> parallel map -> batch -> prefetch.
+"""
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from input_fns.errors import InputDataError
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def shard_paths(directory, prefix, num_shards):
+    """Returns the shard file names `<prefix>-00000-of-0000N.tfrecord` in `directory`."""
+    return [os.path.join(directory, f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord")
+            for i in range(num_shards)]
+
+
+def shard_pattern(directory, prefix):
+    """Returns the file pattern that matches every shard written with `prefix`."""
+    return os.path.join(directory, f"{prefix}-*-of-*.tfrecord")
+
+
+def write_shards(serialized_records, directory, prefix, num_shards):
+    """Writes records round-robin into `num_shards` TFRecord files; returns their paths.
+
+    The shards are written under temporary names and renamed only when all are
+    complete, so an interrupted conversion never leaves shards that look whole.
+    """
+    os.makedirs(directory, exist_ok=True)
+    tmp_dir = tempfile.mkdtemp(prefix=f".{prefix}-", dir=directory)
+    try:
+        tmp_paths = shard_paths(tmp_dir, prefix, num_shards)
+        writers = [tf.io.TFRecordWriter(p) for p in tmp_paths]
+        try:
+            for i, record in enumerate(serialized_records):
+                writers[i % num_shards].write(record)
+        finally:
+            for w in writers:
+                w.close()
+        final_paths = shard_paths(directory, prefix, num_shards)
+        for tmp, final in zip(tmp_paths, final_paths):
+            os.replace(tmp, final)
+        return final_paths
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def matching_files(file_pattern):
+    """Returns the sorted files matching `file_pattern`; raises InputDataError if there are none."""
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise InputDataError(f"no files match the pattern {file_pattern}")
+    return files
+
+
+def shard_files_for_pipeline(files, input_context):
+    """Returns the part of the `files` dataset that this input pipeline reads.
+
+    With several input pipelines (one per worker), each reads a disjoint set of
+    files; with one, or without an input_context, it reads them all.
+    """
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        return files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return files
+
+
+def make_record_input_fn(file_pattern, parse_fn, batch_size, training,
+                         shuffle_buffer=5000, seed=None):
+    """Returns an Estimator input_fn(input_context=None) over the TFRecords matching `file_pattern`.
+
+    `parse_fn` maps one serialized record to (features, label). Training input
+    is shuffled, repeated forever and batched with the remainder dropped (an
+    uneven last batch stalls MirroredStrategy); evaluation input is read once,
+    in file order, keeping the last partial batch. `batch_size` is the batch one
+    replica takes per step.
+    """
+    matching_files(file_pattern)  # fail before the Estimator starts, not inside its graph
+
+    def input_fn(input_context=None):
+        files = tf.data.Dataset.list_files(file_pattern, shuffle=training, seed=seed)
+        files = shard_files_for_pipeline(files, input_context)
+        dataset = files.interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=4 if training else 1,
+            num_parallel_calls=AUTOTUNE,
+            deterministic=not training)
+        if training:
+            dataset = dataset.shuffle(shuffle_buffer, seed=seed).repeat()
+        dataset = dataset.map(parse_fn, num_parallel_calls=AUTOTUNE)
+        dataset = dataset.batch(batch_size, drop_remainder=training)
+        return dataset.prefetch(AUTOTUNE)
+
+    return input_fn

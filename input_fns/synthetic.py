@@ -1,0 +1,29 @@
+"""Generated data with the shapes of a real dataset, for smoke runs and benchmarks.
+
+One batch is generated once and repeated, as in tensorflow/models and
+tf_cnn_benchmarks, so that the input costs next to nothing.
+"""
+import tensorflow as tf
+
+
+def make_input_fn(image_shape, num_classes, batch_size, training, feature_key="image",
+                  num_examples=None, seed=0):
+    """Returns an Estimator input_fn(input_context=None) yielding random images and one-hot labels.
+
+    Training input repeats forever; evaluation input yields `num_examples`
+    examples (rounded up to whole batches), then ends.
+    """
+    def input_fn(input_context=None):
+        del input_context  # every pipeline yields the same generated batch
+        images = tf.random.stateless_uniform((batch_size,) + tuple(image_shape), seed=(seed, 1))
+        classes = tf.random.stateless_uniform((batch_size,), seed=(seed, 2), maxval=num_classes,
+                                              dtype=tf.int32)
+        labels = tf.one_hot(classes, num_classes, dtype=tf.float32)
+        dataset = tf.data.Dataset.from_tensors(({feature_key: images}, labels)).cache()
+        if training:
+            dataset = dataset.repeat()
+        else:
+            dataset = dataset.repeat(-(-(num_examples or batch_size) // batch_size))
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    return input_fn

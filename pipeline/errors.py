@@ -1,0 +1,9 @@
+"""Errors the command lines turn into a one-line message and a non-zero exit."""
+from input_fns.errors import InputDataError
+
+
+class UsageError(Exception):
+    """A flag value or environment that the job cannot run with; the message says what to change."""
+
+
+USER_ERRORS = (UsageError, InputDataError)

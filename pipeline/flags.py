@@ -1,0 +1,109 @@
+"""The command-line flags every training job shares, defined once.
+
+A task supplies its defaults (batch size, epochs, learning rate, ...) and may
+add flags of its own; `build_parser` returns the parser for its script.
+"""
+import argparse
+
+import hooks
+from pipeline import batching
+
+
+def positive_int(text):
+    """argparse type: an integer > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    return value
+
+
+def non_negative_int(text):
+    """argparse type: an integer >= 0."""
+    value = int(text) if text.lstrip("-").isdigit() else None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text):
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def hook_names(text):
+    """argparse type: a comma-separated list of hook names from the hooks registry."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in hooks.HOOKS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown hook {', '.join(unknown)}; known hooks: {', '.join(sorted(hooks.HOOKS))}")
+    return names
+
+
+def build_parser(task):
+    """Returns the argument parser for `task`: the shared flags with the task's defaults."""
+    d = task.defaults
+    parser = argparse.ArgumentParser(
+        description=task.description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+    data = parser.add_argument_group("data")
+    data.add_argument("--data-dir", default=d["data_dir"],
+                      help="folder holding the dataset (downloaded there when absent)")
+    data.add_argument("--synthetic", action="store_true",
+                      help="train and evaluate on generated data of the dataset's shapes (no download)")
+
+    train = parser.add_argument_group("training")
+    train.add_argument("--batch-size", type=positive_int, default=d["batch_size"],
+                       help="images per replica per step; the global batch is this times the replicas")
+    length = train.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=positive_float, default=d["epochs"],
+                        help="passes over the training set, turned into a final global step")
+    length.add_argument("--max-steps", type=positive_int, default=None,
+                        help="final global step (overrides --epochs); a resumed run stops exactly there")
+    train.add_argument("--learning-rate", type=positive_float, default=d["learning_rate"],
+                       help="learning rate at --reference-batch-size global images per step")
+    train.add_argument("--lr-scaling", choices=batching.LR_SCALING_RULES, default="linear",
+                       help="'linear' multiplies the learning rate by global batch / reference batch; "
+                            "'none' uses --learning-rate as it is")
+    train.add_argument("--reference-batch-size", type=positive_int, default=d["reference_batch_size"],
+                       help="global batch at which --learning-rate was tuned")
+    train.add_argument("--seed", type=int, default=None, help="random seed for weights and shuffling")
+
+    devices = parser.add_argument_group("devices")
+    devices.add_argument("--gpus", type=non_negative_int, default=None,
+                         help="mirror training over the first N GPUs (NCCL all-reduce); "
+                              "default: every visible GPU, or the CPU when there is none")
+    devices.add_argument("--cpu-replicas", type=positive_int, default=None,
+                         help="mirror training over N logical CPU devices instead of GPUs "
+                              "(tests the multi-replica path without a GPU)")
+
+    output = parser.add_argument_group("checkpoints and logs")
+    output.add_argument("--model-dir", default=d["model_dir"],
+                        help="checkpoints, TensorBoard summaries and results.json; "
+                             "a run with an existing model dir resumes from its latest checkpoint")
+    output.add_argument("--checkpoint-steps", type=positive_int, default=500,
+                        help="save a checkpoint every N global steps (and at the end)")
+    output.add_argument("--keep-checkpoints", type=positive_int, default=5,
+                        help="number of most recent checkpoints kept")
+    output.add_argument("--summary-steps", type=positive_int, default=100,
+                        help="write TensorBoard summaries every N global steps")
+    output.add_argument("--log-steps", type=positive_int, default=100,
+                        help="log loss and throughput every N global steps")
+    output.add_argument("--hooks", type=hook_names, default=["examples_per_second"],
+                        help=f"comma-separated training hooks, from: {', '.join(sorted(hooks.HOOKS))}")
+    output.add_argument("--warm-up-steps", type=non_negative_int, default=10,
+                        help="first steps left out of the throughput figures")
+    output.add_argument("--verbose", action="store_true", help="show all of TensorFlow's log lines")
+
+    task.add_flags(parser)
+    return parser

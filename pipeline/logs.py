@@ -1,0 +1,45 @@
+"""Log set-up: the job's progress on stderr, TensorFlow's own chatter filtered out."""
+import logging
+import re
+import warnings
+
+import tensorflow as tf
+
+# TensorFlow's INFO lines worth a person's attention during a run; the rest
+# (graph building, hooks, session creation) shows with --verbose.
+_TF_PROGRESS = re.compile(
+    r"^(loss = |global_step/sec|Saving checkpoints for|Restoring parameters from|"
+    r"Loss for final step|Saving dict for global step|Skipping training)")
+
+
+class _ProgressOnly(logging.Filter):
+    """Keeps errors and progress; drops the rest, the TF 1 API deprecation warnings
+    the Estimator itself triggers among them."""
+
+    def filter(self, record):
+        return record.levelno >= logging.ERROR or bool(_TF_PROGRESS.match(record.getMessage()))
+
+
+def configure_logging(verbose=False):
+    """Sends the job's and TensorFlow's log records to stderr with timestamps.
+
+    Without `verbose`, TensorFlow's INFO records are reduced to training
+    progress (loss, steps/sec, checkpoints) and its errors.
+    """
+    root = logging.getLogger()
+    if not any(getattr(h, "_pipeline", False) for h in root.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(message)s", "%H:%M:%S"))
+        handler._pipeline = True
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    tf_logger = tf.get_logger()
+    tf_logger.handlers = []
+    tf_logger.propagate = True
+    tf_logger.setLevel(logging.INFO)
+    for f in list(tf_logger.filters):
+        tf_logger.removeFilter(f)
+    if not verbose:
+        tf_logger.addFilter(_ProgressOnly())
+        # Keras and tf.data warn about their own TF 1 code paths that the Estimator uses.
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"(keras|tensorflow)\.")

@@ -1,0 +1,126 @@
+"""The one run loop every job uses: build the Estimator, train with hooks, evaluate, write results."""
+import datetime
+import logging
+import os
+import tempfile
+import time
+
+import tensorflow as tf
+
+import hooks as hooks_lib
+from pipeline import batching, estimator as estimator_lib, results as results_lib
+from pipeline.distribution import build_distribution
+from pipeline.errors import UsageError
+from pipeline.logs import configure_logging
+
+log = logging.getLogger(__name__)
+
+
+def ensure_writable_dir(path):
+    """Creates `path` if needed; raises UsageError when it cannot be written to."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot write to the model dir {path} ({e.strerror}); "
+                         "pass --model-dir with a folder you can write to") from None
+
+
+def run(task, args):
+    """Trains and evaluates `task` as `args` say; returns the results dict also written to results.json."""
+    configure_logging(args.verbose)
+    ensure_writable_dir(args.model_dir)
+    plan = build_distribution(gpus=args.gpus, cpu_replicas=args.cpu_replicas)
+    global_batch = args.batch_size * plan.replicas
+    learning_rate = batching.scaled_learning_rate(
+        args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
+    data = task.prepare_data(args, args.batch_size)
+    max_steps = args.max_steps or batching.steps_for_epochs(args.epochs, data.num_train_examples, global_batch)
+    start_step = estimator_lib.latest_global_step(args.model_dir)
+    _print_header(task, args, plan, data, global_batch, learning_rate, max_steps, start_step)
+
+    if args.seed is not None:
+        tf.keras.utils.set_random_seed(args.seed)
+    config = estimator_lib.build_run_config(
+        args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.log_steps,
+        args.keep_checkpoints, args.seed)
+    estimator = estimator_lib.build_estimator(task.build_model(args, learning_rate), config)
+    train_hooks = hooks_lib.build_hooks(
+        args.hooks, global_batch_size=global_batch, model_dir=args.model_dir,
+        every_n_steps=args.log_steps, warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps)
+
+    train_start = time.perf_counter()
+    if start_step < max_steps:
+        estimator.train(data.train_input_fn, hooks=train_hooks, max_steps=max_steps)
+    train_seconds = time.perf_counter() - train_start
+    throughput = _throughput(train_hooks)
+    if throughput is None and start_step < max_steps:
+        log.warning("no throughput measured: %d steps ran, not more than --warm-up-steps %d",
+                    max_steps - start_step, args.warm_up_steps)
+
+    log.info("evaluating on %d %s test images", data.num_eval_examples, data.source)
+    evaluation = estimator.evaluate(data.eval_input_fn)
+
+    results = {
+        "task": task.name,
+        "data_source": data.source,
+        "model_dir": os.path.abspath(args.model_dir),
+        "global_step": int(evaluation["global_step"]),
+        "start_global_step": start_step,
+        "max_steps": max_steps,
+        "replicas": plan.replicas,
+        "devices": plan.devices,
+        "distribution": plan.description,
+        "per_replica_batch_size": args.batch_size,
+        "global_batch_size": global_batch,
+        "learning_rate": learning_rate,
+        "train_examples": data.num_train_examples,
+        "train_seconds": round(train_seconds, 3),
+        "train_images_per_sec": throughput and throughput["images_per_sec"],
+        "train_images_per_sec_std": throughput and throughput["images_per_sec_std"],
+        "train_step_time_mean": throughput and throughput["step_time_mean"],
+        "timed_steps": throughput["timed_steps"] if throughput else 0,
+        "eval_examples": data.num_eval_examples,
+        "eval_accuracy": float(evaluation["accuracy"]),
+        "eval_loss": float(evaluation["loss"]),
+        "tensorflow_version": tf.__version__,
+        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    path = results_lib.write_results(args.model_dir, results)
+    _print_summary(results, path)
+    return results
+
+
+def _throughput(train_hooks):
+    for hook in train_hooks:
+        if isinstance(hook, hooks_lib.ExamplesPerSecondHook):
+            return hook.summary()
+    return None
+
+
+def _print_header(task, args, plan, data, global_batch, learning_rate, max_steps, start_step):
+    scaling = (f"{args.learning_rate:g} x {global_batch}/{args.reference_batch_size}, linear scaling"
+               if args.lr_scaling == "linear" else "not scaled with the batch")
+    resume = (f"resuming from step {start_step}" if start_step else "starting from scratch")
+    print(f"{task.name}: {data.source} data, {data.num_train_examples} training / "
+          f"{data.num_eval_examples} test images\n"
+          f"  devices:       {plan.description}\n"
+          f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {global_batch} global\n"
+          f"  learning rate: {learning_rate:g} ({scaling})\n"
+          f"  steps:         to global step {max_steps}, {resume}\n"
+          f"  model dir:     {args.model_dir}", flush=True)
+
+
+def _print_summary(results, path):
+    if results["train_images_per_sec"] is not None:
+        train = (f"{results['train_images_per_sec']:.1f} images/sec "
+                 f"(+/- {results['train_images_per_sec_std']:.1f}) over {results['timed_steps']} timed steps, "
+                 f"{results['train_seconds']:.1f} s in train()")
+    else:
+        train = "no steps timed in this run"
+    print(f"{results['task']}: finished at global step {results['global_step']}\n"
+          f"  train:   {train}\n"
+          f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
+          f"on {results['eval_examples']} test images\n"
+          f"  results: {path}", flush=True)

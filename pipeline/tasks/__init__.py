@@ -1,0 +1,31 @@
+"""Jobs the run loop can train: each task says how to get its data and build its model."""
+import dataclasses
+from typing import Callable
+
+FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
+
+
+@dataclasses.dataclass
+class TaskData:
+    """What the run loop needs to know of a task's data."""
+    train_input_fn: Callable
+    eval_input_fn: Callable
+    num_train_examples: int
+    num_eval_examples: int
+    source: str  # 'real' or 'synthetic'
+
+
+@dataclasses.dataclass
+class Task:
+    """A training job: its name, flag defaults, extra flags, data and model.
+
+    prepare_data(args, batch_size) returns TaskData whose input_fns yield
+    batches of `batch_size` (per replica); build_model(args, learning_rate)
+    returns a compiled Keras model whose input is named FEATURE_KEY.
+    """
+    name: str
+    description: str
+    defaults: dict
+    add_flags: Callable
+    prepare_data: Callable
+    build_model: Callable
