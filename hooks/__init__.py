@@ -3,9 +3,8 @@
 `build_hooks(["examples_per_second", "profiler"], model_dir=..., ...)` returns
 the hooks in the order named; each builder takes the keyword arguments it needs.
 """
-import tensorflow as tf
-
 from hooks.examples_per_second import ExamplesPerSecondHook
+from hooks.profiler import DeferredProfilerHook
 
 
 def _examples_per_second(global_batch_size, model_dir=None, every_n_steps=100, warm_up_steps=10, **_):
@@ -14,8 +13,7 @@ def _examples_per_second(global_batch_size, model_dir=None, every_n_steps=100, w
 
 
 def _profiler(model_dir, profile_steps=100, **_):
-    # Writes Chrome-trace timelines (timeline-<step>.json) into the model dir.
-    return tf.estimator.ProfilerHook(save_steps=profile_steps, output_dir=model_dir)
+    return DeferredProfilerHook(save_steps=profile_steps, output_dir=model_dir)
 
 
 HOOKS = {

@@ -14,8 +14,9 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
     Unlike the design write-up's hook it skips `warm_up_steps` steps (graph
     initialisation and autotuning would otherwise be counted) and multiplies
     the step rate by the global batch (every replica's images), never dividing
-    by the replica count. Every `every_n_steps` timed steps it logs the window's
-    throughput with its spread and, given `output_dir`, writes it as the
+    by the replica count. Every `every_n_steps` timed steps, and for the last
+    steps at the end, it logs the window's throughput with its spread and,
+    given `output_dir`, writes it as the
     TensorBoard scalar `images_per_sec`. Checkpoint writing falls outside the
     timed interval when this hook runs before the Estimator's own hooks.
 
@@ -34,9 +35,11 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
         self._clock = clock
         self.step_times = []
         self._steps_seen = 0
+        self._last_global_step = None
         self._window = []
         self._start = None
         self._writer = None
+        self._global_step = None
 
     def begin(self):
         self._global_step = tf.compat.v1.train.get_global_step()
@@ -54,13 +57,16 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
             return
         self.step_times.append(elapsed)
         self._window.append(elapsed)
+        # The global step is read before this step's increment.
+        self._last_global_step = None if run_values.results is None else run_values.results + 1
         if len(self._window) >= self.every_n_steps:
-            # The global step is read before this step's increment.
-            finished_step = None if run_values.results is None else run_values.results + 1
-            self._report(self._window, finished_step)
+            self._report(self._window, self._last_global_step)
             self._window = []
 
     def end(self, session):
+        if self._window:  # the last, partial window
+            self._report(self._window, self._last_global_step)
+            self._window = []
         if self._writer is not None:
             self._writer.flush()
 

@@ -1,0 +1,34 @@
+"""Shared fixtures. The CPU is split into 2 logical devices before TensorFlow
+starts, so the same process can train on 1 replica and mirror over 2."""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import pipeline  # noqa: E402,F401  (quiets TensorFlow's C++ log before it is imported)
+import pytest  # noqa: E402
+
+from pipeline.distribution import split_cpu  # noqa: E402
+
+split_cpu(2)
+
+SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
+FASHION_SAMPLE = os.path.join(SHARED_DATA, "fashion-mnist-sample")
+
+
+@pytest.fixture(scope="session")
+def fashion_sample():
+    """The real 1,000-image Fashion-MNIST sample (t10k files) beside the repo."""
+    if not os.path.isdir(FASHION_SAMPLE):
+        pytest.fail(f"the real data sample is missing: {FASHION_SAMPLE} (CI has ../shared beside the repo)")
+    return FASHION_SAMPLE
+
+
+@pytest.fixture(scope="session")
+def fashion_data_dir(fashion_sample, tmp_path_factory):
+    """A Fashion-MNIST data dir made from the real sample: 800 train / 200 test images."""
+    from pipeline.tasks.fashion import split_sample
+    out = str(tmp_path_factory.mktemp("fashion-data"))
+    split_sample(fashion_sample, out, num_train=800)
+    return out

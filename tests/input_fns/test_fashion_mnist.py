@@ -1,0 +1,121 @@
+import collections
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from input_fns import fashion_mnist, idx
+from input_fns.errors import InputDataError
+
+
+def batches(input_fn, limit=None, input_context=None):
+    dataset = input_fn(input_context) if input_context else input_fn()
+    return list(dataset.take(limit).as_numpy_iterator() if limit else dataset.as_numpy_iterator())
+
+
+def test_load_split_validates_counts_size_and_labels(tmp_path):
+    fashion_mnist.write_split(str(tmp_path), "train", np.zeros((4, 28, 28)), np.arange(3))
+    with pytest.raises(InputDataError, match="holds 4 images but .* holds 3 labels"):
+        fashion_mnist.load_split(str(tmp_path), "train")
+    fashion_mnist.write_split(str(tmp_path), "train", np.zeros((2, 32, 32)), np.arange(2))
+    with pytest.raises(InputDataError, match="32x32 images"):
+        fashion_mnist.load_split(str(tmp_path), "train")
+    fashion_mnist.write_split(str(tmp_path), "train", np.zeros((2, 28, 28)), np.array([1, 12]))
+    with pytest.raises(InputDataError, match="label 12"):
+        fashion_mnist.load_split(str(tmp_path), "train")
+
+
+def test_download_fetches_only_missing_files(fashion_data_dir, tmp_path):
+    target = tmp_path / "cache"
+    target.mkdir()
+    shutil.copy(os.path.join(fashion_data_dir, "t10k-images-idx3-ubyte.gz"), target)
+    fetched = fashion_mnist.download(str(target), base_url=f"file://{fashion_data_dir}/")
+    assert sorted(fetched) == ["t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
+                               "train-labels-idx1-ubyte.gz"]
+    assert fashion_mnist.missing_files(str(target)) == []
+    assert sorted(os.listdir(target)) == sorted(n for p in fashion_mnist.FILES.values() for n in p)
+
+
+def test_offline_download_is_a_clear_error_and_leaves_no_partial_file(tmp_path):
+    # Port 9 (discard) on loopback refuses the connection at once, like a machine offline.
+    with pytest.raises(fashion_mnist.DownloadError, match=r"not in .* and downloading http://127\.0\.0\.1:9/"):
+        fashion_mnist.download(str(tmp_path), base_url="http://127.0.0.1:9/", timeout=5)
+    assert os.listdir(tmp_path) == []
+
+
+def test_tfrecords_hold_exactly_the_idx_bytes(fashion_data_dir, tmp_path):
+    splits = fashion_mnist.prepare_tfrecords(fashion_data_dir, str(tmp_path / "records"))
+    assert splits["train"]["count"] == 800 and splits["test"]["count"] == 200
+    images, labels = fashion_mnist.load_split(fashion_data_dir, "test")
+    expected = {(img.tobytes(), int(lab)) for img, lab in zip(images, labels)}
+    spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+    found = []
+    for record in tf.data.TFRecordDataset(tf.io.gfile.glob(splits["test"]["pattern"])):
+        parsed = tf.io.parse_single_example(record, spec)
+        found.append((parsed["image"].numpy(), int(parsed["label"])))
+    assert len(found) == 200 and set(found) == expected
+    assert len(tf.io.gfile.glob(splits["train"]["pattern"])) == fashion_mnist.NUM_SHARDS["train"]
+
+
+def test_tfrecord_cache_is_reused_then_rebuilt_when_the_idx_files_change(fashion_data_dir, tmp_path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(fashion_data_dir, data_dir)
+    cache = str(tmp_path / "records")
+    first = fashion_mnist.prepare_tfrecords(str(data_dir), cache)
+    shard = tf.io.gfile.glob(first["test"]["pattern"])[0]
+    built_at = os.stat(shard).st_mtime_ns
+    assert fashion_mnist.prepare_tfrecords(str(data_dir), cache) == first
+    assert os.stat(shard).st_mtime_ns == built_at
+    images, labels = fashion_mnist.load_split(str(data_dir), "test")
+    fashion_mnist.write_split(str(data_dir), "test", images[:50], labels[:50])
+    assert fashion_mnist.prepare_tfrecords(str(data_dir), cache)["test"]["count"] == 50
+
+
+def test_eval_input_reads_every_test_image_once_scaled_and_one_hot(fashion_data_dir, tmp_path):
+    splits = fashion_mnist.prepare_tfrecords(fashion_data_dir, str(tmp_path))
+    input_fn = fashion_mnist.make_input_fn(splits["test"]["pattern"], 64, training=False)
+    got = batches(input_fn)
+    assert [len(labels) for _, labels in got] == [64, 64, 64, 8]  # the last partial batch is kept
+    features, labels = got[0]
+    assert features["image"].shape == (64, 28, 28, 1) and features["image"].dtype == np.float32
+    assert labels.shape == (64, 10) and labels.dtype == np.float32
+    assert 0.0 <= min(f["image"].min() for f, _ in got) and max(f["image"].max() for f, _ in got) <= 1.0
+    all_labels = np.concatenate([l for _, l in got])
+    assert set(np.unique(all_labels)) == {0.0, 1.0} and (all_labels.sum(axis=1) == 1).all()
+    _, true_labels = fashion_mnist.load_split(fashion_data_dir, "test")
+    assert collections.Counter(all_labels.argmax(1).tolist()) == collections.Counter(true_labels.tolist())
+
+
+def test_training_input_repeats_shuffles_and_keeps_batches_whole(fashion_data_dir, tmp_path):
+    splits = fashion_mnist.prepare_tfrecords(fashion_data_dir, str(tmp_path))
+    input_fn = fashion_mnist.make_input_fn(splits["train"]["pattern"], 96, training=True, seed=1)
+    got = batches(input_fn, limit=20)  # 1,920 images: more than two passes over 800
+    assert all(len(labels) == 96 for _, labels in got)
+    eval_order = np.concatenate([l for _, l in batches(
+        fashion_mnist.make_input_fn(splits["train"]["pattern"], 96, training=False))])
+    assert not np.array_equal(np.concatenate([l for _, l in got])[:96], eval_order[:96])
+
+
+def test_each_input_pipeline_reads_its_own_files(fashion_data_dir, tmp_path):
+    splits = fashion_mnist.prepare_tfrecords(fashion_data_dir, str(tmp_path))
+    input_fn = fashion_mnist.make_input_fn(splits["test"]["pattern"], 10, training=False)
+    parts = [np.concatenate([f["image"] for f, _ in batches(input_fn, input_context=tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=i, num_replicas_in_sync=2))]) for i in range(2)]
+    everything = np.concatenate([f["image"] for f, _ in batches(input_fn)])
+    assert len(parts[0]) + len(parts[1]) == len(everything) == 200
+    as_set = lambda a: {x.tobytes() for x in a}  # noqa: E731
+    assert not as_set(parts[0]) & as_set(parts[1])
+    assert as_set(parts[0]) | as_set(parts[1]) == as_set(everything)
+
+
+def test_a_pattern_matching_nothing_fails_before_training(tmp_path):
+    with pytest.raises(InputDataError, match="no files match the pattern"):
+        fashion_mnist.make_input_fn(str(tmp_path / "train-*.tfrecord"), 8, training=True)
+
+
+def test_write_split_writes_the_official_names(tmp_path):
+    paths = fashion_mnist.write_split(str(tmp_path), "test", np.ones((2, 28, 28)), [3, 4])
+    assert [os.path.basename(p) for p in paths] == list(fashion_mnist.FILES["test"])
+    np.testing.assert_array_equal(idx.read_idx(paths[1], idx.LABELS_MAGIC), [3, 4])

@@ -1,0 +1,88 @@
+"""One training step mirrored over 2 replicas must equal one step on 1 replica
+at the same global batch, from the same weights and data. A wrong loss scale
+or batch split shows up here as weights that differ."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from models.fashion_cnn import build_fashion_cnn
+from pipeline.distribution import build_distribution
+from pipeline.estimator import build_estimator, build_run_config
+
+GLOBAL_BATCH = 32
+STEPS = 2
+
+
+def data():
+    rng = np.random.default_rng(0)
+    images = rng.random((GLOBAL_BATCH * STEPS, 28, 28, 1), dtype=np.float32)
+    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, GLOBAL_BATCH * STEPS)]
+    return images, labels
+
+
+def input_fn_for(batch_size):
+    images, labels = data()
+
+    def input_fn(input_context=None):
+        # Replicas take consecutive batches from one pipeline, so with batch
+        # GLOBAL_BATCH/2 the two replicas of step k see exactly the images of
+        # the single replica's step k.
+        return tf.data.Dataset.from_tensor_slices(({"image": images}, labels)).batch(batch_size).repeat()
+    return input_fn
+
+
+def train(model, model_dir, plan):
+    config = build_run_config(str(model_dir), plan, checkpoint_steps=100, summary_steps=100, log_steps=100)
+    estimator = build_estimator(model, config)
+    estimator.train(input_fn_for(GLOBAL_BATCH // plan.replicas), max_steps=STEPS)
+    checkpoint = estimator.latest_checkpoint()
+    return {name: tf.train.load_variable(checkpoint, name)
+            for name, _ in tf.train.list_variables(checkpoint) if "VARIABLE_VALUE" in name}
+
+
+OPTIMIZERS = {
+    # Adam at the design's rate: it divides by sqrt(v), so at large rates float
+    # summation-order noise in near-zero gradients grows to ~1e-5 in a few weights.
+    "adam": lambda: tf.keras.optimizers.legacy.Adam(learning_rate=0.001),
+    "sgd": lambda: tf.keras.optimizers.legacy.SGD(learning_rate=0.05),
+    "v1-sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(learning_rate=0.05),
+}
+
+
+def compiled_model(optimizer, weights=None):
+    # A fresh model per Estimator: model_to_estimator cannot convert one model twice.
+    model = build_fashion_cnn(learning_rate=0.001)
+    model.compile(OPTIMIZERS[optimizer](), "categorical_crossentropy")
+    if weights is not None:
+        model.set_weights(weights)
+    return model
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_two_replicas_take_the_same_steps_as_one(tmp_path, optimizer):
+    tf.keras.utils.set_random_seed(1)
+    initial = compiled_model(optimizer).get_weights()
+    one = train(compiled_model(optimizer, initial), tmp_path / "one", build_distribution(cpu_replicas=1))
+    two = train(compiled_model(optimizer, initial), tmp_path / "two", build_distribution(cpu_replicas=2))
+
+    assert one.keys() == two.keys()
+    kernels = sorted(k for k in one if k.endswith("kernel/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert len(kernels) == 5
+    # The steps really moved the weights, so agreement below is not vacuous.
+    moved = max(np.abs(one[k] - w).max() for k, w in zip(kernels, [w for w in initial if w.ndim > 1]))
+    assert moved > 1e-3
+    for name in one:  # weights, and for Adam its moment slots, which carry the gradient's scale
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_the_comparison_catches_a_wrongly_scaled_update(tmp_path):
+    # tf.compat.v1.train optimizers under model_to_estimator + MirroredStrategy
+    # apply 1/replicas of the update: the reason the models use legacy Keras ones.
+    tf.keras.utils.set_random_seed(1)
+    initial = compiled_model("v1-sgd").get_weights()
+    one = train(compiled_model("v1-sgd", initial), tmp_path / "one", build_distribution(cpu_replicas=1))
+    two = train(compiled_model("v1-sgd", initial), tmp_path / "two", build_distribution(cpu_replicas=2))
+    kernel = "layer_with_weights-4/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+    start = initial[-2]
+    ratio = np.abs(two[kernel] - start).sum() / np.abs(one[kernel] - start).sum()
+    assert 0.4 < ratio < 0.6

@@ -1,0 +1,94 @@
+"""The command line as a user meets it: real processes, exit codes and messages."""
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+SCRIPT = os.path.join(ROOT, "scripts", "train_fashion.py")
+OFFLINE = ["--download-url", "http://127.0.0.1:9/"]  # refused at once, like a machine offline
+
+
+def train_fashion(*argv):
+    return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=600)
+
+
+def assert_clean_failure(result, *fragments):
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    for fragment in fragments:
+        assert fragment in last, last
+
+
+def test_the_job_trains_on_two_cpu_replicas_and_learns(fashion_data_dir, tmp_path):
+    model_dir = tmp_path / "model"
+    result = train_fashion("--data-dir", fashion_data_dir, "--model-dir", str(model_dir), "--cpu-replicas", "2",
+                           "--batch-size", "32", "--epochs", "8", "--lr-scaling", "none", "--log-steps", "20")
+    assert result.returncode == 0, result.stderr
+    assert "32 per replica x 2 replica(s) = 64 global" in result.stdout
+    assert "images/sec" in result.stderr  # the throughput hook's progress lines
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["global_step"] == 100 and results["replicas"] == 2
+    assert results["eval_accuracy"] > 0.5  # chance is 0.1
+    assert f"accuracy {results['eval_accuracy']:.4f}" in result.stdout
+
+
+def test_missing_data_offline_names_data_dir_and_synthetic(tmp_path):
+    result = train_fashion("--data-dir", str(tmp_path / "none"), "--model-dir", str(tmp_path / "m"), *OFFLINE)
+    assert_clean_failure(result, "downloading http://127.0.0.1:9/", "--data-dir", "--synthetic")
+
+
+def test_corrupt_idx_file_is_named_and_earlier_results_stay_intact(fashion_data_dir, tmp_path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(fashion_data_dir, data_dir)
+    with gzip.open(data_dir / "train-images-idx3-ubyte.gz", "wb") as f:
+        f.write(b"\x00\x00\x08\x01garbage")
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "results.json").write_text('{"global_step": 3}')
+    (model_dir / "checkpoint").write_text("model_checkpoint_path: \"model.ckpt-3\"\n")
+    result = train_fashion("--data-dir", str(data_dir), "--model-dir", str(model_dir), *OFFLINE)
+    assert_clean_failure(result, "train-images-idx3-ubyte.gz has IDX magic number 2049, expected 2051")
+    assert (model_dir / "results.json").read_text() == '{"global_step": 3}'
+    assert (model_dir / "checkpoint").read_text() == "model_checkpoint_path: \"model.ckpt-3\"\n"
+
+
+def test_more_gpus_than_visible(tmp_path):
+    result = train_fashion("--synthetic", "--gpus", "4", "--model-dir", str(tmp_path))
+    assert_clean_failure(result, "--gpus 4 asks for 4 GPUs but 0 are visible")
+
+
+def test_unwritable_model_dir(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = train_fashion("--synthetic", "--model-dir", str(blocker / "model"))
+    assert_clean_failure(result, "cannot write to the model dir", "--model-dir")
+
+
+@pytest.mark.parametrize("flag,value", [("--batch-size", "0"), ("--epochs", "-1"), ("--max-steps", "x"),
+                                        ("--hooks", "bogus")])
+def test_bad_flag_values_are_refused_before_anything_runs(tmp_path, flag, value):
+    result = train_fashion("--synthetic", "--model-dir", str(tmp_path / "m"), flag, value)
+    assert_clean_failure(result, flag)
+    assert result.returncode == 2 and not (tmp_path / "m").exists()
+
+
+def test_help_explains_the_batch_semantics():
+    result = train_fashion("--help")
+    assert result.returncode == 0
+    assert "images per replica per step" in " ".join(result.stdout.split())
+
+
+def test_make_fashion_sample_splits_the_real_sample(fashion_sample, tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_fashion_sample.py"),
+                             "--source", fashion_sample, "--out", str(tmp_path), "--train", "900"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "900 training and 100 test images" in result.stdout
+    assert len(os.listdir(tmp_path)) == 4
