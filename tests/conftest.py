@@ -17,6 +17,14 @@ SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 FASHION_SAMPLE = os.path.join(SHARED_DATA, "fashion-mnist-sample")
 
 
+def pytest_configure(config):
+    # TF 2.15 and Keras warn about their own TF 1 code paths the Estimator uses.
+    for module in ("keras", "tensorflow", "tensorflow_estimator"):
+        config.addinivalue_line("filterwarnings", rf"ignore::UserWarning:{module}\..*")
+        config.addinivalue_line("filterwarnings", rf"ignore::DeprecationWarning:{module}\..*")
+    config.addinivalue_line("filterwarnings", "ignore:non-integer arguments to randrange:DeprecationWarning")
+
+
 @pytest.fixture(scope="session")
 def fashion_sample():
     """The real 1,000-image Fashion-MNIST sample (t10k files) beside the repo."""
