@@ -5,10 +5,12 @@ import os
 import tempfile
 import time
 
+import numpy as np
 import tensorflow as tf
 
 import hooks as hooks_lib
 from pipeline import batching, estimator as estimator_lib, results as results_lib
+from pipeline.metrics import classification_report
 from pipeline.distribution import build_distribution
 from pipeline.errors import UsageError
 from pipeline.logs import configure_logging
@@ -85,11 +87,38 @@ def run(task, args):
         "eval_accuracy": float(evaluation["accuracy"]),
         "eval_loss": float(evaluation["loss"]),
         "tensorflow_version": tf.__version__,
-        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    if data.class_names and data.eval_labels is not None:
+        results.update(_per_class_report(estimator, data))
+    if data.serving_input_fn:
+        results["export_dir"] = _export(estimator, data, args.model_dir)
+    results.update(data.report)
+    results["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     path = results_lib.write_results(args.model_dir, results)
     _print_summary(results, path)
     return results
+
+
+def _per_class_report(estimator, data):
+    log.info("predicting the test images for per-class figures")
+    batches = estimator.predict(data.eval_input_fn, yield_single_examples=False)
+    predicted = np.concatenate([next(iter(batch.values())).argmax(axis=-1) for batch in batches])
+    if len(predicted) != len(data.eval_labels):
+        raise RuntimeError(f"{len(predicted)} predictions for {len(data.eval_labels)} test labels")
+    return classification_report(data.eval_labels, predicted, data.class_names)
+
+
+def _export(estimator, data, model_dir):
+    """Exports a SavedModel (written to a temporary folder, then renamed) with the class names."""
+    with tempfile.TemporaryDirectory() as tmp:
+        names = os.path.join(tmp, "class_names.txt")
+        with open(names, "w") as f:
+            f.write("\n".join(data.class_names or []) + "\n")
+        path = estimator.export_saved_model(os.path.join(model_dir, "export"), data.serving_input_fn,
+                                            assets_extra={"class_names.txt": names})
+    path = path.decode() if isinstance(path, bytes) else path
+    log.info("exported the model to %s", path)
+    return os.path.abspath(path)
 
 
 def _throughput(train_hooks):
@@ -122,5 +151,13 @@ def _print_summary(results, path):
     print(f"{results['task']}: finished at global step {results['global_step']}\n"
           f"  train:   {train}\n"
           f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
-          f"on {results['eval_examples']} test images\n"
-          f"  results: {path}", flush=True)
+          f"on {results['eval_examples']} test images", flush=True)
+    for name, figures in results.get("per_class", {}).items():
+        precision, recall = (f"{v:.3f}" if v is not None else "n/a"
+                             for v in (figures["precision"], figures["recall"]))
+        print(f"           {name:8s} precision {precision}  recall {recall}  ({figures['support']} images)")
+    if results.get("skipped_files"):
+        print(f"  skipped: {len(results['skipped_files'])} files that are not whole JPEGs (listed in results.json)")
+    if results.get("export_dir"):
+        print(f"  export:  {results['export_dir']}")
+    print(f"  results: {path}", flush=True)

@@ -1,6 +1,6 @@
 """Jobs the run loop can train: each task says how to get its data and build its model."""
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional, Sequence
 
 FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
 
@@ -13,6 +13,13 @@ class TaskData:
     num_train_examples: int
     num_eval_examples: int
     source: str  # 'real' or 'synthetic'
+    # With both, the run loop adds per-class precision/recall and a confusion
+    # matrix: eval_labels are the class indices in the eval input's order.
+    class_names: Optional[Sequence[str]] = None
+    eval_labels: Optional[Sequence[int]] = None
+    # With it, the run loop exports a SavedModel taking this serving input.
+    serving_input_fn: Optional[Callable] = None
+    report: dict = dataclasses.field(default_factory=dict)  # extra fields for results.json
 
 
 @dataclasses.dataclass

@@ -1,0 +1,162 @@
+"""The Kermany 2018 retinal OCT dataset (Kaggle `paultimothymooney/kermany2018`).
+
+Getting it: `ensure_dataset` finds an `OCT2017`-style tree (`train/` and `test/`
+with one folder per class) under a data dir, whatever the archive's nesting,
+or downloads and unpacks it with the `kaggle` package. Reading it: the image
+folders through `input_fns.image_folder`, or TFRecord shards of images already
+resized (`write_resized_shards`) through `make_records_input_fn`.
+"""
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+import zipfile
+
+import tensorflow as tf
+
+from input_fns import image_folder, records
+from input_fns.errors import InputDataError
+
+DATASET = "paultimothymooney/kermany2018"
+CLASS_NAMES = ("CNV", "DME", "DRUSEN", "NORMAL")
+DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "kermany2018")
+CLEAN_ROOT = "OCT2017"  # the archive's own folder is "OCT2017 ", with a trailing space
+IMAGE_PATTERN = "*.jpeg"  # skips .DS_Store and anything else that is not an image
+_CREDENTIALS_HELP = (
+    "put kaggle.json (Kaggle > Settings > API > Create New Token) in ~/.kaggle/ or set "
+    "KAGGLE_USERNAME and KAGGLE_KEY, or pass --data-dir with the OCT2017 folder already on disk")
+
+
+class DownloadError(InputDataError):
+    """The dataset is not on disk and could not be downloaded."""
+
+
+def find_split_root(directory):
+    """Returns the folder under `directory` that holds `train/` and `test/` class folders, or None.
+
+    Hidden folders (such as an unfinished download) are not searched; the
+    shallowest match wins, so nested mirrors of the tree do not matter.
+    """
+    if not os.path.isdir(directory):
+        return None
+    for current, subdirs, _ in sorted(os.walk(directory), key=lambda walk: walk[0].count(os.sep)):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+        if {"train", "test"} <= set(subdirs) and any(
+                os.path.isdir(os.path.join(current, "train", c)) for c in CLASS_NAMES):
+            return current
+    return None
+
+
+def split_pattern(root, split):
+    """Returns the file pattern of the `split` images under a dataset root."""
+    return os.path.join(root, split, "*", IMAGE_PATTERN)
+
+
+def kaggle_api():
+    """Returns an authenticated KaggleApi; raises DownloadError when there are no credentials."""
+    sink = io.StringIO()
+    try:
+        # `import kaggle` authenticates at import time and prints a help text on
+        # failure; the message below replaces it.
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            from kaggle.api.kaggle_api_extended import KaggleApi
+            api = KaggleApi()
+            api.authenticate()
+    except SystemExit:
+        raise DownloadError(f"no Kaggle credentials to download {DATASET}: {_CREDENTIALS_HELP}") from None
+    except Exception as e:  # token checks reach the network; offline they fail here
+        raise DownloadError(f"Kaggle sign-in failed ({_first_line(e)}): {_CREDENTIALS_HELP}") from None
+    return api
+
+
+def _first_line(error):
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _download_error(error):
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if status in (401, 403):
+        return DownloadError(
+            f"Kaggle refused the download of {DATASET} (HTTP {status}): check your credentials and "
+            f"accept the dataset's terms at https://www.kaggle.com/datasets/{DATASET}, "
+            "or pass --data-dir with the OCT2017 folder already on disk")
+    return DownloadError(
+        f"cannot download {DATASET} from Kaggle ({_first_line(error)}); check the network, "
+        "or pass --data-dir with the OCT2017 folder already on disk")
+
+
+def ensure_dataset(data_dir, api_factory=kaggle_api):
+    """Returns the dataset root (with train/ and test/) under `data_dir`, downloading it if absent.
+
+    The archive is downloaded and unpacked in a hidden staging folder and its
+    tree moved to <data_dir>/OCT2017 only when complete, so an interrupted run
+    leaves nothing that looks like data; the next run starts the download anew.
+    """
+    root = find_split_root(data_dir)
+    if root:
+        return root
+    os.makedirs(data_dir, exist_ok=True)
+    for stale in (d for d in os.listdir(data_dir) if d.startswith(".download-")):
+        shutil.rmtree(os.path.join(data_dir, stale), ignore_errors=True)
+    staging = tempfile.mkdtemp(prefix=".download-", dir=data_dir)
+    try:
+        api = api_factory()
+        try:
+            api.dataset_download_files(DATASET, path=staging, quiet=False, unzip=False)
+        except DownloadError:
+            raise
+        except Exception as e:  # requests' ConnectionError / HTTPError, kagglesdk errors
+            raise _download_error(e) from None
+        archives = [f for f in os.listdir(staging) if f.endswith(".zip")]
+        if not archives:
+            raise DownloadError(f"the Kaggle download of {DATASET} produced no zip archive")
+        unpacked = os.path.join(staging, "unpacked")
+        try:
+            with zipfile.ZipFile(os.path.join(staging, archives[0])) as archive:
+                archive.extractall(unpacked)
+        except zipfile.BadZipFile as e:
+            raise DownloadError(f"the downloaded archive is damaged ({e}); run again to download it anew") from None
+        found = find_split_root(unpacked)
+        if not found:
+            raise DownloadError(f"the archive of {DATASET} has no folder with train/ and test/ class folders")
+        os.replace(found, os.path.join(data_dir, CLEAN_ROOT))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return os.path.join(data_dir, CLEAN_ROOT)
+
+
+def _serialize(image, label):
+    feature = {
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def write_resized_shards(scan, image_size, out_dir, split, num_shards, channels=1, fast_decode=False):
+    """Writes the good images of a FolderScan, decoded and resized, as TFRecord shards; returns the paths.
+
+    Each record holds the uint8 image bytes at `image_size` and the class index.
+    """
+    files, labels = scan.good()
+    dataset = tf.data.Dataset.from_tensor_slices(files).map(
+        lambda path: image_folder.decode_and_resize(tf.io.read_file(path), image_size, channels, fast_decode),
+        num_parallel_calls=tf.data.AUTOTUNE)
+    serialized = (_serialize(image, label) for image, label in zip(dataset.as_numpy_iterator(), labels))
+    return records.write_shards(serialized, out_dir, split, num_shards)
+
+
+def make_records_input_fn(file_pattern, image_size, batch_size, training, num_classes=len(CLASS_NAMES),
+                          channels=1, preprocessing="vgg16", feature_key="image", seed=None):
+    """Returns an Estimator input_fn over shards written by `write_resized_shards`."""
+    spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+    shape = tuple(image_size) + (channels,)
+
+    def parse(serialized):
+        parsed = tf.io.parse_single_example(serialized, spec)
+        image = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), shape)
+        return ({feature_key: image_folder.to_model_input(image, preprocessing)},
+                tf.one_hot(parsed["label"], num_classes))
+
+    return records.make_record_input_fn(file_pattern, parse, batch_size, training, seed=seed)

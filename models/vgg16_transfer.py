@@ -1,0 +1,56 @@
+"""VGG16 transfer learning: an ImageNet VGG16 base with a small classification head."""
+import os
+
+import tensorflow as tf
+
+WEIGHTS_FILE = "vgg16_weights_tf_dim_ordering_tf_kernels_notop.h5"  # Keras's cache name
+
+
+class WeightsUnavailableError(Exception):
+    """Pretrained weights are neither cached nor downloadable; the message says what to do."""
+
+
+def _resolve_weights(weights):
+    if weights in (None, "none"):
+        return None
+    if weights != "imagenet":
+        if not os.path.isfile(weights):
+            raise WeightsUnavailableError(f"weights file not found: {weights}")
+        return weights
+    cached = os.path.join(os.path.expanduser("~"), ".keras", "models", WEIGHTS_FILE)
+    if os.path.isfile(cached):
+        return cached
+    try:
+        return tf.keras.utils.get_file(
+            WEIGHTS_FILE, "https://storage.googleapis.com/tensorflow/keras-applications/vgg16/" + WEIGHTS_FILE,
+            cache_subdir="models")
+    except Exception as e:  # get_file raises a bare Exception on URL and HTTP failures
+        raise WeightsUnavailableError(
+            f"the ImageNet VGG16 weights are not in {os.path.dirname(cached)} and could not be "
+            f"downloaded ({str(e).splitlines()[0]}); pass --weights PATH to an {WEIGHTS_FILE} file, "
+            "or --weights none to train from random weights") from None
+
+
+def build_vgg16_classifier(num_classes, image_size=(224, 224), weights="imagenet", trainable_layers=4,
+                           learning_rate=1e-4, input_name="image"):
+    """Returns the compiled transfer model: VGG16 without its top, Flatten, Dense softmax.
+
+    `weights` is 'imagenet' (Keras's cached file, downloaded once), 'none' or a
+    path to a no-top VGG16 weights file. All layers of the VGG16 base except its
+    last `trainable_layers` are frozen (by default block5's three convolutions
+    and its pooling, as in the design). The base's layers are built on the named
+    input, so the model is flat and the Estimator's feature key is `input_name`.
+    Compiled with legacy Keras Adam and categorical cross-entropy.
+    """
+    inputs = tf.keras.Input(shape=tuple(image_size) + (3,), name=input_name)
+    base = tf.keras.applications.VGG16(include_top=False, weights=_resolve_weights(weights), input_tensor=inputs)
+    for layer in base.layers[1:]:  # [0] is the input layer
+        layer.trainable = False
+    for layer in base.layers[len(base.layers) - trainable_layers:] if trainable_layers else []:
+        layer.trainable = True
+    x = tf.keras.layers.Flatten(name="flatten")(base.output)
+    outputs = tf.keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    model = tf.keras.Model(inputs, outputs, name="vgg16_transfer")
+    model.compile(optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=learning_rate),
+                  loss="categorical_crossentropy", metrics=["accuracy"])
+    return model

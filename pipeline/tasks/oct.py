@@ -1,0 +1,146 @@
+"""The retinal OCT job: VGG16 transfer learning on the Kermany 2018 OCT B-scans (4 classes)."""
+import json
+import os
+
+from input_fns import image_folder, retinal_oct, synthetic
+from input_fns.errors import InputDataError
+from models.vgg16_transfer import build_vgg16_classifier
+from pipeline.tasks import FEATURE_KEY, Task, TaskData
+
+# OCT2017's split sizes, so that --epochs means the same on synthetic data.
+SYNTHETIC_SIZES = {"train": 83484, "test": 968}
+RECORDS_MANIFEST = "manifest.json"
+CHANNELS = 1  # the scans are grayscale JPEGs; the model input repeats them to 3 channels
+
+
+def cache_argument(text):
+    """Maps --cache to tf.data's cache argument: None (off), '' (memory) or a file path."""
+    return {"none": None, "memory": ""}.get(text, text)
+
+
+def add_flags(parser):
+    group = parser.add_argument_group("OCT")
+    group.add_argument("--image-size", type=int, default=224,
+                       help="height and width the scans are resized to (VGG16 needs at least 32)")
+    group.add_argument("--weights", default="imagenet",
+                       help="VGG16 base weights: 'imagenet' (Keras's cached file, downloaded once), "
+                            "'none' (random) or the path of a no-top VGG16 .h5 weights file")
+    group.add_argument("--trainable-layers", type=int, default=4,
+                       help="layers at the end of the VGG16 base left trainable; the rest are frozen")
+    group.add_argument("--on-bad-image", choices=image_folder.BAD_IMAGE_POLICIES, default="fail",
+                       help="a file that is not a whole JPEG: 'fail' names it and stops before training, "
+                            "'skip' leaves it out and lists it in results.json")
+    group.add_argument("--decode", choices=("full", "reduced"), default="full",
+                       help="'reduced' lets libjpeg decode large scans at 1/2-1/8 scale when that still "
+                            "covers --image-size (less aliasing; about the same CPU on these scans)")
+    group.add_argument("--cache", type=cache_argument, default=None, metavar="none|memory|PATH",
+                       help="keep decoded, resized training images for later epochs: in memory or in "
+                            "files at PATH (default none)")
+    group.add_argument("--records-dir", default=None,
+                       help="train on TFRecord shards made by scripts/prepare_oct.py instead of the JPEGs")
+    group.add_argument("--shuffle-buffer", type=int, default=2048, help="training shuffle buffer (images)")
+
+
+def _image_size(args):
+    if args.image_size < 32:
+        raise InputDataError(f"--image-size {args.image_size} is too small: VGG16 needs at least 32")
+    return (args.image_size, args.image_size)
+
+
+def prepare_data(args, batch_size):
+    """Returns TaskData over OCT2017's train and test folders (or prepared shards, or synthetic data)."""
+    size = _image_size(args)
+    serving = image_folder.make_serving_input_fn(size, CHANNELS, fast_decode=args.decode == "reduced",
+                                                 feature_key=FEATURE_KEY)
+    if args.synthetic:
+        def make(training, split):
+            return synthetic.make_input_fn(size + (3,), len(retinal_oct.CLASS_NAMES), batch_size, training,
+                                           feature_key=FEATURE_KEY, num_examples=SYNTHETIC_SIZES[split])
+        return TaskData(make(True, "train"), make(False, "test"), SYNTHETIC_SIZES["train"],
+                        SYNTHETIC_SIZES["test"], "synthetic", serving_input_fn=serving)
+    if args.records_dir:
+        return _records_data(args, batch_size, size, serving)
+    root = retinal_oct.ensure_dataset(args.data_dir)
+    scans = {split: image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES)
+             for split in ("train", "test")}
+
+    def make(split, training):
+        return image_folder.make_input_fn(
+            retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES, size, batch_size, training,
+            scan=scans[split], on_bad_image=args.on_bad_image, channels=CHANNELS,
+            fast_decode=args.decode == "reduced", cache=args.cache if training else None,
+            shuffle_buffer=args.shuffle_buffer, feature_key=FEATURE_KEY, seed=args.seed)
+
+    train_input_fn, eval_input_fn = make("train", True), make("test", False)
+    skipped = scans["train"].bad_files + scans["test"].bad_files
+    return TaskData(train_input_fn, eval_input_fn, len(scans["train"].good()[0]), len(scans["test"].good()[0]),
+                    "real", class_names=retinal_oct.CLASS_NAMES, eval_labels=scans["test"].good()[1],
+                    serving_input_fn=serving,
+                    report={"data_root": root, "skipped_files": skipped,
+                            "train_class_counts": scans["train"].class_counts()})
+
+
+def _records_data(args, batch_size, size, serving):
+    manifest_path = os.path.join(args.records_dir, RECORDS_MANIFEST)
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputDataError(f"cannot read {manifest_path} ({e}); make the shards with scripts/prepare_oct.py") \
+            from None
+    if tuple(manifest["image_size"]) != size:
+        raise InputDataError(f"the shards in {args.records_dir} hold {manifest['image_size'][0]}-pixel images; "
+                             f"pass --image-size {manifest['image_size'][0]} or prepare them again")
+
+    def make(split, training):
+        return retinal_oct.make_records_input_fn(
+            os.path.join(args.records_dir, f"{split}-*-of-*.tfrecord"), size, batch_size, training,
+            channels=CHANNELS, feature_key=FEATURE_KEY, seed=args.seed)
+
+    return TaskData(make("train", True), make("test", False), manifest["counts"]["train"],
+                    manifest["counts"]["test"], "real (prepared shards)", class_names=retinal_oct.CLASS_NAMES,
+                    eval_labels=manifest["test_labels_in_order"], serving_input_fn=serving,
+                    report={"records_dir": args.records_dir})
+
+
+def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shards=(16, 2)):
+    """Writes the OCT train and test images, resized to `image_size`, as TFRecord shards in `out_dir`.
+
+    Returns the manifest (also written to <out_dir>/manifest.json) that
+    --records-dir reads: image size, counts, and the test labels in reading order.
+    """
+    root = retinal_oct.ensure_dataset(data_dir)
+    manifest = {"image_size": [image_size, image_size], "source": root, "counts": {}, "skipped_files": []}
+    for split, shards in zip(("train", "test"), num_shards):
+        scan = image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES)
+        if scan.bad_files and on_bad_image == "fail":
+            raise InputDataError(f"{scan.bad_files[0]} is not a whole JPEG; remove it or pass --on-bad-image=skip")
+        retinal_oct.write_resized_shards(scan, (image_size, image_size), out_dir, split, shards, CHANNELS)
+        files, labels = scan.good()
+        manifest["counts"][split] = len(files)
+        manifest["skipped_files"] += scan.bad_files
+        if split == "test":
+            # Evaluation reads shard 0, then 1, ...; records went round-robin into them.
+            manifest["test_labels_in_order"] = [l for s in range(shards) for l in labels[s::shards]]
+    with open(os.path.join(out_dir, RECORDS_MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=2)
+    return manifest
+
+
+def build_model(args, learning_rate):
+    """Returns the compiled VGG16 transfer model for the OCT classes."""
+    return build_vgg16_classifier(len(retinal_oct.CLASS_NAMES), _image_size(args), weights=args.weights,
+                                  trainable_layers=args.trainable_layers, learning_rate=learning_rate,
+                                  input_name=FEATURE_KEY)
+
+
+TASK = Task(
+    name="oct",
+    description="Fine-tune VGG16 on the retinal OCT scans of Kaggle's kermany2018 (CNV, DME, DRUSEN, "
+                "NORMAL) through a Keras-made Estimator, evaluate it on the test folder and export it.",
+    defaults={"data_dir": retinal_oct.DEFAULT_DATA_DIR, "batch_size": 32, "epochs": 1.0,
+              "learning_rate": 1e-4, "reference_batch_size": 64, "model_dir": os.path.join("runs", "oct")},
+    add_flags=add_flags,
+    prepare_data=prepare_data,
+    build_model=build_model,
+)

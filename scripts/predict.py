@@ -1,0 +1,40 @@
+#!/usr/bin/env python
+"""Classify JPEG images with a model exported by a training run (e.g. train_oct.py)."""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pipeline  # noqa: E402,F401  (quiets TensorFlow's start-up log)
+from pipeline.errors import USER_ERRORS  # noqa: E402
+from pipeline.predict import classify_files, load_predictor  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True,
+                        help="export folder printed by the training run, or the <model dir>/export folder "
+                             "above it (the newest export is used)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per line instead of text")
+    parser.add_argument("images", nargs="+", help="JPEG files to classify")
+    args = parser.parse_args(argv)
+    try:
+        predictor = load_predictor(args.model)
+    except USER_ERRORS as e:
+        parser.exit(1, f"{parser.prog}: error: {e}\n")
+    results = classify_files(predictor, args.images)
+    for r in results:
+        if args.json:
+            print(json.dumps(r))
+        elif "error" in r:
+            print(f"{r['file']}: error: {r['error']}")
+        else:
+            spread = "  ".join(f"{n} {p:.3f}" for n, p in r["probabilities"].items())
+            print(f"{r['file']}: {r['class']}  ({spread})")
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

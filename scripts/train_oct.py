@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+"""Fine-tune VGG16 on the Kaggle retinal OCT dataset through an Estimator; see --help."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipeline.cli import main  # noqa: E402
+from pipeline.tasks.oct import TASK  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(TASK))
