@@ -91,7 +91,7 @@ def decode_ratio(contents, image_size):
     return tf.reduce_sum(tf.cast(fits >= tf.constant(_DECODE_RATIOS[1:]), tf.int32))  # branch index
 
 
-def decode_and_resize(contents, image_size, channels=1, fast=True):
+def decode_and_resize(contents, image_size, channels=1, fast=False):
     """Returns the JPEG `contents` as a uint8 [height, width, channels] image of `image_size`.
 
     With `fast`, libjpeg decodes at 1/2, 1/4 or 1/8 scale when the result is still
@@ -132,7 +132,7 @@ def to_model_input(images, preprocessing="vgg16"):
 
 
 def make_input_fn(file_pattern, class_names, image_size, batch_size, training, scan=None,
-                  on_bad_image="fail", channels=1, preprocessing="vgg16", fast_decode=True,
+                  on_bad_image="fail", channels=1, preprocessing="vgg16", fast_decode=False,
                   cache=None, shuffle_buffer=2048, feature_key="image", seed=None):
     """Returns an Estimator input_fn(input_context=None) over the images matching `file_pattern`.
 

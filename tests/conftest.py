@@ -15,6 +15,8 @@ split_cpu(2)
 
 SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 FASHION_SAMPLE = os.path.join(SHARED_DATA, "fashion-mnist-sample")
+OCT_SAMPLE = os.path.join(SHARED_DATA, "oct-sample")
+OCT_CLASSES = ("CNV", "DME", "DRUSEN", "NORMAL")
 
 
 def pytest_configure(config):
@@ -40,3 +42,30 @@ def fashion_data_dir(fashion_sample, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("fashion-data"))
     split_sample(fashion_sample, out, num_train=800)
     return out
+
+
+@pytest.fixture(scope="session")
+def oct_sample():
+    """The real 129-scan OCT sample (class folders of JPEGs) beside the repo."""
+    if not os.path.isdir(OCT_SAMPLE):
+        pytest.fail(f"the real data sample is missing: {OCT_SAMPLE} (CI has ../shared beside the repo)")
+    return OCT_SAMPLE
+
+
+def make_oct_tree(sample, root, test_per_class=6):
+    """Copies the real sample into an OCT2017-style tree under `root`: the last
+    `test_per_class` scans of each class go to test/, the rest to train/."""
+    import shutil
+    for name in OCT_CLASSES:
+        files = sorted(os.listdir(os.path.join(sample, name)))
+        for split, chosen in (("train", files[:-test_per_class]), ("test", files[-test_per_class:])):
+            os.makedirs(os.path.join(root, split, name), exist_ok=True)
+            for f in chosen:
+                shutil.copy(os.path.join(sample, name, f), os.path.join(root, split, name, f))
+    return root
+
+
+@pytest.fixture(scope="session")
+def oct_tree(oct_sample, tmp_path_factory):
+    """A read-only-by-convention OCT2017 tree made from the real sample: 105 train / 24 test scans."""
+    return make_oct_tree(oct_sample, str(tmp_path_factory.mktemp("oct") / "OCT2017"))

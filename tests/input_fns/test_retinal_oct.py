@@ -1,0 +1,108 @@
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import requests
+import tensorflow as tf
+
+from input_fns import image_folder, retinal_oct
+from tests.conftest import OCT_CLASSES, ROOT
+
+
+class FakeKaggleApi:
+    """Writes a small zip laid out like the real archive: 'OCT2017 ' with a trailing
+    space, nested again under oct2017/, and .DS_Store files in the class folders."""
+
+    def __init__(self, sample, fail_with=None, broken_zip=False):
+        self.sample, self.fail_with, self.broken_zip, self.calls = sample, fail_with, broken_zip, 0
+
+    def dataset_download_files(self, dataset, path, quiet, unzip):
+        self.calls += 1
+        assert dataset == "paultimothymooney/kermany2018" and not unzip
+        if self.fail_with:
+            raise self.fail_with
+        archive_path = os.path.join(path, "kermany2018.zip")
+        if self.broken_zip:
+            with open(archive_path, "wb") as f:
+                f.write(b"PK\x03\x04 cut short")
+            return
+        with zipfile.ZipFile(archive_path, "w") as archive:
+            for top in ("OCT2017 ", "oct2017/OCT2017 "):
+                for split in ("train", "test", "val"):
+                    for name in OCT_CLASSES:
+                        files = sorted(os.listdir(os.path.join(self.sample, name)))[:3]
+                        for f in files:
+                            archive.write(os.path.join(self.sample, name, f), f"{top}/{split}/{name}/{f}")
+                        archive.writestr(f"{top}/{split}/{name}/.DS_Store", b"\x00\x00\x00\x01Bud1")
+
+
+def test_download_resolves_the_archive_quirks_into_a_clean_tree(oct_sample, tmp_path):
+    api = FakeKaggleApi(oct_sample)
+    root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: api)
+    assert root == str(tmp_path / "OCT2017")
+    assert sorted(os.listdir(root)) == ["test", "train", "val"]
+    assert os.listdir(tmp_path) == ["OCT2017"]  # no archive, staging or nested copy left
+    scan = image_folder.scan_folder(retinal_oct.split_pattern(root, "train"), retinal_oct.CLASS_NAMES)
+    assert scan.class_counts() == {name: 3 for name in OCT_CLASSES} and scan.bad_files == []
+    # Once there, the data is not downloaded again.
+    assert retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: pytest.fail("downloaded twice")) == root
+    assert api.calls == 1
+
+
+def test_a_tree_unpacked_by_hand_is_found_whatever_its_nesting(oct_sample, tmp_path):
+    nested = tmp_path / "oct2017" / "OCT2017 "
+    for split in ("train", "test"):
+        (nested / split / "CNV").mkdir(parents=True)
+    assert retinal_oct.find_split_root(str(tmp_path)) == str(nested)
+    assert retinal_oct.find_split_root(str(tmp_path / "absent")) is None
+
+
+@pytest.mark.parametrize("failure,message", [
+    (requests.exceptions.ConnectionError("Max retries exceeded with url"), "check the network"),
+    (requests.exceptions.HTTPError("403 Client Error", response=type("R", (), {"status_code": 403})()),
+     r"HTTP 403\): check your credentials and accept the dataset's terms"),
+])
+def test_download_failures_are_clear_and_leave_nothing_behind(oct_sample, tmp_path, failure, message):
+    with pytest.raises(retinal_oct.DownloadError, match=message):
+        retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample, fail_with=failure))
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_interrupted_or_damaged_download_is_redone_on_the_next_run(oct_sample, tmp_path):
+    (tmp_path / ".download-killed-earlier").mkdir()  # what a killed run leaves
+    with pytest.raises(retinal_oct.DownloadError, match="damaged"):
+        retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample, broken_zip=True))
+    assert os.listdir(tmp_path) == []
+    root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample))
+    assert os.path.isdir(os.path.join(root, "train", "CNV"))
+
+
+def test_missing_kaggle_credentials_give_one_clear_message(tmp_path):
+    # A real `kaggle` import in a clean process with an empty home: no kaggle.json, no variables.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE")}
+    env.update(HOME=str(tmp_path), KAGGLE_CONFIG_DIR=str(tmp_path / ".kaggle"))
+    code = "from input_fns import retinal_oct\ntry:\n    retinal_oct.kaggle_api()\nexcept retinal_oct.DownloadError as e:\n    print('ERROR', e)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.stdout.startswith("ERROR no Kaggle credentials"), result.stdout + result.stderr
+    assert "kaggle.json" in result.stdout and "--data-dir" in result.stdout
+    assert result.stdout.count("\n") == 1  # kaggle's own help text is not printed
+
+
+def test_resized_shards_hold_the_decoded_images_and_labels(oct_tree, tmp_path):
+    scan = image_folder.scan_folder(retinal_oct.split_pattern(oct_tree, "test"), retinal_oct.CLASS_NAMES)
+    paths = retinal_oct.write_resized_shards(scan, (32, 32), str(tmp_path), "test", 2)
+    assert len(paths) == 2
+    input_fn = retinal_oct.make_records_input_fn(os.path.join(str(tmp_path), "test-*"), (32, 32), 8,
+                                                 training=False, preprocessing="unit")
+    images, labels = zip(*[(f["image"], l) for f, l in input_fn().as_numpy_iterator()])
+    images, labels = np.concatenate(images), np.concatenate(labels)
+    files, expected_labels = scan.good()
+    order = [i for s in range(2) for i in range(len(files))[s::2]]  # round-robin shards, read in turn
+    np.testing.assert_array_equal(labels.argmax(1), [expected_labels[i] for i in order])
+    first = image_folder.decode_and_resize(tf.io.read_file(files[order[0]]), (32, 32)).numpy() / 255.0
+    np.testing.assert_allclose(images[0], np.repeat(first, 3, axis=-1), atol=1e-6)

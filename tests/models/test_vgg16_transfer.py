@@ -1,0 +1,41 @@
+import os
+
+import pytest
+import tensorflow as tf
+
+from models import vgg16_transfer
+from models.vgg16_transfer import WeightsUnavailableError, build_vgg16_classifier
+
+
+def trainable_layers(model):
+    return [l.name for l in model.layers if l.trainable and l.weights]
+
+
+def test_only_the_last_layers_of_the_vgg16_base_and_the_head_train():
+    model = build_vgg16_classifier(4, (32, 32), weights="none")
+    assert trainable_layers(model) == ["block5_conv1", "block5_conv2", "block5_conv3", "probabilities"]
+    assert model.input_names == ["image"] and model.output_shape == (None, 4)
+    assert isinstance(model.optimizer, tf.keras.optimizers.legacy.Adam)
+    frozen = [l.name for l in model.layers if not l.trainable and l.weights]
+    assert frozen[0] == "block1_conv1" and "block4_conv3" in frozen and len(frozen) == 10
+
+
+def test_the_number_of_trainable_base_layers_is_a_parameter():
+    assert trainable_layers(build_vgg16_classifier(4, (32, 32), weights="none", trainable_layers=0)) == [
+        "probabilities"]
+    assert trainable_layers(build_vgg16_classifier(4, (32, 32), weights="none", trainable_layers=8))[:2] == [
+        "block4_conv2", "block4_conv3"]
+
+
+def test_missing_weights_are_a_clear_error(tmp_path, monkeypatch):
+    with pytest.raises(WeightsUnavailableError, match="weights file not found"):
+        build_vgg16_classifier(4, (32, 32), weights=str(tmp_path / "absent.h5"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no cached ImageNet weights
+
+    def offline(*args, **kwargs):
+        raise Exception("URL fetch failure on https://storage.googleapis.com/...: None -- [Errno -2] Name or "
+                        "service not known")
+    monkeypatch.setattr(vgg16_transfer.tf.keras.utils, "get_file", offline)
+    with pytest.raises(WeightsUnavailableError, match=r"URL fetch failure.*--weights PATH.*--weights none"):
+        build_vgg16_classifier(4, (32, 32), weights="imagenet")
+    assert not os.path.exists(tmp_path / ".keras")
