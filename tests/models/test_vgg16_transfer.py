@@ -24,7 +24,7 @@ def test_the_number_of_trainable_base_layers_is_a_parameter():
     assert trainable_layers(build_vgg16_classifier(4, (32, 32), weights="none", trainable_layers=0)) == [
         "probabilities"]
     assert trainable_layers(build_vgg16_classifier(4, (32, 32), weights="none", trainable_layers=8))[:2] == [
-        "block4_conv2", "block4_conv3"]
+        "block4_conv1", "block4_conv2"]
 
 
 def test_missing_weights_are_a_clear_error(tmp_path, monkeypatch):
