@@ -1,0 +1,101 @@
+"""The OCT job as a user runs it: train, evaluate, export, predict; and its bad inputs."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import OCT_CLASSES, ROOT, make_oct_tree
+
+SMALL = ["--image-size", "32", "--weights", "none", "--batch-size", "8", "--warm-up-steps", "1"]
+
+
+def script(name, *argv, env=None):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *argv],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def last_error_line(result):
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture()
+def tree(oct_sample, tmp_path):
+    return make_oct_tree(oct_sample, str(tmp_path / "data" / "OCT2017"))
+
+
+def test_train_evaluate_export_and_predict_on_two_replicas(tree, tmp_path):
+    truncated = os.path.join(tree, "train", "DME", "truncated.jpeg")
+    with open(os.path.join(tree, "test", "DME", sorted(os.listdir(os.path.join(tree, "test", "DME")))[0]), "rb") as f:
+        scan_bytes = f.read()
+    with open(truncated, "wb") as f:
+        f.write(scan_bytes[:5000])
+    model_dir = tmp_path / "model"
+    result = script("train_oct.py", "--data-dir", os.path.dirname(tree), "--model-dir", str(model_dir),
+                    "--cpu-replicas", "2", "--max-steps", "6", "--on-bad-image", "skip", *SMALL)
+    assert result.returncode == 0, result.stderr
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["global_step"] == 6 and results["replicas"] == 2 and results["global_batch_size"] == 16
+    assert results["train_examples"] == 105 and results["eval_examples"] == 24
+    assert results["skipped_files"] == [truncated]
+    assert "skipped: 1 files" in result.stdout
+    matrix = results["confusion_matrix"]
+    assert [sum(row) for row in matrix] == [6, 6, 6, 6]
+    assert sum(matrix[i][i] for i in range(4)) / 24 == pytest.approx(results["eval_accuracy"])
+    assert set(results["per_class"]) == set(OCT_CLASSES)
+    assert os.path.isfile(os.path.join(results["export_dir"], "saved_model.pb"))
+
+    real_scan = os.path.join(tree, "test", "NORMAL", sorted(os.listdir(os.path.join(tree, "test", "NORMAL")))[0])
+    predicted = script("predict.py", "--model", str(model_dir / "export"), "--json", real_scan, truncated)
+    assert predicted.returncode == 1  # one of the two files is not a whole JPEG
+    good, bad = [json.loads(line) for line in predicted.stdout.splitlines()]
+    assert good["file"] == real_scan and good["class"] in OCT_CLASSES
+    assert sum(good["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
+    assert good["class"] == max(good["probabilities"], key=good["probabilities"].get)
+    assert bad == {"file": truncated, "error": "not a whole JPEG file"}
+    text = script("predict.py", "--model", results["export_dir"], real_scan)
+    assert text.returncode == 0 and text.stdout.startswith(f"{real_scan}: {good['class']}  (CNV ")
+
+
+def test_prepared_shards_train_through_the_same_script(tree, tmp_path):
+    records = tmp_path / "records"
+    prepared = script("prepare_oct.py", "--data-dir", os.path.dirname(tree), "--out", str(records),
+                      "--image-size", "32")
+    assert prepared.returncode == 0, prepared.stderr
+    assert "wrote 105 training and 24 test images at 32x32" in prepared.stdout
+    model_dir = tmp_path / "model"
+    result = script("train_oct.py", "--records-dir", str(records), "--model-dir", str(model_dir),
+                    "--max-steps", "3", *SMALL)
+    assert result.returncode == 0, result.stderr
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["data_source"] == "real (prepared shards)" and results["eval_examples"] == 24
+    assert [sum(row) for row in results["confusion_matrix"]] == [6, 6, 6, 6]
+    wrong_size = script("train_oct.py", "--records-dir", str(records), "--model-dir", str(tmp_path / "m2"),
+                        "--image-size", "64", "--weights", "none")
+    assert "pass --image-size 32" in last_error_line(wrong_size)
+
+
+def test_bad_images_and_folders_stop_before_training_naming_the_problem(tree, tmp_path):
+    data_dir = os.path.dirname(tree)
+    with open(os.path.join(tree, "test", "CNV", "broken.jpeg"), "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n not a jpeg")
+    result = script("train_oct.py", "--data-dir", data_dir, "--model-dir", str(tmp_path / "m"), *SMALL)
+    assert "broken.jpeg is not a whole JPEG" in last_error_line(result)
+    assert "--on-bad-image=skip" in last_error_line(result)
+    os.remove(os.path.join(tree, "test", "CNV", "broken.jpeg"))
+    shutil.copytree(os.path.join(tree, "test", "CNV"), os.path.join(tree, "test", "AMD"))
+    result = script("train_oct.py", "--data-dir", data_dir, "--model-dir", str(tmp_path / "m"), *SMALL)
+    assert "unknown class folder(s) AMD" in last_error_line(result)
+    assert not (tmp_path / "m" / "checkpoint").exists()
+
+
+def test_no_data_and_no_kaggle_credentials(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE")}
+    env.update(HOME=str(tmp_path), KAGGLE_CONFIG_DIR=str(tmp_path / ".kaggle"))
+    result = script("train_oct.py", "--data-dir", str(tmp_path / "oct"), "--model-dir", str(tmp_path / "m"),
+                    *SMALL, env=env)
+    line = last_error_line(result)
+    assert "no Kaggle credentials" in line and "kaggle.json" in line and "--data-dir" in line
