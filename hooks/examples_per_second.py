@@ -20,12 +20,13 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
     TensorBoard scalar `images_per_sec`. Checkpoint writing falls outside the
     timed interval when this hook runs before the Estimator's own hooks.
 
-    After training, `step_times` holds every timed step's seconds and
-    `summary()` the figures over the whole run.
+    After training, `step_times` holds every timed step's seconds,
+    `cpu_times` the process CPU seconds spent meanwhile (all threads, the input
+    pipeline's included) and `summary()` the figures over the whole run.
     """
 
     def __init__(self, global_batch_size, every_n_steps=100, warm_up_steps=10,
-                 output_dir=None, clock=time.perf_counter):
+                 output_dir=None, clock=time.perf_counter, cpu_clock=time.process_time):
         if global_batch_size <= 0:
             raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
         self.global_batch_size = global_batch_size
@@ -33,7 +34,9 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
         self.warm_up_steps = warm_up_steps
         self.output_dir = output_dir
         self._clock = clock
+        self._cpu_clock = cpu_clock
         self.step_times = []
+        self.cpu_times = []
         self._steps_seen = 0
         self._last_global_step = None
         self._window = []
@@ -48,14 +51,17 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
 
     def before_run(self, run_context):
         self._start = self._clock()
+        self._cpu_start = self._cpu_clock()
         return tf.estimator.SessionRunArgs(self._global_step) if self._global_step is not None else None
 
     def after_run(self, run_context, run_values):
         elapsed = self._clock() - self._start
+        cpu = self._cpu_clock() - self._cpu_start
         self._steps_seen += 1
         if self._steps_seen <= self.warm_up_steps:
             return
         self.step_times.append(elapsed)
+        self.cpu_times.append(cpu)
         self._window.append(elapsed)
         # The global step is read before this step's increment.
         self._last_global_step = None if run_values.results is None else run_values.results + 1
@@ -82,14 +88,17 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
 
     def summary(self):
         """Returns throughput figures over all timed steps (see `throughput`), or None before any."""
-        return throughput(self.step_times, self.global_batch_size) if self.step_times else None
+        if not self.step_times:
+            return None
+        return throughput(self.step_times, self.global_batch_size, self.cpu_times)
 
 
-def throughput(step_times, global_batch_size):
+def throughput(step_times, global_batch_size, cpu_times=None):
     """Returns a dict of throughput figures for steps of `global_batch_size` images.
 
     images_per_sec is total images over total time; images_per_sec_std is the
-    standard deviation of the per-step rates; step times are in seconds.
+    standard deviation of the per-step rates; step times are in seconds;
+    cpu_seconds_per_image (None without `cpu_times`) is process CPU time per image.
     """
     n = len(step_times)
     total = sum(step_times)
@@ -104,4 +113,5 @@ def throughput(step_times, global_batch_size):
         "step_time_min": min(step_times),
         "step_time_max": max(step_times),
         "timed_seconds": total,
+        "cpu_seconds_per_image": sum(cpu_times) / (n * global_batch_size) if cpu_times else None,
     }

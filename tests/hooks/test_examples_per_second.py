@@ -36,13 +36,16 @@ def run_steps(hook, n):
 def test_warm_up_steps_are_skipped_and_the_global_batch_is_used():
     # Two slow warm-up steps, then four steps of 0.5 s with 2 replicas x 32 images.
     hook = ExamplesPerSecondHook(global_batch_size=64, warm_up_steps=2, every_n_steps=100,
-                                 clock=FakeClock([10.0, 5.0, 0.5, 0.5, 0.5, 0.5]))
+                                 clock=FakeClock([10.0, 5.0, 0.5, 0.5, 0.5, 0.5]),
+                                 cpu_clock=FakeClock([20.0, 9.0, 0.8, 0.8, 0.8, 0.8]))
     run_steps(hook, 6)
     assert hook.step_times == [0.5, 0.5, 0.5, 0.5]
+    assert hook.cpu_times == pytest.approx([0.8, 0.8, 0.8, 0.8])
     summary = hook.summary()
     assert summary["images_per_sec"] == pytest.approx(128.0)  # 64 images / 0.5 s, not divided by replicas
     assert summary["images_per_sec_std"] == pytest.approx(0.0)
     assert summary["timed_steps"] == 4 and summary["timed_seconds"] == pytest.approx(2.0)
+    assert summary["cpu_seconds_per_image"] == pytest.approx(3.2 / 256)
 
 
 def test_throughput_is_total_images_over_total_time_with_the_spread_of_step_rates():
