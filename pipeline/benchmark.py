@@ -1,0 +1,228 @@
+"""Throughput benchmarks: replicas x batch sizes x data sources x engines, and the input alone.
+
+Every configuration runs a fixed number of warm-up steps, then timed steps;
+the sweep repeats all configurations `repeats` times, interleaved, so that
+drifts of a shared machine spread over all of them. Training is timed by the
+project's ExamplesPerSecondHook (Estimator) or an equivalent Keras callback
+(the reference engine): graph building and checkpoint writing fall outside.
+"""
+import copy
+import dataclasses
+import math
+import os
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from hooks.examples_per_second import ExamplesPerSecondHook, throughput
+from input_fns import baselines, fashion_mnist, image_folder, retinal_oct, synthetic
+from pipeline import batching
+from pipeline.distribution import build_distribution, split_cpu
+from pipeline.estimator import build_estimator, build_run_config
+from pipeline.tasks import FEATURE_KEY, fashion as fashion_task, oct as oct_task
+
+ENGINES = ("estimator", "keras")
+DATA_SOURCES = ("real", "synthetic")
+INPUT_VARIANTS = {
+    "fashion": ("pipeline", "design", "synthetic"),
+    "oct": ("pipeline", "pipeline-reduced", "pipeline-cached", "records", "design", "bare"),
+}
+_NEVER = 10 ** 9  # a step count no benchmark reaches: no checkpoints or summaries while timing
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One measured configuration."""
+    engine: str  # 'estimator', 'keras' or 'input'
+    data: str  # 'real' / 'synthetic', or an input variant
+    replicas: int
+    batch_size: int  # per replica (input-only: per batch)
+
+
+def plan_configs(engines, data_sources, replica_counts, batch_sizes, input_variants=None):
+    """Returns the configurations of a sweep: training ones, or input-only ones if `input_variants`."""
+    if input_variants:
+        return [Config("input", v, 1, b) for b in batch_sizes for v in input_variants]
+    return [Config(e, d, r, b) for b in batch_sizes for r in replica_counts for d in data_sources for e in engines]
+
+
+class _KerasStepTimer(tf.keras.callbacks.Callback):
+    """The Keras counterpart of ExamplesPerSecondHook: wall and CPU time of each step after warm-up."""
+
+    def __init__(self, warm_up_steps):
+        super().__init__()
+        self.warm_up_steps = warm_up_steps
+        self.step_times, self.cpu_times = [], []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start, self._cpu_start = time.perf_counter(), time.process_time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch >= self.warm_up_steps:
+            self.step_times.append(time.perf_counter() - self._start)
+            self.cpu_times.append(time.process_time() - self._cpu_start)
+
+
+def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
+    """Returns (throughput figures, seconds of the whole train() call) of the Estimator pipeline."""
+    data = task.prepare_data(task_args, batch_size)
+    global_batch = batch_size * plan.replicas
+    with tempfile.TemporaryDirectory() as model_dir:
+        config = build_run_config(model_dir, plan, checkpoint_steps=_NEVER, summary_steps=_NEVER,
+                                  log_steps=_NEVER)
+        estimator = build_estimator(task.build_model(task_args, task_args.learning_rate), config)
+        hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
+        start = time.perf_counter()
+        estimator.train(data.train_input_fn, hooks=[hook], max_steps=warm_up_steps + timed_steps)
+        return hook.summary(), time.perf_counter() - start, data.num_train_examples
+
+
+def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
+    """Returns the same figures for the reference: Keras model.fit under the same strategy,
+    model, input_fn and global batch (Keras splits one global batch between replicas)."""
+    global_batch = batch_size * plan.replicas
+    data = task.prepare_data(task_args, global_batch)
+    with (plan.strategy or tf.distribute.get_strategy()).scope():
+        model = task.build_model(task_args, task_args.learning_rate)
+    timer = _KerasStepTimer(warm_up_steps)
+    start = time.perf_counter()
+    model.fit(data.train_input_fn(), steps_per_epoch=warm_up_steps + timed_steps, epochs=1, verbose=0,
+              callbacks=[timer])
+    return throughput(timer.step_times, global_batch, timer.cpu_times), time.perf_counter() - start, \
+        data.num_train_examples
+
+
+def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
+    """Returns (throughput figures, seconds) of iterating `input_fn`'s dataset with no model."""
+    start = time.perf_counter()
+    iterator = iter(input_fn())
+    for _ in range(warm_up_steps):
+        next(iterator)
+    step_times, cpu_times = [], []
+    for _ in range(timed_steps):
+        wall, cpu = time.perf_counter(), time.process_time()
+        next(iterator)
+        step_times.append(time.perf_counter() - wall)
+        cpu_times.append(time.process_time() - cpu)
+    return throughput(step_times, batch_size, cpu_times), time.perf_counter() - start
+
+
+class InputVariants:
+    """Builds the input_fns that --input-only compares, preparing shared data once."""
+
+    def __init__(self, task_name, task_args, workdir):
+        self.task_name, self.args, self.workdir = task_name, task_args, workdir
+        self._prepared = {}
+
+    def _oct_root(self):
+        if "root" not in self._prepared:
+            self._prepared["root"] = retinal_oct.ensure_dataset(self.args.data_dir)
+        return self._prepared["root"]
+
+    def warm_up_steps(self, variant, batch_size, warm_up_steps):
+        """Returns the warm-up for `variant`: a cached pipeline is timed only after its first epoch."""
+        if variant != "pipeline-cached":
+            return warm_up_steps
+        files = len(tf.io.gfile.glob(retinal_oct.split_pattern(self._oct_root(), "train")))
+        return max(warm_up_steps, math.ceil(files / batch_size) + 1)
+
+    def input_fn(self, variant, batch_size):
+        """Returns the input_fn of `variant` yielding batches of `batch_size`."""
+        return getattr(self, "_" + self.task_name)(variant, batch_size)
+
+    def _fashion(self, variant, batch_size):
+        if variant == "synthetic":
+            return synthetic.make_input_fn(fashion_mnist.IMAGE_SHAPE, fashion_mnist.NUM_CLASSES, batch_size, True,
+                                           feature_key=FEATURE_KEY)
+        if variant == "pipeline":
+            args = copy.copy(self.args)
+            args.synthetic = False
+            return fashion_task.prepare_data(args, batch_size).train_input_fn
+        images, labels = fashion_mnist.load_split(self.args.data_dir, "train")
+        return baselines.design_array_input_fn(
+            (images[..., None] / 255.0).astype(np.float32),
+            np.eye(fashion_mnist.NUM_CLASSES, dtype=np.float32)[labels], batch_size, FEATURE_KEY)
+
+    def _oct(self, variant, batch_size):
+        size = (self.args.image_size, self.args.image_size)
+        pattern = retinal_oct.split_pattern(self._oct_root(), "train")
+        classes = retinal_oct.CLASS_NAMES
+        if variant == "design":
+            return baselines.design_image_input_fn(pattern, classes, size, batch_size, feature_key=FEATURE_KEY)
+        if variant == "bare":
+            return baselines.bare_decode_input_fn(pattern, size, batch_size)
+        if variant == "records":
+            records_dir = os.path.join(self.workdir, f"records-{size[0]}")
+            if not os.path.isdir(records_dir):
+                oct_task.prepare_records(self.args.data_dir, records_dir, size[0], on_bad_image="skip")
+            return retinal_oct.make_records_input_fn(os.path.join(records_dir, "train-*-of-*.tfrecord"), size,
+                                                     batch_size, training=True, feature_key=FEATURE_KEY)
+        return image_folder.make_input_fn(
+            pattern, classes, size, batch_size, training=True, on_bad_image="skip",
+            fast_decode=variant == "pipeline-reduced", cache="" if variant == "pipeline-cached" else None,
+            feature_key=FEATURE_KEY)
+
+
+def describe_devices(replica_counts, use_gpus):
+    """Returns the distribution plans of each replica count, splitting the CPU first if needed."""
+    if not use_gpus:
+        split_cpu(max(replica_counts))
+    return {r: build_distribution(gpus=r) if use_gpus else build_distribution(cpu_replicas=r)
+            for r in replica_counts}
+
+
+def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_steps, log=print):
+    """Measures every configuration `repeats` times, interleaved; returns one row dict per measurement."""
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        variants = InputVariants(task.name, task_args, workdir)
+        total = len(configs) * repeats
+        for repeat in range(repeats):
+            for config in configs:
+                rows.append(_measure(task, task_args, config, plans, variants, warm_up_steps, timed_steps, repeat))
+                row = rows[-1]
+                log(f"[{len(rows)}/{total}] {row['engine']:9s} {row['data']:16s} replicas {row['replicas']} "
+                    f"batch {row['per_replica_batch_size']:4d}/replica: {row['images_per_sec']:9.1f} images/sec "
+                    f"(+/- {row['images_per_sec_std']:.1f}), {1000 * row['cpu_seconds_per_image']:.2f} ms CPU/image")
+    return rows
+
+
+def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_steps, repeat):
+    plan = plans[config.replicas]
+    if config.engine == "input":
+        warm = variants.warm_up_steps(config.data, config.batch_size, warm_up_steps)
+        figures, seconds = measure_input(variants.input_fn(config.data, config.batch_size), config.batch_size,
+                                         warm, timed_steps)
+        train_examples = None
+    else:
+        args = copy.copy(task_args)
+        args.synthetic = config.data == "synthetic"
+        args.learning_rate = batching.scaled_learning_rate(
+            task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
+            task_args.lr_scaling)
+        measure = measure_estimator if config.engine == "estimator" else measure_keras
+        figures, seconds, train_examples = measure(task, args, plan, config.batch_size, warm_up_steps, timed_steps)
+        warm = warm_up_steps
+    return {
+        "task": task.name,
+        "mode": "input" if config.engine == "input" else "train",
+        "engine": config.engine,
+        "data": config.data,
+        "replicas": config.replicas,
+        "per_replica_batch_size": config.batch_size,
+        "global_batch_size": config.batch_size * config.replicas,
+        "repeat": repeat,
+        "warm_up_steps": warm,
+        "timed_steps": figures["timed_steps"],
+        "images_per_sec": figures["images_per_sec"],
+        "images_per_sec_std": figures["images_per_sec_std"],
+        "step_time_mean": figures["step_time_mean"],
+        "cpu_seconds_per_image": figures["cpu_seconds_per_image"],
+        "total_seconds": seconds,
+        "epoch_seconds": train_examples / figures["images_per_sec"] if train_examples else None,
+        "devices": " ".join(plan.devices),
+        "tensorflow_version": tf.__version__,
+        "host_cpus": os.cpu_count(),
+    }

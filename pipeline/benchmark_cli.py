@@ -1,0 +1,100 @@
+"""The benchmark's command line: sweep flags here, task flags (--data-dir, --image-size, ...) passed on."""
+import argparse
+import os
+import platform
+import sys
+
+import tensorflow as tf
+
+from pipeline import benchmark, benchmark_report
+from pipeline.errors import USER_ERRORS, UsageError
+from pipeline.flags import build_parser
+from pipeline.logs import configure_logging
+from pipeline.tasks import fashion, oct as oct_task
+
+TASKS = {"fashion": fashion.TASK, "oct": oct_task.TASK}
+
+
+def int_list(text):
+    """argparse type: comma-separated positive integers."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected numbers greater than 0, got {text!r}")
+    return values
+
+
+def choice_list(choices):
+    """argparse type: a comma-separated subset of `choices`."""
+    def parse(text):
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        unknown = [v for v in values if v not in choices]
+        if unknown or not values:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'empty list'}; "
+                                             f"choose from {', '.join(choices)}")
+        return values
+    return parse
+
+
+def build_benchmark_parser():
+    """Returns the parser of the sweep flags."""
+    parser = argparse.ArgumentParser(
+        description="Measure training throughput over replicas, batch sizes, data sources and engines "
+                    "(or the input pipeline alone) and write results.csv, results.json, report.md and plots. "
+                    "Flags not listed here go to the task's training script (e.g. --data-dir, --image-size, "
+                    "--weights).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), required=True, help="which job to measure")
+    devices = parser.add_mutually_exclusive_group()
+    devices.add_argument("--gpus", type=int_list, help="GPU counts to sweep, e.g. 1,2,4")
+    devices.add_argument("--cpu-replicas", type=int_list, help="logical CPU replica counts to sweep (no GPU)")
+    parser.add_argument("--batch-size", type=int_list, default=[64], help="per-replica batch sizes to sweep")
+    parser.add_argument("--engines", type=choice_list(benchmark.ENGINES), default=list(benchmark.ENGINES),
+                        help="'estimator' (this pipeline) and/or 'keras' (model.fit reference)")
+    parser.add_argument("--data", type=choice_list(benchmark.DATA_SOURCES), default=list(benchmark.DATA_SOURCES),
+                        help="'real' (file-pattern input_fn) and/or 'synthetic' (generated, same shapes)")
+    parser.add_argument("--input-only", action="store_true",
+                        help="time the input pipelines alone, with no model (see --variants)")
+    parser.add_argument("--variants", type=str, default=None,
+                        help="input-only variants, comma-separated; default all of the task's: "
+                             + "; ".join(f"{t}: {', '.join(v)}" for t, v in benchmark.INPUT_VARIANTS.items()))
+    parser.add_argument("--warm-up-steps", type=int, default=5, help="untimed steps before each measurement")
+    parser.add_argument("--timed-steps", type=int, default=20, help="timed steps of each measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="times the whole sweep runs, interleaved")
+    parser.add_argument("--output", default=os.path.join("runs", "benchmark"), help="folder for the outputs")
+    return parser
+
+
+def main(argv=None):
+    """Runs the benchmark command line; returns the exit code."""
+    parser = build_benchmark_parser()
+    args, task_argv = parser.parse_known_args(argv)
+    task = TASKS[args.task]
+    task_args = build_parser(task).parse_args(task_argv)
+    variants = None
+    if args.input_only:
+        variants = choice_list(benchmark.INPUT_VARIANTS[task.name])(
+            args.variants or ",".join(benchmark.INPUT_VARIANTS[task.name]))
+    configure_logging(task_args.verbose)
+    try:
+        use_gpus = args.gpus is not None
+        replica_counts = [1] if args.input_only else (args.gpus or args.cpu_replicas or [1])
+        plans = benchmark.describe_devices(replica_counts, use_gpus)
+        configs = benchmark.plan_configs(args.engines, args.data, replica_counts, args.batch_size, variants)
+        devices = sorted({d for p in plans.values() for d in p.devices})
+        header = (f"{task.name}, {'input only' if variants else 'training'}, TF {tf.__version__}, "
+                  f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), devices: "
+                  f"{', '.join(devices)}; {len(configs)} configurations x {args.repeats} repeats, "
+                  f"{args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
+        print(f"benchmark: {header}", flush=True)
+        rows = benchmark.run_sweep(task, task_args, configs, plans, args.repeats, args.warm_up_steps,
+                                   args.timed_steps, log=lambda line: print(line, flush=True))
+        report = benchmark_report.write_outputs(rows, args.output, header)
+    except USER_ERRORS as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 1
+    print(report)
+    print(f"outputs: {os.path.abspath(args.output)} (results.csv, results.json, report.md, plots)")
+    return 0
