@@ -137,24 +137,29 @@ def prepare_tfrecords(data_dir, cache_dir=None):
 
 
 def make_parse_fn(feature_key="image"):
-    """Returns a function from a serialized Example to ({feature_key: image}, one-hot label)."""
+    """Returns a function from a batch of serialized Examples to ({feature_key: images}, one-hot labels)."""
     spec = {"image": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
 
     def parse(serialized):
-        parsed = tf.io.parse_single_example(serialized, spec)
-        image = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), IMAGE_SHAPE)
-        image = tf.cast(image, tf.float32) / 255.0
-        label = tf.one_hot(parsed["label"], NUM_CLASSES, dtype=tf.float32)
-        return {feature_key: image}, label
+        parsed = tf.io.parse_example(serialized, spec)
+        images = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), (-1,) + IMAGE_SHAPE)
+        images = tf.cast(images, tf.float32) / 255.0
+        labels = tf.one_hot(parsed["label"], NUM_CLASSES, dtype=tf.float32)
+        return {feature_key: images}, labels
 
     return parse
 
 
 def make_input_fn(file_pattern, batch_size, training, feature_key="image", shuffle_buffer=5000, seed=None):
-    """Returns an Estimator input_fn over Fashion-MNIST TFRecords matching `file_pattern`."""
+    """Returns an Estimator input_fn over Fashion-MNIST TFRecords matching `file_pattern`.
+
+    The records (about 50 MB for the whole training set) are kept in memory
+    after the first epoch.
+    """
     return records.make_record_input_fn(file_pattern, make_parse_fn(feature_key), batch_size,
-                                        training, shuffle_buffer=shuffle_buffer, seed=seed)
+                                        training, shuffle_buffer=shuffle_buffer, seed=seed,
+                                        cache_in_memory=True)
 
 
 def write_split(data_dir, split, images, labels):

@@ -1,7 +1,9 @@
 """Sharded TFRecord files and the file-pattern input_fn that reads them.
 
 The input_fn follows the tf.data performance guide: list_files -> interleave
-the readers -> shuffle -> repeat -> parallel map -> batch -> prefetch.
+the readers -> shuffle -> repeat -> batch -> parallel map -> prefetch. The map
+parses whole batches of records at once ("vectorized mapping"), which costs far
+less CPU per image than parsing records one by one.
 """
 import os
 import shutil
@@ -69,11 +71,12 @@ def shard_files_for_pipeline(files, input_context):
     return files
 
 
-def make_record_input_fn(file_pattern, parse_fn, batch_size, training,
-                         shuffle_buffer=5000, seed=None):
+def make_record_input_fn(file_pattern, parse_batch_fn, batch_size, training,
+                         shuffle_buffer=5000, seed=None, cache_in_memory=False):
     """Returns an Estimator input_fn(input_context=None) over the TFRecords matching `file_pattern`.
 
-    `parse_fn` maps one serialized record to (features, label). Training input
+    `parse_batch_fn` maps a batch (a vector) of serialized records to batched
+    (features, labels). Training input
     is shuffled, repeated forever and batched with the remainder dropped (an
     uneven last batch stalls MirroredStrategy); evaluation input is read once,
     in file order, keeping the last partial batch. `batch_size` is the batch one
@@ -89,10 +92,12 @@ def make_record_input_fn(file_pattern, parse_fn, batch_size, training,
             cycle_length=4 if training else 1,
             num_parallel_calls=AUTOTUNE,
             deterministic=not training)
+        if cache_in_memory:
+            dataset = dataset.cache()
         if training:
             dataset = dataset.shuffle(shuffle_buffer, seed=seed).repeat()
-        dataset = dataset.map(parse_fn, num_parallel_calls=AUTOTUNE)
         dataset = dataset.batch(batch_size, drop_remainder=training)
+        dataset = dataset.map(parse_batch_fn, num_parallel_calls=AUTOTUNE)
         return dataset.prefetch(AUTOTUNE)
 
     return input_fn

@@ -153,10 +153,10 @@ def make_records_input_fn(file_pattern, image_size, batch_size, training, num_cl
     spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
     shape = tuple(image_size) + (channels,)
 
-    def parse(serialized):
-        parsed = tf.io.parse_single_example(serialized, spec)
-        image = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), shape)
-        return ({feature_key: image_folder.to_model_input(image, preprocessing)},
+    def parse(serialized):  # a batch of records
+        parsed = tf.io.parse_example(serialized, spec)
+        images = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), (-1,) + shape)
+        return ({feature_key: image_folder.to_model_input(images, preprocessing)},
                 tf.one_hot(parsed["label"], num_classes))
 
     return records.make_record_input_fn(file_pattern, parse, batch_size, training, seed=seed)
