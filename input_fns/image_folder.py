@@ -1,10 +1,11 @@
 """Image-folder datasets (`<split>/<CLASS>/<image>.jpeg`) read by file pattern.
 
 The label of an image is the name of its parent folder, looked up in the given
-class list. The pipeline: list_files -> parallel map (read, decode the JPEG at
-reduced scale where that loses nothing at the target size, resize) -> optional
-cache -> shuffle/repeat for training -> batch -> parallel map over batches
-(channels, model preprocessing) -> prefetch.
+class list. The pipeline: list_files -> parallel map (read, decode the JPEG,
+optionally at reduced scale, resize) -> optional cache -> shuffle/repeat for
+training -> batch -> one-hot labels -> prefetch. Images stay uint8 with their
+own channel count: float conversion and model preprocessing belong to the model,
+which runs them on the accelerator.
 """
 import collections
 import dataclasses
@@ -108,35 +109,12 @@ def decode_and_resize(contents, image_size, channels=1, fast=False):
     return tf.saturate_cast(tf.round(image), tf.uint8)
 
 
-_VGG16_BGR_MEANS = (103.939, 116.779, 123.68)  # ImageNet means of keras.applications.vgg16
-
-
-def to_model_input(images, preprocessing="vgg16"):
-    """Returns uint8 images (one or a batch) as the model's float32 3-channel input.
-
-    'vgg16' gives Keras's VGG16 preprocessing (RGB to BGR, ImageNet means
-    subtracted); 'unit' scales to [0, 1]. Grayscale images become 3 channels.
-    For grayscale the channel flip is a no-op, so one broadcast subtraction does
-    all the work: 1.7x less CPU per image than grayscale_to_rgb + preprocess_input.
-    """
-    images = tf.cast(images, tf.float32)
-    if preprocessing == "vgg16":
-        if images.shape[-1] == 3:
-            images = images[..., ::-1]
-        return images - tf.constant(_VGG16_BGR_MEANS)
-    if preprocessing == "unit":
-        if images.shape[-1] == 1:
-            images = tf.repeat(images, 3, axis=-1)
-        return images / 255.0
-    raise ValueError(f"unknown preprocessing {preprocessing!r}; known: vgg16, unit")
-
-
 def make_input_fn(file_pattern, class_names, image_size, batch_size, training, scan=None,
-                  on_bad_image="fail", channels=1, preprocessing="vgg16", fast_decode=False,
+                  on_bad_image="fail", channels=1, fast_decode=False,
                   cache=None, shuffle_buffer=2048, feature_key="image", seed=None):
     """Returns an Estimator input_fn(input_context=None) over the images matching `file_pattern`.
 
-    Batches are ({feature_key: float32 [batch, h, w, 3]}, one-hot float32 labels).
+    Batches are ({feature_key: uint8 [batch, h, w, channels]}, one-hot float32 labels).
     Files that are not whole JPEGs fail with an error naming the first of them
     (on_bad_image='fail') or are left out ('skip'). `cache` keeps decoded, resized
     images for later epochs: '' in memory, a path on disk, None not at all.
@@ -161,7 +139,7 @@ def make_input_fn(file_pattern, class_names, image_size, batch_size, training, s
             return image, table.lookup(tf.strings.split(path, os.sep)[-2])
 
         def finish(images, labels):  # on whole batches: fewer, larger ops
-            return {feature_key: to_model_input(images, preprocessing)}, tf.one_hot(labels, num_classes)
+            return {feature_key: images}, tf.one_hot(labels, num_classes)
 
         shuffle_files = training and cache is None  # with a cache, images are shuffled after it
         files = tf.data.Dataset.list_files(file_pattern, shuffle=shuffle_files, seed=seed)
@@ -182,18 +160,16 @@ def make_input_fn(file_pattern, class_names, image_size, batch_size, training, s
     return input_fn
 
 
-def make_serving_input_fn(image_size, channels=1, preprocessing="vgg16", fast_decode=False,
-                          feature_key="image"):
+def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key="image"):
     """Returns a serving_input_receiver_fn that takes a batch of JPEG file contents.
 
     Exported models then accept raw JPEG bytes under the key 'jpeg_bytes' and
-    decode, resize and preprocess them exactly as in training.
+    decode and resize them exactly as in training.
     """
     def serving_input_receiver_fn():
         jpeg_bytes = tf.compat.v1.placeholder(tf.string, [None], name="jpeg_bytes")
         images = tf.map_fn(lambda c: decode_and_resize(c, image_size, channels, fast_decode), jpeg_bytes,
                            fn_output_signature=tf.uint8)
-        return tf.estimator.export.ServingInputReceiver(
-            {feature_key: to_model_input(images, preprocessing)}, {"jpeg_bytes": jpeg_bytes})
+        return tf.estimator.export.ServingInputReceiver({feature_key: images}, {"jpeg_bytes": jpeg_bytes})
 
     return serving_input_receiver_fn

@@ -148,15 +148,15 @@ def write_resized_shards(scan, image_size, out_dir, split, num_shards, channels=
 
 
 def make_records_input_fn(file_pattern, image_size, batch_size, training, num_classes=len(CLASS_NAMES),
-                          channels=1, preprocessing="vgg16", feature_key="image", seed=None):
-    """Returns an Estimator input_fn over shards written by `write_resized_shards`."""
+                          channels=1, feature_key="image", seed=None):
+    """Returns an Estimator input_fn over shards written by `write_resized_shards`: batches
+    of ({feature_key: uint8 [batch, h, w, channels]}, one-hot labels), as image_folder's."""
     spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
     shape = tuple(image_size) + (channels,)
 
     def parse(serialized):  # a batch of records
         parsed = tf.io.parse_example(serialized, spec)
         images = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), (-1,) + shape)
-        return ({feature_key: image_folder.to_model_input(images, preprocessing)},
-                tf.one_hot(parsed["label"], num_classes))
+        return {feature_key: images}, tf.one_hot(parsed["label"], num_classes)
 
     return records.make_record_input_fn(file_pattern, parse, batch_size, training, seed=seed)

@@ -7,15 +7,18 @@ import tensorflow as tf
 
 
 def make_input_fn(image_shape, num_classes, batch_size, training, feature_key="image",
-                  num_examples=None, seed=0):
+                  num_examples=None, seed=0, dtype=tf.float32):
     """Returns an Estimator input_fn(input_context=None) yielding random images and one-hot labels.
 
+    Images are float32 in [0, 1], or uint8 in [0, 255] with dtype=tf.uint8.
     Training input repeats forever; evaluation input yields `num_examples`
     examples (rounded up to whole batches), then ends.
     """
     def input_fn(input_context=None):
         del input_context  # every pipeline yields the same generated batch
         images = tf.random.stateless_uniform((batch_size,) + tuple(image_shape), seed=(seed, 1))
+        if dtype == tf.uint8:
+            images = tf.cast(images * 255.0, tf.uint8)
         classes = tf.random.stateless_uniform((batch_size,), seed=(seed, 2), maxval=num_classes,
                                               dtype=tf.int32)
         labels = tf.one_hot(classes, num_classes, dtype=tf.float32)

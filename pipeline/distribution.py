@@ -35,6 +35,53 @@ def split_cpu(num_devices):
     return [f"/cpu:{i}" for i in range(num_devices)]
 
 
+def replica_devices(gpus=None, cpu_replicas=None):
+    """Returns the devices one worker trains on for `--gpus` / `--cpu-replicas` (see build_distribution)."""
+    if gpus is not None and cpu_replicas is not None:
+        raise UsageError("--gpus and --cpu-replicas exclude each other: pick one")
+    if cpu_replicas is not None:
+        return split_cpu(cpu_replicas)
+    visible = len(tf.config.list_physical_devices("GPU"))
+    if gpus is None:
+        gpus = visible
+    if gpus > visible:
+        hint = "or --cpu-replicas N to mirror over CPU devices" if visible == 0 else "or fewer"
+        raise UsageError(
+            f"--gpus {gpus} asks for {gpus} GPUs but {visible} {'is' if visible == 1 else 'are'} "
+            f"visible to TensorFlow; use --gpus {visible} {hint}")
+    return [f"/gpu:{i}" for i in range(gpus)] or ["/cpu:0"]
+
+
+def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=None):
+    """Returns the DistributionPlan of one task of a TF_CONFIG cluster.
+
+    'multi_worker_mirrored' mirrors synchronously over every worker's devices
+    (all-reduce over the network: ring on CPUs, NCCL on GPUs), so replicas
+    count all workers; 'parameter_server' trains each worker asynchronously
+    against variables on the ps tasks, so a step is one worker's batch. The
+    evaluator gets no strategy: given one, TF 2.15 fails in worker_count().
+    The Estimator's distribute coordinator configures the strategy per task.
+    """
+    devices = replica_devices(gpus, cpu_replicas)
+    if cluster.task_type == "evaluator":
+        return DistributionPlan(None, 1, devices[:1], "evaluator (no strategy)")
+    if strategy_name == "multi_worker_mirrored":
+        on_gpus = devices[0].startswith("/gpu")
+        strategy = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy(
+            communication=tf.distribute.experimental.CollectiveCommunication.NCCL if on_gpus
+            else tf.distribute.experimental.CollectiveCommunication.RING)
+        per_worker = len(devices) if on_gpus else 1
+        return DistributionPlan(strategy, per_worker * cluster.num_workers, devices,
+                                f"MultiWorkerMirroredStrategy over {cluster.num_workers} workers x "
+                                f"{per_worker} replica(s)")
+    if strategy_name == "parameter_server":
+        strategy = tf.compat.v1.distribute.experimental.ParameterServerStrategy()
+        return DistributionPlan(strategy, 1, devices,
+                                f"ParameterServerStrategy (v1), {cluster.num_workers} asynchronous workers")
+    raise UsageError(f"--strategy {strategy_name} cannot train a TF_CONFIG cluster; use multi_worker_mirrored "
+                     "or parameter_server, or unset TF_CONFIG")
+
+
 def build_distribution(gpus=None, cpu_replicas=None):
     """Returns the DistributionPlan for `--gpus` / `--cpu-replicas`.
 
@@ -44,29 +91,16 @@ def build_distribution(gpus=None, cpu_replicas=None):
     ReductionToOneDevice: the default all-reduce stalls on CPU devices inside
     an Estimator. One device means no strategy at all.
     """
-    if gpus is not None and cpu_replicas is not None:
-        raise UsageError("--gpus and --cpu-replicas exclude each other: pick one")
-    if cpu_replicas is not None:
-        devices = split_cpu(cpu_replicas)
-        if cpu_replicas == 1:
-            return DistributionPlan(None, 1, devices, "1 replica on the CPU")
+    devices = replica_devices(gpus, cpu_replicas)
+    if devices[0].startswith("/cpu"):
+        if len(devices) == 1:
+            return DistributionPlan(None, 1, devices, "1 replica on the CPU" + ("" if cpu_replicas else " (no GPU)"))
         strategy = tf.distribute.MirroredStrategy(
             devices, cross_device_ops=tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
-        return DistributionPlan(strategy, cpu_replicas, devices,
-                                f"MirroredStrategy over {cpu_replicas} logical CPU devices "
-                                "(ReductionToOneDevice)")
-    visible = len(tf.config.list_physical_devices("GPU"))
-    if gpus is None:
-        gpus = visible
-    if gpus > visible:
-        hint = "or --cpu-replicas N to mirror over CPU devices" if visible == 0 else "or fewer"
-        raise UsageError(
-            f"--gpus {gpus} asks for {gpus} GPUs but {visible} {'is' if visible == 1 else 'are'} "
-            f"visible to TensorFlow; use --gpus {visible} {hint}")
-    if gpus == 0:
-        return DistributionPlan(None, 1, ["/cpu:0"], "1 replica on the CPU (no GPU)")
-    devices = [f"/gpu:{i}" for i in range(gpus)]
-    if gpus == 1:
+        return DistributionPlan(strategy, len(devices), devices,
+                                f"MirroredStrategy over {len(devices)} logical CPU devices (ReductionToOneDevice)")
+    if len(devices) == 1:
         return DistributionPlan(None, 1, devices, "1 replica on /gpu:0")
     strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.NcclAllReduce())
-    return DistributionPlan(strategy, gpus, devices, f"MirroredStrategy over {gpus} GPUs (NCCL all-reduce)")
+    return DistributionPlan(strategy, len(devices), devices,
+                            f"MirroredStrategy over {len(devices)} GPUs (NCCL all-reduce)")

@@ -2,6 +2,8 @@
 import json
 import os
 
+import tensorflow as tf
+
 from input_fns import image_folder, retinal_oct, synthetic
 from input_fns.errors import InputDataError
 from models.vgg16_transfer import build_vgg16_classifier
@@ -10,7 +12,7 @@ from pipeline.tasks import FEATURE_KEY, Task, TaskData
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
 SYNTHETIC_SIZES = {"train": 83484, "test": 968}
 RECORDS_MANIFEST = "manifest.json"
-CHANNELS = 1  # the scans are grayscale JPEGs; the model input repeats them to 3 channels
+CHANNELS = 1  # the scans are grayscale JPEGs; the model repeats them to 3 channels
 
 
 def cache_argument(text):
@@ -54,8 +56,9 @@ def prepare_data(args, batch_size):
                                                  feature_key=FEATURE_KEY)
     if args.synthetic:
         def make(training, split):
-            return synthetic.make_input_fn(size + (3,), len(retinal_oct.CLASS_NAMES), batch_size, training,
-                                           feature_key=FEATURE_KEY, num_examples=SYNTHETIC_SIZES[split])
+            return synthetic.make_input_fn(size + (CHANNELS,), len(retinal_oct.CLASS_NAMES), batch_size, training,
+                                           feature_key=FEATURE_KEY, num_examples=SYNTHETIC_SIZES[split],
+                                           dtype=tf.uint8)
         return TaskData(make(True, "train"), make(False, "test"), SYNTHETIC_SIZES["train"],
                         SYNTHETIC_SIZES["test"], "synthetic", serving_input_fn=serving)
     if args.records_dir:
@@ -131,7 +134,7 @@ def build_model(args, learning_rate):
     """Returns the compiled VGG16 transfer model for the OCT classes."""
     return build_vgg16_classifier(len(retinal_oct.CLASS_NAMES), _image_size(args), weights=args.weights,
                                   trainable_layers=args.trainable_layers, learning_rate=learning_rate,
-                                  input_name=FEATURE_KEY)
+                                  input_name=FEATURE_KEY, input_channels=CHANNELS)
 
 
 TASK = Task(

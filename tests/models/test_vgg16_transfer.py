@@ -1,5 +1,6 @@
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -16,8 +17,19 @@ def test_only_the_last_layers_of_the_vgg16_base_and_the_head_train():
     assert trainable_layers(model) == ["block5_conv1", "block5_conv2", "block5_conv3", "probabilities"]
     assert model.input_names == ["image"] and model.output_shape == (None, 4)
     assert isinstance(model.optimizer, tf.keras.optimizers.legacy.Adam)
-    frozen = [l.name for l in model.layers if not l.trainable and l.weights]
+    frozen = [l.name for l in model.layers if not l.trainable and l.weights and l.name.startswith("block")]
     assert frozen[0] == "block1_conv1" and "block4_conv3" in frozen and len(frozen) == 10
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_uint8_images_get_kerass_vgg16_preprocessing_inside_the_model(channels):
+    model = build_vgg16_classifier(4, (32, 32), weights="none", input_channels=channels)
+    assert model.input.dtype == tf.uint8 and model.input_shape == (None, 32, 32, channels)
+    preprocess = tf.keras.Model(model.input, model.get_layer("subtract_imagenet_means").output)
+    images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, channels)).astype(np.uint8)
+    rgb = np.repeat(images, 3, axis=-1) if channels == 1 else images
+    expected = tf.keras.applications.vgg16.preprocess_input(rgb.astype(np.float32))
+    np.testing.assert_allclose(preprocess(images).numpy(), expected, atol=1e-4)
 
 
 def test_the_number_of_trainable_base_layers_is_a_parameter():

@@ -1,0 +1,62 @@
+"""TF_CONFIG: reading and checking it, and the cluster facts the run loop needs."""
+import dataclasses
+import json
+import os
+from typing import Optional
+
+from pipeline.errors import UsageError
+
+STRATEGIES = ("mirrored", "multi_worker_mirrored", "parameter_server")
+_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+
+
+@dataclasses.dataclass
+class ClusterTask:
+    """This process's place in a TF_CONFIG cluster."""
+    task_type: str
+    index: int
+    num_workers: int  # chief + workers: the processes that train
+
+    @property
+    def is_chief(self):
+        return self.task_type == "chief"
+
+    @property
+    def trains(self):
+        return self.task_type in ("chief", "worker")
+
+
+def read_tf_config(environ=None) -> Optional[ClusterTask]:
+    """Returns this process's ClusterTask from TF_CONFIG, or None when TF_CONFIG names no cluster.
+
+    Raises UsageError naming the fault when TF_CONFIG is not valid JSON or does
+    not describe a usable cluster (no chief, unknown task type, index out of range).
+    """
+    text = (environ if environ is not None else os.environ).get("TF_CONFIG", "").strip()
+    if not text:
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"TF_CONFIG is not valid JSON ({e}); unset it for a single-machine run") from None
+    if not isinstance(config, dict):
+        raise UsageError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+    cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    if not cluster:
+        return None
+    if not isinstance(cluster, dict) or not all(isinstance(v, list) for v in cluster.values()):
+        raise UsageError("TF_CONFIG's 'cluster' must map job names to lists of host:port addresses")
+    unknown = sorted(set(cluster) - set(_TASK_TYPES))
+    if unknown:
+        raise UsageError(f"TF_CONFIG's cluster has unknown job(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(_TASK_TYPES)}")
+    if len(cluster.get("chief", [])) != 1:
+        raise UsageError("TF_CONFIG's cluster needs exactly one 'chief' address")
+    task_type, index = task.get("type"), task.get("index", 0)
+    if task_type not in _TASK_TYPES or not isinstance(index, int):
+        raise UsageError(f"TF_CONFIG's task must have a 'type' among {', '.join(_TASK_TYPES)} and an integer "
+                         f"'index', got {task!r}")
+    if task_type != "evaluator" and not 0 <= index < len(cluster.get(task_type, [])):
+        raise UsageError(f"TF_CONFIG's task {task_type} {index} is not in its cluster "
+                         f"({len(cluster.get(task_type, []))} {task_type} address(es))")
+    return ClusterTask(task_type, index, 1 + len(cluster.get("worker", [])))
