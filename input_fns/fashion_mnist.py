@@ -47,6 +47,8 @@ def download(data_dir, base_url=DOWNLOAD_URL, timeout=30):
     Each file is written under a temporary name and renamed when complete, so an
     interrupted download is never taken for a whole file.
     """
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise InputDataError(f"the data dir {data_dir} is a file, not a folder")
     fetched = []
     for name in missing_files(data_dir):
         os.makedirs(data_dir, exist_ok=True)
@@ -129,8 +131,9 @@ def prepare_tfrecords(data_dir, cache_dir=None):
                              cache_dir, split, NUM_SHARDS[split])
         splits[split] = {"pattern": records.shard_pattern(cache_dir, split), "count": int(len(labels))}
     manifest = {"version": _CACHE_VERSION, "source": fingerprint, "splits": splits}
-    tmp = manifest_path + ".tmp"
-    with open(tmp, "w") as f:
+    # A unique temporary name: the tasks of a local cluster may convert at the same time.
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=cache_dir)
+    with os.fdopen(fd, "w") as f:
         json.dump(manifest, f, indent=2)
     os.replace(tmp, manifest_path)
     return splits

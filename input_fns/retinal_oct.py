@@ -96,6 +96,8 @@ def ensure_dataset(data_dir, api_factory=kaggle_api):
     root = find_split_root(data_dir)
     if root:
         return root
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise InputDataError(f"the data dir {data_dir} is a file, not a folder")
     os.makedirs(data_dir, exist_ok=True)
     for stale in (d for d in os.listdir(data_dir) if d.startswith(".download-")):
         shutil.rmtree(os.path.join(data_dir, stale), ignore_errors=True)

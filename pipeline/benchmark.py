@@ -76,7 +76,7 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
         start = time.perf_counter()
         estimator.train(data.train_input_fn, hooks=[hook], max_steps=warm_up_steps + timed_steps)
-        return hook.summary(), time.perf_counter() - start, data.num_train_examples
+        return hook.summary(), time.perf_counter() - start
 
 
 def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -90,8 +90,7 @@ def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
     start = time.perf_counter()
     model.fit(data.train_input_fn(), steps_per_epoch=warm_up_steps + timed_steps, epochs=1, verbose=0,
               callbacks=[timer])
-    return throughput(timer.step_times, global_batch, timer.cpu_times), time.perf_counter() - start, \
-        data.num_train_examples
+    return throughput(timer.step_times, global_batch, timer.cpu_times), time.perf_counter() - start
 
 
 def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
@@ -195,7 +194,6 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         warm = variants.warm_up_steps(config.data, config.batch_size, warm_up_steps)
         figures, seconds = measure_input(variants.input_fn(config.data, config.batch_size), config.batch_size,
                                          warm, timed_steps)
-        train_examples = None
     else:
         args = copy.copy(task_args)
         args.synthetic = config.data == "synthetic"
@@ -203,7 +201,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
             task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
             task_args.lr_scaling)
         measure = measure_estimator if config.engine == "estimator" else measure_keras
-        figures, seconds, train_examples = measure(task, args, plan, config.batch_size, warm_up_steps, timed_steps)
+        figures, seconds = measure(task, args, plan, config.batch_size, warm_up_steps, timed_steps)
         warm = warm_up_steps
     return {
         "task": task.name,
@@ -221,7 +219,9 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         "step_time_mean": figures["step_time_mean"],
         "cpu_seconds_per_image": figures["cpu_seconds_per_image"],
         "total_seconds": seconds,
-        "epoch_seconds": train_examples / figures["images_per_sec"] if train_examples else None,
+        # Derived: one epoch of the published training set at the measured rate.
+        "epoch_seconds": (task.full_train_examples / figures["images_per_sec"]
+                          if config.engine != "input" else None),
         "devices": " ".join(plan.devices),
         "tensorflow_version": tf.__version__,
         "host_cpus": os.cpu_count(),

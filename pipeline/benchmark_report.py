@@ -85,7 +85,7 @@ def markdown_report(summary, header):
     """Returns report.md: the header, a table of configurations and the ratios."""
     lines = [f"# Benchmark: {header}", "",
              "| mode | engine | data | replicas | batch/replica | global batch | images/sec (mean) | min..max "
-             "| CPU ms/image | epoch s | scaling eff. | repeats |",
+             "| CPU ms/image | full epoch s | scaling eff. | repeats |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(
@@ -101,7 +101,7 @@ def markdown_report(summary, header):
     return "\n".join(lines) + "\n"
 
 
-def plot(summary, out_dir):
+def plot(summary, out_dir, title=""):
     """Writes throughput.png (images/sec vs replicas) and time.png (epoch time vs replicas), one line
     per engine, data source and batch size; returns the paths written (none for input-only runs)."""
     train = [s for s in summary if s["mode"] == "train"]
@@ -114,8 +114,9 @@ def plot(summary, out_dir):
     for s in train:
         lines[(s["engine"], s["data"], s["per_replica_batch_size"])].append(s)
     paths = []
-    for name, field, label in (("throughput.png", "images_per_sec", "images/sec (global)"),
-                               ("time.png", "epoch_seconds", "time per epoch, s (from images/sec)")):
+    for name, field, label in (("throughput.png", "images_per_sec", "images/sec (all replicas)"),
+                               ("time.png", "epoch_seconds",
+                                "time per epoch of the full training set, s\n(derived from images/sec)")):
         figure, axes = plt.subplots(figsize=(7, 4.5))
         for (engine, data, batch), points in sorted(lines.items()):
             points = sorted(points, key=lambda s: s["replicas"])
@@ -124,6 +125,8 @@ def plot(summary, out_dir):
         axes.set_xlabel("replicas")
         axes.set_ylabel(label)
         axes.set_xticks(sorted({s["replicas"] for s in train}))
+        axes.set_ylim(bottom=0)
+        axes.set_title(title, fontsize=9)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
         figure.tight_layout()
@@ -147,5 +150,5 @@ def write_outputs(rows, out_dir, header):
     report = markdown_report(summary, header)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(report)
-    plot(summary, out_dir)
+    plot(summary, out_dir, title=header.split(";")[0])
     return report

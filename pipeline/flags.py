@@ -7,6 +7,7 @@ import argparse
 
 import hooks
 from pipeline import batching
+from pipeline.cluster_config import STRATEGIES
 
 
 def positive_int(text):
@@ -86,6 +87,13 @@ def build_parser(task):
     devices.add_argument("--cpu-replicas", type=positive_int, default=None,
                          help="mirror training over N logical CPU devices instead of GPUs "
                               "(tests the multi-replica path without a GPU)")
+
+    devices.add_argument("--strategy", choices=STRATEGIES, default="mirrored",
+                         help="'mirrored': one machine; 'multi_worker_mirrored' (synchronous) or "
+                              "'parameter_server' (asynchronous): the cluster that TF_CONFIG describes "
+                              "(see scripts/launch_local_cluster.py)")
+    devices.add_argument("--eval-throttle-secs", type=positive_int, default=10,
+                         help="in a cluster with an evaluator task: least seconds between its evaluations")
 
     output = parser.add_argument_group("checkpoints and logs")
     output.add_argument("--model-dir", default=d["model_dir"],

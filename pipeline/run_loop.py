@@ -11,7 +11,8 @@ import tensorflow as tf
 import hooks as hooks_lib
 from pipeline import batching, estimator as estimator_lib, results as results_lib
 from pipeline.metrics import classification_report
-from pipeline.distribution import build_distribution
+from pipeline.cluster_config import read_tf_config
+from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.logs import configure_logging
 
@@ -29,11 +30,29 @@ def ensure_writable_dir(path):
                          "pass --model-dir with a folder you can write to") from None
 
 
+def build_plan(args, cluster):
+    """Returns the DistributionPlan for `args`: one machine, or this task's part of a TF_CONFIG cluster."""
+    if cluster is None:
+        if args.strategy != "mirrored":
+            raise UsageError(f"--strategy {args.strategy} needs a cluster in TF_CONFIG; start one with "
+                             "scripts/launch_local_cluster.py, or use --strategy mirrored")
+        return build_distribution(gpus=args.gpus, cpu_replicas=args.cpu_replicas)
+    # The Estimator's multi-worker runtime (the distribute coordinator) works in graph mode only.
+    tf.compat.v1.disable_eager_execution()
+    return build_cluster_distribution(args.strategy, cluster, gpus=args.gpus, cpu_replicas=args.cpu_replicas)
+
+
 def run(task, args):
-    """Trains and evaluates `task` as `args` say; returns the results dict also written to results.json."""
+    """Trains and evaluates `task` as `args` say; returns the results dict also written to results.json.
+
+    In a TF_CONFIG cluster every task trains (or evaluates, or serves variables)
+    through tf.estimator.train_and_evaluate; only the chief then evaluates the
+    final checkpoint and writes results.json, and the others return None.
+    """
     configure_logging(args.verbose)
     ensure_writable_dir(args.model_dir)
-    plan = build_distribution(gpus=args.gpus, cpu_replicas=args.cpu_replicas)
+    cluster = read_tf_config()
+    plan = build_plan(args, cluster)
     global_batch = args.batch_size * plan.replicas
     learning_rate = batching.scaled_learning_rate(
         args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
@@ -53,7 +72,16 @@ def run(task, args):
         every_n_steps=args.log_steps, warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps)
 
     train_start = time.perf_counter()
-    if start_step < max_steps:
+    if cluster is not None:
+        tf.estimator.train_and_evaluate(
+            estimator,
+            tf.estimator.TrainSpec(data.train_input_fn, max_steps=max_steps, hooks=train_hooks),
+            tf.estimator.EvalSpec(data.eval_input_fn, steps=None, start_delay_secs=0,
+                                  throttle_secs=args.eval_throttle_secs))
+        if not cluster.is_chief:
+            log.info("%s %d finished", cluster.task_type, cluster.index)
+            return None
+    elif start_step < max_steps:
         estimator.train(data.train_input_fn, hooks=train_hooks, max_steps=max_steps)
     train_seconds = time.perf_counter() - train_start
     throughput = _throughput(train_hooks)
@@ -88,6 +116,8 @@ def run(task, args):
         "eval_loss": float(evaluation["loss"]),
         "tensorflow_version": tf.__version__,
     }
+    if cluster is not None:
+        results["cluster"] = {"strategy": args.strategy, "training_workers": cluster.num_workers}
     if data.class_names and data.eval_labels is not None:
         results.update(_per_class_report(estimator, data))
     if data.serving_input_fn:

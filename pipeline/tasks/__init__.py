@@ -32,6 +32,7 @@ class Task:
     """
     name: str
     description: str
+    full_train_examples: int  # the published dataset's training-set size
     defaults: dict
     add_flags: Callable
     prepare_data: Callable

@@ -70,6 +70,7 @@ TASK = Task(
     name="fashion",
     description="Train the design's CNN on Fashion-MNIST through a Keras-made Estimator, "
                 "then evaluate it on the test set.",
+    full_train_examples=SYNTHETIC_SIZES["train"],
     defaults={"data_dir": fashion_mnist.DEFAULT_DATA_DIR, "batch_size": 512, "epochs": 5.0,
               "learning_rate": 1e-3, "reference_batch_size": 512,
               "model_dir": os.path.join("runs", "fashion")},

@@ -141,6 +141,7 @@ TASK = Task(
     name="oct",
     description="Fine-tune VGG16 on the retinal OCT scans of Kaggle's kermany2018 (CNV, DME, DRUSEN, "
                 "NORMAL) through a Keras-made Estimator, evaluate it on the test folder and export it.",
+    full_train_examples=SYNTHETIC_SIZES["train"],
     defaults={"data_dir": retinal_oct.DEFAULT_DATA_DIR, "batch_size": 32, "epochs": 1.0,
               "learning_rate": 1e-4, "reference_batch_size": 64, "model_dir": os.path.join("runs", "oct")},
     add_flags=add_flags,

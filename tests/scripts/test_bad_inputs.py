@@ -1,0 +1,207 @@
+"""Every kind of bad input both jobs can meet, through the real command lines.
+
+Each case must end with one clear line naming the problem, a non-zero exit, no
+Python traceback, and the model dir's checkpoint and results byte for byte as
+they were.
+"""
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from input_fns import fashion_mnist
+from pipeline.flags import build_parser
+from pipeline.run_loop import run
+from pipeline.tasks.fashion import TASK as FASHION
+from tests.conftest import ROOT, make_oct_tree
+
+OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+           "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}  # refused at once
+OCT_SMALL = ["--image-size", "32", "--weights", "none"]
+
+
+@pytest.fixture(scope="module")
+def trained_model_dir(fashion_data_dir, tmp_path_factory):
+    """A model dir with a real checkpoint and results.json, from a 3-step run."""
+    model_dir = str(tmp_path_factory.mktemp("precious"))
+    run(FASHION, build_parser(FASHION).parse_args(
+        ["--data-dir", fashion_data_dir, "--model-dir", model_dir, "--max-steps", "3", "--batch-size", "8"]))
+    return model_dir
+
+
+def snapshot(directory):
+    return {os.path.relpath(os.path.join(d, f), directory): hashlib.sha256(open(os.path.join(d, f), "rb").read())
+            .hexdigest() for d, _, files in os.walk(directory) for f in files}
+
+
+# --- Fashion-MNIST data makers: each returns a --data-dir ---------------------------------------
+
+def fashion_copy(fashion_data_dir, tmp_path):
+    target = tmp_path / "fashion"
+    shutil.copytree(fashion_data_dir, target)
+    return target
+
+
+def idx_with_wrong_magic(fashion_data_dir, tmp_path):
+    target = fashion_copy(fashion_data_dir, tmp_path)
+    shutil.copy(target / "train-labels-idx1-ubyte.gz", target / "train-images-idx3-ubyte.gz")
+    return target
+
+
+def idx_with_mismatched_counts(fashion_data_dir, tmp_path):
+    target = fashion_copy(fashion_data_dir, tmp_path)
+    images, labels = fashion_mnist.load_split(str(target), "train")
+    fashion_mnist.write_split(str(target), "train", images, labels[:-5])
+    return target
+
+
+def idx_truncated(fashion_data_dir, tmp_path):
+    target = fashion_copy(fashion_data_dir, tmp_path)
+    path = target / "t10k-images-idx3-ubyte.gz"
+    data = gzip.open(path).read()
+    with gzip.open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    return target
+
+
+def data_dir_is_a_file(fashion_data_dir, tmp_path):
+    path = tmp_path / "not-a-folder"
+    path.write_text("")
+    return path
+
+
+# --- OCT trees: each returns a --data-dir holding OCT2017/ ---------------------------------------
+
+def oct_copy(oct_sample, tmp_path):
+    make_oct_tree(oct_sample, str(tmp_path / "oct" / "OCT2017"))
+    return tmp_path / "oct"
+
+
+def oct_unknown_class(oct_sample, tmp_path):
+    data = oct_copy(oct_sample, tmp_path)
+    shutil.copytree(data / "OCT2017" / "train" / "CNV", data / "OCT2017" / "train" / "GLAUCOMA")
+    return data
+
+
+def oct_empty_class(oct_sample, tmp_path):
+    data = oct_copy(oct_sample, tmp_path)
+    shutil.rmtree(data / "OCT2017" / "test" / "DME")
+    (data / "OCT2017" / "test" / "DME").mkdir()
+    return data
+
+
+def oct_no_images(oct_sample, tmp_path):
+    data = oct_copy(oct_sample, tmp_path)
+    for folder in (data / "OCT2017" / "train").iterdir():
+        for f in folder.iterdir():
+            f.unlink()
+    return data
+
+
+def oct_with(name, content):
+    def make(oct_sample, tmp_path):
+        data = oct_copy(oct_sample, tmp_path)
+        folder = data / "OCT2017" / "train" / "DRUSEN"
+        good = (folder / sorted(os.listdir(folder))[0]).read_bytes()
+        (folder / name).write_bytes(content(good))
+        return data
+    return make
+
+
+CASES = {
+    # id: (script, data maker or None, extra argv, extra env, fragments of the last stderr line)
+    "fashion-missing-data-offline": ("train_fashion.py", None, ["--data-dir", "{tmp}/absent"], OFFLINE,
+                                     ["Fashion-MNIST is not in", "--data-dir", "--synthetic"]),
+    "fashion-data-dir-is-a-file": ("train_fashion.py", data_dir_is_a_file, [], {}, ["is a file, not a folder"]),
+    "fashion-wrong-idx-magic": ("train_fashion.py", idx_with_wrong_magic, [], {},
+                                ["train-images-idx3-ubyte.gz has IDX magic number 2049, expected 2051"]),
+    "fashion-mismatched-counts": ("train_fashion.py", idx_with_mismatched_counts, [], {},
+                                  ["holds 800 images but", "holds 795 labels"]),
+    "fashion-truncated-idx": ("train_fashion.py", idx_truncated, [], {}, ["t10k-images-idx3-ubyte.gz is truncated"]),
+    "oct-empty-pattern": ("train_oct.py", oct_no_images, OCT_SMALL, {}, ["no files match the pattern",
+                                                                         "train/*/*.jpeg"]),
+    "oct-unknown-class-folder": ("train_oct.py", oct_unknown_class, OCT_SMALL, {},
+                                 ["unknown class folder(s) GLAUCOMA", "the classes are CNV, DME, DRUSEN, NORMAL"]),
+    "oct-empty-class-folder": ("train_oct.py", oct_empty_class, OCT_SMALL, {}, ["no readable images of class DME"]),
+    "oct-corrupt-jpeg": ("train_oct.py", oct_with("corrupt.jpeg", lambda good: good[:20] + b"\x00" * 64), OCT_SMALL,
+                         {}, ["corrupt.jpeg is not a whole JPEG", "--on-bad-image=skip"]),
+    "oct-truncated-jpeg": ("train_oct.py", oct_with("cut.jpeg", lambda good: good[: len(good) // 3]), OCT_SMALL, {},
+                           ["cut.jpeg is not a whole JPEG"]),
+    "oct-png-named-jpeg": ("train_oct.py", oct_with("scan.jpeg", lambda good: b"\x89PNG\r\n\x1a\n" + good[8:]),
+                           OCT_SMALL, {}, ["scan.jpeg is not a whole JPEG"]),
+    "oct-no-kaggle-credentials": ("train_oct.py", None, ["--data-dir", "{tmp}/absent"] + OCT_SMALL,
+                                  {"HOME": "{tmp}", "KAGGLE_CONFIG_DIR": "{tmp}/.kaggle"},
+                                  ["no Kaggle credentials", "kaggle.json", "--data-dir"]),
+    "oct-offline-download": ("train_oct.py", None, ["--data-dir", "{tmp}/absent"] + OCT_SMALL,
+                             dict(OFFLINE, HOME="{tmp}", KAGGLE_USERNAME="someone", KAGGLE_KEY="0" * 32),
+                             ["cannot download paultimothymooney/kermany2018", "--data-dir"]),
+    "oct-imagenet-weights-offline": ("train_oct.py", oct_copy, ["--image-size", "32", "--weights", "imagenet"],
+                                     dict(OFFLINE, HOME="{tmp}"), ["--weights none", "--weights PATH"]),
+    "oct-missing-records-dir": ("train_oct.py", None, ["--records-dir", "{tmp}/absent"] + OCT_SMALL, {},
+                                ["manifest.json", "scripts/prepare_oct.py"]),
+    "gpus-above-visible": ("train_fashion.py", None, ["--synthetic", "--gpus", "3"], {},
+                           ["--gpus 3 asks for 3 GPUs but 0 are visible"]),
+    "zero-batch-size": ("train_fashion.py", None, ["--synthetic", "--batch-size", "0"], {},
+                        ["--batch-size", "must be greater than 0"]),
+    "negative-batch-size": ("train_oct.py", None, ["--synthetic", "--batch-size", "-4"], {},
+                            ["--batch-size", "must be greater than 0"]),
+    "zero-epochs": ("train_fashion.py", None, ["--synthetic", "--epochs", "0"], {},
+                    ["--epochs", "must be greater than 0"]),
+    "negative-max-steps": ("train_oct.py", None, ["--synthetic", "--max-steps", "-1"], {},
+                           ["--max-steps", "must be greater than 0"]),
+    "unwritable-model-dir": ("train_fashion.py", None, ["--synthetic", "--model-dir", "{tmp}/file/model"], {},
+                             ["cannot write to the model dir", "--model-dir"]),
+    "malformed-tf-config": ("train_fashion.py", None, ["--synthetic"], {"TF_CONFIG": '{"cluster": {"chief": '},
+                            ["TF_CONFIG is not valid JSON"]),
+    "tf-config-task-outside-cluster": ("train_fashion.py", None, ["--synthetic", "--strategy",
+                                                                  "multi_worker_mirrored"],
+                                       {"TF_CONFIG": json.dumps({"cluster": {"chief": ["127.0.0.1:1"]},
+                                                                 "task": {"type": "worker", "index": 0}})},
+                                       ["TF_CONFIG's task worker 0 is not in its cluster"]),
+    "multi-worker-without-cluster": ("train_fashion.py", None, ["--synthetic", "--strategy", "parameter_server"],
+                                     {}, ["--strategy parameter_server needs a cluster in TF_CONFIG"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_clear_line_and_harms_nothing(case, trained_model_dir, fashion_data_dir, oct_sample,
+                                                       tmp_path):
+    script, make_data, argv, env_extra, fragments = CASES[case]
+    (tmp_path / "file").write_text("")  # a file where a folder is needed
+    model_dir = tmp_path / "model"
+    shutil.copytree(trained_model_dir, model_dir)
+    before = snapshot(model_dir)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if make_data:
+        sample = oct_sample if script == "train_oct.py" else fashion_data_dir
+        args = ["--data-dir", str(make_data(sample, tmp_path))] + args
+    if "--model-dir" not in args:
+        args += ["--model-dir", str(model_dir)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE") and k != "TF_CONFIG"}
+    env.update({k: v.replace("{tmp}", str(tmp_path)) for k, v in env_extra.items()})
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args], env=env,
+                            capture_output=True, text=True, timeout=300)
+
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr + result.stdout
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{script}: error: "), last
+    for fragment in fragments:
+        assert fragment in last, last
+    assert snapshot(model_dir) == before
+
+
+def test_ds_store_files_are_not_images(oct_sample, tmp_path):
+    from input_fns import image_folder
+    data = oct_copy(oct_sample, tmp_path)
+    (data / "OCT2017" / "train" / "CNV" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(100))
+    scan = image_folder.scan_folder(os.path.join(data, "OCT2017", "train", "*", "*.jpeg"), ("CNV", "DME", "DRUSEN",
+                                                                                            "NORMAL"))
+    assert scan.bad_files == [] and not any(f.endswith(".DS_Store") for f in scan.files)
+    assert np.sum(list(scan.class_counts().values())) == 105
