@@ -1,0 +1,55 @@
+"""The launcher's supervision, with stand-in commands instead of training."""
+import io
+import json
+import sys
+import time
+
+from pipeline.launcher import LocalCluster, cluster_tasks
+
+# A stand-in task: reads its TF_CONFIG, prints it, then acts as ACTIONS says for its type.
+STAND_IN = """
+import json, os, sys, time
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+print("I am", task["type"], task["index"], flush=True)
+action = json.loads(sys.argv[1]).get(task["type"], "ok")
+if action == "fail":
+    sys.exit(3)
+if action == "forever":
+    time.sleep(600)
+"""
+
+
+def stand_in(actions):
+    return [sys.executable, "-c", STAND_IN, json.dumps(actions)]
+
+
+def test_cluster_tasks_describe_one_cluster_on_distinct_free_ports():
+    tasks = cluster_tasks(workers=2, ps=1, evaluator=True)
+    assert [label for label, _ in tasks] == ["chief", "worker 0", "worker 1", "ps 0", "evaluator"]
+    cluster = tasks[0][1]["cluster"]
+    assert all(config["cluster"] == cluster for _, config in tasks)
+    addresses = cluster["chief"] + cluster["worker"] + cluster["ps"]
+    assert len(set(addresses)) == 4 and all(a.startswith("127.0.0.1:") for a in addresses)
+    assert "evaluator" not in cluster and tasks[-1][1]["task"] == {"type": "evaluator", "index": 0}
+
+
+def test_success_streams_prefixed_output_and_stops_the_parameter_servers():
+    out = io.StringIO()
+    cluster = LocalCluster(stand_in({"ps": "forever"}), workers=1, ps=1, out=out)
+    start = time.monotonic()
+    assert cluster.run() == 0
+    assert time.monotonic() - start < 30
+    text = out.getvalue()
+    assert "[chief] I am chief 0" in text and "[worker 0] I am worker 0" in text and "[ps 0] I am ps 0" in text
+    assert "[launcher] all tasks finished" in text
+    assert all(p.poll() is not None for p in cluster.processes.values())
+
+
+def test_a_failing_task_stops_the_others_and_fails_the_launch():
+    out = io.StringIO()
+    cluster = LocalCluster(stand_in({"worker": "fail", "chief": "forever"}), workers=1, out=out)
+    start = time.monotonic()
+    assert cluster.run() == 1
+    assert time.monotonic() - start < 30  # the chief was stopped, not waited for
+    assert "[launcher] worker 0 exited with code 3; stopping the cluster" in out.getvalue()
+    assert cluster.processes["chief"].poll() is not None

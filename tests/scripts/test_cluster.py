@@ -1,0 +1,78 @@
+"""Clusters on 127.0.0.1 training the Fashion job through the real launcher."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+LAUNCHER = os.path.join(ROOT, "scripts", "launch_local_cluster.py")
+TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
+
+
+def launch(cluster_flags, train_flags, timeout=300):
+    return subprocess.run([sys.executable, LAUNCHER, *cluster_flags, "--", sys.executable, TRAIN, *train_flags],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def train_flags(data_dir, model_dir, strategy, max_steps):
+    return ["--strategy", strategy, "--data-dir", data_dir, "--model-dir", str(model_dir), "--batch-size", "16",
+            "--max-steps", str(max_steps), "--warm-up-steps", "2", "--log-steps", "10", "--eval-throttle-secs", "1"]
+
+
+def test_chief_and_two_workers_train_synchronously_to_the_requested_step(fashion_data_dir, tmp_path):
+    result = launch(["--workers", "2"], train_flags(fashion_data_dir, tmp_path / "m", "multi_worker_mirrored", 20))
+    assert result.returncode == 0, result.stdout[-3000:]
+    results = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert results["global_step"] == 20 and results["replicas"] == 3 and results["global_batch_size"] == 48
+    assert results["cluster"] == {"strategy": "multi_worker_mirrored", "training_workers": 3}
+    # Synchronous replicas: every task logs the same loss at the same step.
+    final = {task: re.search(rf"\[{task}\] .*Loss for final step: ([\d.]+)", result.stdout).group(1)
+             for task in ("chief", "worker 0", "worker 1")}
+    assert len(set(final.values())) == 1, final
+    assert "[launcher] all tasks finished" in result.stdout
+
+
+def test_an_evaluator_evaluates_checkpoints_as_they_come(fashion_data_dir, tmp_path):
+    result = launch(["--workers", "1", "--evaluator"],
+                    train_flags(fashion_data_dir, tmp_path / "m", "multi_worker_mirrored", 20))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert re.search(r"\[evaluator\] .*Saving dict for global step 20: accuracy", result.stdout)
+
+
+def test_parameter_servers_train_asynchronously_and_are_stopped_at_the_end(fashion_data_dir, tmp_path):
+    result = launch(["--workers", "1", "--ps", "1", "--evaluator"],
+                    train_flags(fashion_data_dir, tmp_path / "m", "parameter_server", 20))
+    assert result.returncode == 0, result.stdout[-3000:]
+    results = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert 20 <= results["global_step"] <= 21  # asynchronous workers may overshoot by workers - 1 steps
+    assert "[launcher] all tasks finished" in result.stdout
+
+
+def test_a_killed_worker_fails_the_launch_and_a_relaunch_resumes(fashion_data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    flags = train_flags(fashion_data_dir, model_dir, "multi_worker_mirrored", 400) + ["--checkpoint-steps", "20"]
+    launcher = subprocess.Popen([sys.executable, LAUNCHER, "--workers", "2", "--", sys.executable, TRAIN, *flags],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output, worker_pid = [], None
+    for line in launcher.stdout:
+        output.append(line)
+        match = re.match(r"\[launcher\] started worker 1 \(pid (\d+)\)", line)
+        worker_pid = int(match.group(1)) if match else worker_pid
+        if re.match(r"\[chief\] .*Saving checkpoints for ([1-9]\d*) ", line):
+            os.kill(worker_pid, signal.SIGKILL)
+            break
+    output += launcher.stdout.readlines()
+    assert launcher.wait(timeout=120) == 1
+    text = "".join(output)
+    assert "[launcher] worker 1 was killed by SIGKILL; stopping the cluster" in text
+    assert not (model_dir / "results.json").exists()
+
+    result = launch(["--workers", "2"], flags)
+    assert result.returncode == 0, result.stdout[-3000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["start_global_step"] >= 20 and results["global_step"] == 400

@@ -1,0 +1,39 @@
+"""kill -9 of a training run at a random moment, then the same command again."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import tensorflow as tf
+
+from tests.conftest import ROOT
+
+
+def test_kill_9_then_rerun_resumes_and_ends_exactly_at_the_final_step(fashion_data_dir, tmp_path):
+    rng = random.Random(7)
+    for attempt in range(3):
+        model_dir = tmp_path / f"run{attempt}"
+        command = [sys.executable, os.path.join(ROOT, "scripts", "train_fashion.py"), "--data-dir", fashion_data_dir,
+                   "--model-dir", str(model_dir), "--batch-size", "32", "--max-steps", "600",
+                   "--checkpoint-steps", "25"]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while tf.train.latest_checkpoint(str(model_dir)) in (None, str(model_dir / "model.ckpt-0")):
+            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint before the run ended"
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 1.0))  # anywhere in the run, a checkpoint write included
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+        killed_at = tf.train.latest_checkpoint(str(model_dir))
+        reader = tf.train.load_checkpoint(killed_at)  # the newest checkpoint is whole and loadable
+        assert reader.get_variable_to_shape_map()
+        rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        results = json.loads((model_dir / "results.json").read_text())
+        assert results["start_global_step"] == int(killed_at.rsplit("-", 1)[1]) > 0
+        assert results["global_step"] == 600
+        assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-600")
