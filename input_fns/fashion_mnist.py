@@ -91,15 +91,6 @@ def load_split(data_dir, split):
     return images, labels
 
 
-def serialize_example(image, label):
-    """Returns one (image, label) pair as a serialized tf.train.Example."""
-    feature = {
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
 def _fingerprint(data_dir):
     return {name: [os.stat(os.path.join(data_dir, name)).st_size,
                    os.stat(os.path.join(data_dir, name)).st_mtime_ns]
@@ -127,7 +118,7 @@ def prepare_tfrecords(data_dir, cache_dir=None):
     splits = {}
     for split in FILES:
         images, labels = load_split(data_dir, split)
-        records.write_shards((serialize_example(i, l) for i, l in zip(images, labels)),
+        records.write_shards((records.serialize_image_example(i, l) for i, l in zip(images, labels)),
                              cache_dir, split, NUM_SHARDS[split])
         splits[split] = {"pattern": records.shard_pattern(cache_dir, split), "count": int(len(labels))}
     manifest = {"version": _CACHE_VERSION, "source": fingerprint, "splits": splits}
@@ -141,15 +132,10 @@ def prepare_tfrecords(data_dir, cache_dir=None):
 
 def make_parse_fn(feature_key="image"):
     """Returns a function from a batch of serialized Examples to ({feature_key: images}, one-hot labels)."""
-    spec = {"image": tf.io.FixedLenFeature([], tf.string),
-            "label": tf.io.FixedLenFeature([], tf.int64)}
-
     def parse(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        images = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), (-1,) + IMAGE_SHAPE)
+        images, labels = records.parse_image_examples(serialized, IMAGE_SHAPE)
         images = tf.cast(images, tf.float32) / 255.0
-        labels = tf.one_hot(parsed["label"], NUM_CLASSES, dtype=tf.float32)
-        return {feature_key: images}, labels
+        return {feature_key: images}, tf.one_hot(labels, NUM_CLASSES, dtype=tf.float32)
 
     return parse
 

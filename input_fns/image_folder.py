@@ -43,6 +43,17 @@ class FolderScan:
         return [f for f, _ in kept], [l for _, l in kept]
 
 
+def check_bad_files(scan, on_bad_image):
+    """Raises InputDataError naming the first file of `scan` that is not a whole JPEG when
+    `on_bad_image` is 'fail'; with 'skip' such files are left out, and nothing is raised."""
+    if on_bad_image not in BAD_IMAGE_POLICIES:
+        raise ValueError(f"on_bad_image must be one of {BAD_IMAGE_POLICIES}, got {on_bad_image!r}")
+    if scan.bad_files and on_bad_image == "fail":
+        raise InputDataError(
+            f"{scan.bad_files[0]} is not a whole JPEG (and {len(scan.bad_files) - 1} more such files); "
+            "remove it, or pass --on-bad-image=skip to leave such files out")
+
+
 def looks_like_jpeg(path):
     """Returns True if the file starts with a JPEG start-of-image marker and ends with an
     end-of-image marker (in its last KiB): a cheap check that catches other formats
@@ -121,13 +132,8 @@ def make_input_fn(file_pattern, class_names, image_size, batch_size, training, s
     Training input is shuffled, repeated and batched with the remainder dropped;
     evaluation input yields each good file once, in sorted order.
     """
-    if on_bad_image not in BAD_IMAGE_POLICIES:
-        raise ValueError(f"on_bad_image must be one of {BAD_IMAGE_POLICIES}, got {on_bad_image!r}")
     scan = scan or scan_folder(file_pattern, class_names)
-    if scan.bad_files and on_bad_image == "fail":
-        raise InputDataError(
-            f"{scan.bad_files[0]} is not a whole JPEG (and {len(scan.bad_files) - 1} more such files); "
-            "remove it, or pass --on-bad-image=skip to leave such files out")
+    check_bad_files(scan, on_bad_image)
     num_classes = len(class_names)
 
     def input_fn(input_context=None):

@@ -16,6 +16,27 @@ from input_fns.errors import InputDataError
 AUTOTUNE = tf.data.AUTOTUNE
 
 
+IMAGE_EXAMPLE_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
+                      "label": tf.io.FixedLenFeature([], tf.int64)}
+
+
+def serialize_image_example(image, label):
+    """Returns a uint8 image array and its class index as a serialized tf.train.Example."""
+    feature = {
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def parse_image_examples(serialized, image_shape):
+    """Returns (uint8 images [batch, *image_shape], int64 labels [batch]) from a batch of
+    records written by serialize_image_example."""
+    parsed = tf.io.parse_example(serialized, IMAGE_EXAMPLE_SPEC)
+    images = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), (-1,) + tuple(image_shape))
+    return images, parsed["label"]
+
+
 def shard_paths(directory, prefix, num_shards):
     """Returns the shard file names `<prefix>-00000-of-0000N.tfrecord` in `directory`."""
     return [os.path.join(directory, f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord")

@@ -128,14 +128,6 @@ def ensure_dataset(data_dir, api_factory=kaggle_api):
     return os.path.join(data_dir, CLEAN_ROOT)
 
 
-def _serialize(image, label):
-    feature = {
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
 def write_resized_shards(scan, image_size, out_dir, split, num_shards, channels=1, fast_decode=False):
     """Writes the good images of a FolderScan, decoded and resized, as TFRecord shards; returns the paths.
 
@@ -145,7 +137,8 @@ def write_resized_shards(scan, image_size, out_dir, split, num_shards, channels=
     dataset = tf.data.Dataset.from_tensor_slices(files).map(
         lambda path: image_folder.decode_and_resize(tf.io.read_file(path), image_size, channels, fast_decode),
         num_parallel_calls=tf.data.AUTOTUNE)
-    serialized = (_serialize(image, label) for image, label in zip(dataset.as_numpy_iterator(), labels))
+    serialized = (records.serialize_image_example(image, label)
+                  for image, label in zip(dataset.as_numpy_iterator(), labels))
     return records.write_shards(serialized, out_dir, split, num_shards)
 
 
@@ -153,12 +146,10 @@ def make_records_input_fn(file_pattern, image_size, batch_size, training, num_cl
                           channels=1, feature_key="image", seed=None):
     """Returns an Estimator input_fn over shards written by `write_resized_shards`: batches
     of ({feature_key: uint8 [batch, h, w, channels]}, one-hot labels), as image_folder's."""
-    spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
     shape = tuple(image_size) + (channels,)
 
     def parse(serialized):  # a batch of records
-        parsed = tf.io.parse_example(serialized, spec)
-        images = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), (-1,) + shape)
-        return {feature_key: images}, tf.one_hot(parsed["label"], num_classes)
+        images, labels = records.parse_image_examples(serialized, shape)
+        return {feature_key: images}, tf.one_hot(labels, num_classes)
 
     return records.make_record_input_fn(file_pattern, parse, batch_size, training, seed=seed)

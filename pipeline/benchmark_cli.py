@@ -7,7 +7,7 @@ import sys
 import tensorflow as tf
 
 from pipeline import benchmark, benchmark_report
-from pipeline.errors import USER_ERRORS, UsageError
+from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.logs import configure_logging
 from pipeline.tasks import fashion, oct as oct_task

@@ -116,8 +116,7 @@ def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shar
     manifest = {"image_size": [image_size, image_size], "source": root, "counts": {}, "skipped_files": []}
     for split, shards in zip(("train", "test"), num_shards):
         scan = image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES)
-        if scan.bad_files and on_bad_image == "fail":
-            raise InputDataError(f"{scan.bad_files[0]} is not a whole JPEG; remove it or pass --on-bad-image=skip")
+        image_folder.check_bad_files(scan, on_bad_image)
         retinal_oct.write_resized_shards(scan, (image_size, image_size), out_dir, split, shards, CHANNELS)
         files, labels = scan.good()
         manifest["counts"][split] = len(files)

@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 
-import pytest
 
 from tests.conftest import ROOT
 
