@@ -39,7 +39,7 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
         self.cpu_times = []
         self._steps_seen = 0
         self._last_global_step = None
-        self._window = []
+        self._reported = 0  # step_times[self._reported:] is the window not yet reported
         self._start = None
         self._writer = None
         self._global_step = None
@@ -62,21 +62,20 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
             return
         self.step_times.append(elapsed)
         self.cpu_times.append(cpu)
-        self._window.append(elapsed)
         # The global step is read before this step's increment.
         self._last_global_step = None if run_values.results is None else run_values.results + 1
-        if len(self._window) >= self.every_n_steps:
-            self._report(self._window, self._last_global_step)
-            self._window = []
+        if len(self.step_times) - self._reported >= self.every_n_steps:
+            self._report_window()
 
     def end(self, session):
-        if self._window:  # the last, partial window
-            self._report(self._window, self._last_global_step)
-            self._window = []
+        if len(self.step_times) > self._reported:  # the last, partial window
+            self._report_window()
         if self._writer is not None:
             self._writer.flush()
 
-    def _report(self, step_times, global_step):
+    def _report_window(self):
+        step_times, global_step = self.step_times[self._reported:], self._last_global_step
+        self._reported = len(self.step_times)
         figures = throughput(step_times, self.global_batch_size)
         log.info("step %s: %.1f images/sec (+/- %.1f over %d steps, %.4f s/step)",
                  global_step, figures["images_per_sec"], figures["images_per_sec_std"],

@@ -92,9 +92,8 @@ def load_split(data_dir, split):
 
 
 def _fingerprint(data_dir):
-    return {name: [os.stat(os.path.join(data_dir, name)).st_size,
-                   os.stat(os.path.join(data_dir, name)).st_mtime_ns]
-            for pair in FILES.values() for name in pair}
+    stats = {name: os.stat(os.path.join(data_dir, name)) for pair in FILES.values() for name in pair}
+    return {name: [stat.st_size, stat.st_mtime_ns] for name, stat in stats.items()}
 
 
 def prepare_tfrecords(data_dir, cache_dir=None):

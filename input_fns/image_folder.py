@@ -36,6 +36,11 @@ class FolderScan:
         counts = collections.Counter(l for f, l in zip(self.files, self.labels) if f not in bad)
         return {name: counts[i] for i, name in enumerate(self.class_names)}
 
+    @property
+    def num_good(self):
+        """Returns the number of files that are whole JPEGs."""
+        return len(self.files) - len(self.bad_files)
+
     def good(self):
         """Returns (files, labels) without the bad files, in sorted (evaluation) order."""
         bad = set(self.bad_files)

@@ -164,7 +164,7 @@ class InputVariants:
             feature_key=FEATURE_KEY)
 
 
-def describe_devices(replica_counts, use_gpus):
+def build_plans(replica_counts, use_gpus):
     """Returns the distribution plans of each replica count, splitting the CPU first if needed."""
     if not use_gpus:
         split_cpu(max(replica_counts))

@@ -81,7 +81,7 @@ def main(argv=None):
     try:
         use_gpus = args.gpus is not None
         replica_counts = [1] if args.input_only else (args.gpus or args.cpu_replicas or [1])
-        plans = benchmark.describe_devices(replica_counts, use_gpus)
+        plans = benchmark.build_plans(replica_counts, use_gpus)
         configs = benchmark.plan_configs(args.engines, args.data, replica_counts, args.batch_size, variants)
         devices = sorted({d for p in plans.values() for d in p.devices})
         header = (f"{task.name}, {'input only' if variants else 'training'}, TF {tf.__version__}, "

@@ -19,6 +19,17 @@ OCT_SAMPLE = os.path.join(SHARED_DATA, "oct-sample")
 OCT_CLASSES = ("CNV", "DME", "DRUSEN", "NORMAL")
 
 
+def assert_clean_failure(result, *fragments):
+    """Asserts that a finished command failed as a user should see it: a non-zero exit,
+    no Python traceback, and a last stderr line holding every fragment; returns that line."""
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    for fragment in fragments:
+        assert fragment in last, last
+    return last
+
+
 def pytest_configure(config):
     # TF 2.15 and Keras warn about their own TF 1 code paths the Estimator uses.
     for module in ("keras", "tensorflow", "tensorflow_estimator"):

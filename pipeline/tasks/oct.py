@@ -76,8 +76,9 @@ def prepare_data(args, batch_size):
 
     train_input_fn, eval_input_fn = make("train", True), make("test", False)
     skipped = scans["train"].bad_files + scans["test"].bad_files
-    return TaskData(train_input_fn, eval_input_fn, len(scans["train"].good()[0]), len(scans["test"].good()[0]),
-                    "real", class_names=retinal_oct.CLASS_NAMES, eval_labels=scans["test"].good()[1],
+    _, test_labels = scans["test"].good()
+    return TaskData(train_input_fn, eval_input_fn, scans["train"].num_good, len(test_labels),
+                    "real", class_names=retinal_oct.CLASS_NAMES, eval_labels=test_labels,
                     serving_input_fn=serving,
                     report={"data_root": root, "skipped_files": skipped,
                             "train_class_counts": scans["train"].class_counts()})

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_clean_failure
 
 SCRIPT = os.path.join(ROOT, "scripts", "train_fashion.py")
 OFFLINE = ["--download-url", "http://127.0.0.1:9/"]  # refused at once, like a machine offline
@@ -16,14 +16,6 @@ OFFLINE = ["--download-url", "http://127.0.0.1:9/"]  # refused at once, like a m
 
 def train_fashion(*argv):
     return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=600)
-
-
-def assert_clean_failure(result, *fragments):
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    for fragment in fragments:
-        assert fragment in last, last
 
 
 def test_the_job_trains_on_two_cpu_replicas_and_learns(fashion_data_dir, tmp_path):

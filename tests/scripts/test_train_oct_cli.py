@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import OCT_CLASSES, ROOT, make_oct_tree
+from tests.conftest import OCT_CLASSES, ROOT, assert_clean_failure, make_oct_tree
 
 SMALL = ["--image-size", "32", "--weights", "none", "--batch-size", "8", "--warm-up-steps", "1"]
 
@@ -15,11 +15,6 @@ SMALL = ["--image-size", "32", "--weights", "none", "--batch-size", "8", "--warm
 def script(name, *argv, env=None):
     return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *argv],
                           capture_output=True, text=True, timeout=600, env=env)
-
-
-def last_error_line(result):
-    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-    return result.stderr.strip().splitlines()[-1]
 
 
 @pytest.fixture()
@@ -75,7 +70,7 @@ def test_prepared_shards_train_through_the_same_script(tree, tmp_path):
     assert [sum(row) for row in results["confusion_matrix"]] == [6, 6, 6, 6]
     wrong_size = script("train_oct.py", "--records-dir", str(records), "--model-dir", str(tmp_path / "m2"),
                         "--image-size", "64", "--weights", "none")
-    assert "pass --image-size 32" in last_error_line(wrong_size)
+    assert "pass --image-size 32" in assert_clean_failure(wrong_size)
 
 
 def test_bad_images_and_folders_stop_before_training_naming_the_problem(tree, tmp_path):
@@ -83,12 +78,12 @@ def test_bad_images_and_folders_stop_before_training_naming_the_problem(tree, tm
     with open(os.path.join(tree, "test", "CNV", "broken.jpeg"), "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n not a jpeg")
     result = script("train_oct.py", "--data-dir", data_dir, "--model-dir", str(tmp_path / "m"), *SMALL)
-    assert "broken.jpeg is not a whole JPEG" in last_error_line(result)
-    assert "--on-bad-image=skip" in last_error_line(result)
+    assert "broken.jpeg is not a whole JPEG" in assert_clean_failure(result)
+    assert "--on-bad-image=skip" in assert_clean_failure(result)
     os.remove(os.path.join(tree, "test", "CNV", "broken.jpeg"))
     shutil.copytree(os.path.join(tree, "test", "CNV"), os.path.join(tree, "test", "AMD"))
     result = script("train_oct.py", "--data-dir", data_dir, "--model-dir", str(tmp_path / "m"), *SMALL)
-    assert "unknown class folder(s) AMD" in last_error_line(result)
+    assert "unknown class folder(s) AMD" in assert_clean_failure(result)
     assert not (tmp_path / "m" / "checkpoint").exists()
 
 
@@ -97,5 +92,5 @@ def test_no_data_and_no_kaggle_credentials(tmp_path):
     env.update(HOME=str(tmp_path), KAGGLE_CONFIG_DIR=str(tmp_path / ".kaggle"))
     result = script("train_oct.py", "--data-dir", str(tmp_path / "oct"), "--model-dir", str(tmp_path / "m"),
                     *SMALL, env=env)
-    line = last_error_line(result)
+    line = assert_clean_failure(result)
     assert "no Kaggle credentials" in line and "kaggle.json" in line and "--data-dir" in line
