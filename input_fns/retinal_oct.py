@@ -15,13 +15,14 @@ import zipfile
 
 import tensorflow as tf
 
-from input_fns import image_folder, records
+from input_fns import image_folder, locks, records
 from input_fns.errors import InputDataError
 
 DATASET = "paultimothymooney/kermany2018"
 CLASS_NAMES = ("CNV", "DME", "DRUSEN", "NORMAL")
 DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "kermany2018")
 CLEAN_ROOT = "OCT2017"  # the archive's own folder is "OCT2017 ", with a trailing space
+DOWNLOAD_LOCK = ".download.lock"
 IMAGE_PATTERN = "*.jpeg"  # skips .DS_Store and anything else that is not an image
 _CREDENTIALS_HELP = (
     "put kaggle.json (Kaggle > Settings > API > Create New Token) in ~/.kaggle/ or set "
@@ -35,16 +36,23 @@ class DownloadError(InputDataError):
 def find_split_root(directory):
     """Returns the folder under `directory` that holds `train/` and `test/` class folders, or None.
 
-    Hidden folders (such as an unfinished download) are not searched; the
-    shallowest match wins, so nested mirrors of the tree do not matter.
+    The search goes level by level and never enters hidden folders (such as
+    the staging folder of an unfinished download); the shallowest match wins,
+    so nested mirrors of the tree do not matter.
     """
-    if not os.path.isdir(directory):
-        return None
-    for current, subdirs, _ in sorted(os.walk(directory), key=lambda walk: walk[0].count(os.sep)):
-        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
-        if {"train", "test"} <= set(subdirs) and any(
-                os.path.isdir(os.path.join(current, "train", c)) for c in CLASS_NAMES):
-            return current
+    level = [directory] if os.path.isdir(directory) else []
+    while level:
+        below = []
+        for current in level:
+            try:
+                subdirs = sorted(e.name for e in os.scandir(current) if e.is_dir() and not e.name.startswith("."))
+            except OSError:
+                continue
+            if {"train", "test"} <= set(subdirs) and any(
+                    os.path.isdir(os.path.join(current, "train", c)) for c in CLASS_NAMES):
+                return current
+            below += [os.path.join(current, d) for d in subdirs]
+        level = below
     return None
 
 
@@ -89,9 +97,12 @@ def _download_error(error):
 def ensure_dataset(data_dir, api_factory=kaggle_api):
     """Returns the dataset root (with train/ and test/) under `data_dir`, downloading it if absent.
 
-    The archive is downloaded and unpacked in a hidden staging folder and its
-    tree moved to <data_dir>/OCT2017 only when complete, so an interrupted run
-    leaves nothing that looks like data; the next run starts the download anew.
+    One process at a time downloads: the others (the tasks of a cluster, a
+    second run) wait on a lock in `data_dir`, then use what it unpacked. The
+    archive is downloaded and unpacked in a hidden staging folder and its tree
+    moved to <data_dir>/OCT2017 only when complete, so an interrupted run leaves
+    nothing that looks like data; the next run removes its staging folder and
+    downloads anew.
     """
     root = find_split_root(data_dir)
     if root:
@@ -99,8 +110,16 @@ def ensure_dataset(data_dir, api_factory=kaggle_api):
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise InputDataError(f"the data dir {data_dir} is a file, not a folder")
     os.makedirs(data_dir, exist_ok=True)
-    for stale in (d for d in os.listdir(data_dir) if d.startswith(".download-")):
-        shutil.rmtree(os.path.join(data_dir, stale), ignore_errors=True)
+    with locks.exclusive(os.path.join(data_dir, DOWNLOAD_LOCK)):
+        root = find_split_root(data_dir)  # downloaded by the process this one waited for
+        if root:
+            return root
+        for stale in (d for d in os.listdir(data_dir) if d.startswith(".download-")):
+            shutil.rmtree(os.path.join(data_dir, stale), ignore_errors=True)  # its owner is dead: we hold the lock
+        return _download(data_dir, api_factory)
+
+
+def _download(data_dir, api_factory):
     staging = tempfile.mkdtemp(prefix=".download-", dir=data_dir)
     try:
         api = api_factory()
@@ -128,17 +147,21 @@ def ensure_dataset(data_dir, api_factory=kaggle_api):
     return os.path.join(data_dir, CLEAN_ROOT)
 
 
-def write_resized_shards(scan, image_size, out_dir, split, num_shards, channels=1, fast_decode=False):
+def write_resized_shards(scan, image_size, out_dir, split, num_shards, channels=1, fast_decode=False, order=None):
     """Writes the good images of a FolderScan, decoded and resized, as TFRecord shards; returns the paths.
 
     Each record holds the uint8 image bytes at `image_size` and the class index.
+    Records go in the scan's sorted order, or in `order` (a permutation of the
+    good files' indices, see records.shuffled_order).
     """
     files, labels = scan.good()
+    if order is not None:
+        files, labels = [files[i] for i in order], [labels[i] for i in order]
     dataset = tf.data.Dataset.from_tensor_slices(files).map(
         lambda path: image_folder.decode_and_resize(tf.io.read_file(path), image_size, channels, fast_decode),
-        num_parallel_calls=tf.data.AUTOTUNE)
-    serialized = (records.serialize_image_example(image, label)
-                  for image, label in zip(dataset.as_numpy_iterator(), labels))
+        num_parallel_calls=tf.data.AUTOTUNE).batch(256).prefetch(2)  # batches: less per-image overhead
+    images = (image for batch in dataset.as_numpy_iterator() for image in batch)
+    serialized = (records.serialize_image_example(image, label) for image, label in zip(images, labels))
     return records.write_shards(serialized, out_dir, split, num_shards)
 
 

@@ -35,51 +35,89 @@ def split_cpu(num_devices):
     return [f"/cpu:{i}" for i in range(num_devices)]
 
 
-def replica_devices(gpus=None, cpu_replicas=None):
-    """Returns the devices one worker trains on for `--gpus` / `--cpu-replicas` (see build_distribution)."""
-    if gpus is not None and cpu_replicas is not None:
-        raise UsageError("--gpus and --cpu-replicas exclude each other: pick one")
-    if cpu_replicas is not None:
-        return split_cpu(cpu_replicas)
+def gpu_count(gpus=None):
+    """Returns the number of GPUs `--gpus` asks for: every visible one when None.
+
+    Raises UsageError when it asks for more than TensorFlow sees.
+    """
     visible = len(tf.config.list_physical_devices("GPU"))
     if gpus is None:
-        gpus = visible
+        return visible
     if gpus > visible:
         hint = "or --cpu-replicas N to mirror over CPU devices" if visible == 0 else "or fewer"
         raise UsageError(
             f"--gpus {gpus} asks for {gpus} GPUs but {visible} {'is' if visible == 1 else 'are'} "
             f"visible to TensorFlow; use --gpus {visible} {hint}")
-    return [f"/gpu:{i}" for i in range(gpus)] or ["/cpu:0"]
+    return gpus
+
+
+def replica_devices(gpus=None, cpu_replicas=None):
+    """Returns the devices one machine trains on for `--gpus` / `--cpu-replicas` (see build_distribution)."""
+    if gpus is not None and cpu_replicas is not None:
+        raise UsageError("--gpus and --cpu-replicas exclude each other: pick one")
+    if cpu_replicas is not None:
+        return split_cpu(cpu_replicas)
+    return [f"/gpu:{i}" for i in range(gpu_count(gpus))] or ["/cpu:0"]
+
+
+def use_first_gpus(count):
+    """Makes only the first `count` GPUs visible to TensorFlow in this process; returns their names.
+
+    TF 1's multi-worker strategies take every GPU TensorFlow sees
+    (context.num_gpus()), so this is how --gpus N reaches them. It must run
+    before TensorFlow's runtime starts.
+    """
+    visible = tf.config.list_physical_devices("GPU")
+    if count < len(visible):  # hiding the rest
+        try:
+            tf.config.set_visible_devices(visible[:count], "GPU")
+        except RuntimeError:
+            raise UsageError(f"cannot limit TensorFlow to {count} GPU(s): its runtime was already started") from None
+    return [f"/gpu:{i}" for i in range(count)]
 
 
 def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=None):
     """Returns the DistributionPlan of one task of a TF_CONFIG cluster.
 
-    'multi_worker_mirrored' mirrors synchronously over every worker's devices
-    (all-reduce over the network: ring on CPUs, NCCL on GPUs), so replicas
-    count all workers; 'parameter_server' trains each worker asynchronously
-    against variables on the ps tasks, so a step is one worker's batch. The
-    evaluator gets no strategy: given one, TF 2.15 fails in worker_count().
+    Each worker trains on its first `gpus` GPUs (default: all it sees), or on
+    one CPU replica: TF's multi-worker strategies do not split a CPU, so
+    `cpu_replicas` above 1 is a UsageError. 'multi_worker_mirrored' mirrors
+    synchronously over every worker's replicas (all-reduce over the network:
+    ring on CPUs, NCCL on GPUs), so `replicas` counts all workers';
+    'parameter_server' trains each worker asynchronously against variables on
+    the ps tasks, so a step is one worker's replicas' batch. The evaluator gets
+    no strategy (given one, TF 2.15 fails in worker_count()), but the same
+    `replicas` as the trainers, so that every task computes the same final step
+    from --epochs; give every task the same device flags.
     The Estimator's distribute coordinator configures the strategy per task.
     """
-    devices = replica_devices(gpus, cpu_replicas)
-    if cluster.task_type == "evaluator":
-        return DistributionPlan(None, 1, devices[:1], "evaluator (no strategy)")
+    if strategy_name not in ("multi_worker_mirrored", "parameter_server"):
+        raise UsageError(f"--strategy {strategy_name} cannot train a TF_CONFIG cluster; use multi_worker_mirrored "
+                         "or parameter_server, or unset TF_CONFIG")
+    if cpu_replicas is not None and cpu_replicas > 1:
+        raise UsageError(f"--cpu-replicas {cpu_replicas}: in a cluster each worker trains one replica on its CPU "
+                         "(TF's multi-worker strategies cannot split it); drop --cpu-replicas, or add workers")
+    if gpus is not None and cpu_replicas is not None:
+        raise UsageError("--gpus and --cpu-replicas exclude each other: pick one")
+    devices = use_first_gpus(0 if cpu_replicas is not None else gpu_count(gpus)) or ["/cpu:0"]
+    on_gpus = devices[0].startswith("/gpu")
+    per_worker = len(devices) if on_gpus else 1
     if strategy_name == "multi_worker_mirrored":
-        on_gpus = devices[0].startswith("/gpu")
+        replicas = per_worker * cluster.num_workers
+        description = f"MultiWorkerMirroredStrategy over {cluster.num_workers} workers x {per_worker} replica(s)"
+    else:
+        replicas = per_worker
+        description = (f"ParameterServerStrategy (v1), {cluster.num_workers} asynchronous workers x "
+                       f"{per_worker} replica(s)")
+    if cluster.task_type == "evaluator":
+        return DistributionPlan(None, replicas, devices[:1], f"evaluator (no strategy) of a {description}")
+    if strategy_name == "multi_worker_mirrored":
         strategy = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy(
             communication=tf.distribute.experimental.CollectiveCommunication.NCCL if on_gpus
             else tf.distribute.experimental.CollectiveCommunication.RING)
-        per_worker = len(devices) if on_gpus else 1
-        return DistributionPlan(strategy, per_worker * cluster.num_workers, devices,
-                                f"MultiWorkerMirroredStrategy over {cluster.num_workers} workers x "
-                                f"{per_worker} replica(s)")
-    if strategy_name == "parameter_server":
+    else:
         strategy = tf.compat.v1.distribute.experimental.ParameterServerStrategy()
-        return DistributionPlan(strategy, 1, devices,
-                                f"ParameterServerStrategy (v1), {cluster.num_workers} asynchronous workers")
-    raise UsageError(f"--strategy {strategy_name} cannot train a TF_CONFIG cluster; use multi_worker_mirrored "
-                     "or parameter_server, or unset TF_CONFIG")
+    return DistributionPlan(strategy, replicas, devices, description)
 
 
 def build_distribution(gpus=None, cpu_replicas=None):

@@ -5,7 +5,7 @@ from typing import Callable, List
 
 import tensorflow as tf
 
-from input_fns.image_folder import looks_like_jpeg
+from input_fns.image_folder import jpeg_problem
 from pipeline.errors import UsageError
 
 
@@ -48,8 +48,8 @@ def classify_files(predictor, paths):
     for path in paths:
         if not os.path.isfile(path):
             results.append({"file": path, "error": "file not found"})
-        elif not looks_like_jpeg(path):
-            results.append({"file": path, "error": "not a whole JPEG file"})
+        elif jpeg_problem(path):  # exports decode to grayscale, as the OCT job trains
+            results.append({"file": path, "error": jpeg_problem(path)})
         else:
             results.append({"file": path})
             readable.append(results[-1])

@@ -17,6 +17,9 @@ SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 FASHION_SAMPLE = os.path.join(SHARED_DATA, "fashion-mnist-sample")
 OCT_SAMPLE = os.path.join(SHARED_DATA, "oct-sample")
 OCT_CLASSES = ("CNV", "DME", "DRUSEN", "NORMAL")
+# OCT2017's real training set, class-sorted folders of these sizes, and its test set.
+OCT2017_TRAIN_COUNTS = {"CNV": 37205, "DME": 11348, "DRUSEN": 8616, "NORMAL": 26315}
+OCT2017_TEST_PER_CLASS = 242
 
 
 def assert_clean_failure(result, *fragments):
@@ -80,3 +83,68 @@ def make_oct_tree(sample, root, test_per_class=6):
 def oct_tree(oct_sample, tmp_path_factory):
     """A read-only-by-convention OCT2017 tree made from the real sample: 105 train / 24 test scans."""
     return make_oct_tree(oct_sample, str(tmp_path_factory.mktemp("oct") / "OCT2017"))
+
+
+def _link(source, target):
+    try:
+        os.link(source, target)
+    except OSError:  # another file system: a symbolic link reads the same
+        os.symlink(source, target)
+
+
+def make_full_size_oct_tree(sample, root):
+    """Lays out an OCT2017 tree of the real size and class mix under `root` (83,484 training
+    scans in class folders, 242 test scans per class) as hard links to the real sample's
+    scans, each used over and over under its own name; returns `root`."""
+    for split, counts in (("train", OCT2017_TRAIN_COUNTS),
+                          ("test", dict.fromkeys(OCT_CLASSES, OCT2017_TEST_PER_CLASS))):
+        for name, count in counts.items():
+            scans = sorted(os.listdir(os.path.join(sample, name)))
+            folder = os.path.join(root, split, name)
+            os.makedirs(folder)
+            for i in range(count):
+                scan = scans[i % len(scans)]
+                _link(os.path.join(sample, name, scan), os.path.join(folder, f"{i:05d}-{scan}"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def full_oct_tree(oct_sample, tmp_path_factory):
+    """An OCT2017 tree of the real size and class mix, made of hard links to the real sample (about 2 s)."""
+    return make_full_size_oct_tree(oct_sample, str(tmp_path_factory.mktemp("oct-full") / "OCT2017"))
+
+
+@pytest.fixture(scope="session")
+def full_fashion_data_dir(fashion_sample, tmp_path_factory):
+    """A Fashion-MNIST data dir of the real size (60,000 / 10,000) made by repeating the real
+    sample, sorted by class: the worst order a converted dataset can come in."""
+    from input_fns import fashion_mnist
+    import numpy as np
+    images, labels = fashion_mnist.load_split(fashion_sample, "test")
+    out = str(tmp_path_factory.mktemp("fashion-full"))
+    for split, repeats in (("train", 60), ("test", 10)):
+        tiled_images, tiled_labels = np.tile(images, (repeats, 1, 1)), np.tile(labels, repeats)
+        order = np.argsort(tiled_labels, kind="stable")
+        fashion_mnist.write_split(out, split, tiled_images[order], tiled_labels[order])
+    return out
+
+
+def odd_jpegs(scan_path):
+    """Returns {kind: (file bytes, what the check should say)} for JPEG files TensorFlow cannot
+    decode to grayscale, made from the real scan at `scan_path`: as a scanner or a converter
+    writes them (CMYK), or with the frame header of a 12-bit, lossless or size-less JPEG."""
+    import io
+    from PIL import Image
+    with open(scan_path, "rb") as f:
+        data = f.read()
+    sof = data.index(b"\xff\xc0")  # baseline frame header: marker, length, precision, height, width
+    cmyk = io.BytesIO()
+    Image.open(scan_path).convert("CMYK").save(cmyk, "JPEG")
+    return {
+        "cmyk": (cmyk.getvalue(), "is a CMYK JPEG, which TensorFlow cannot decode to grayscale"),
+        "12-bit": (data[:sof + 4] + b"\x0c" + data[sof + 5:], "is a 12-bit JPEG"),
+        "lossless": (data[:sof + 1] + b"\xc3" + data[sof + 2:], "is a lossless or hierarchical JPEG"),
+        "no-size": (data[:sof + 5] + b"\x00\x00" + data[sof + 7:], "has no image size in its JPEG header"),
+        "empty": (b"", "is empty"),
+        "truncated": (data[:len(data) // 2], "is truncated (no JPEG end marker)"),
+    }

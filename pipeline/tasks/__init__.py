@@ -17,6 +17,9 @@ class TaskData:
     # matrix: eval_labels are the class indices in the eval input's order.
     class_names: Optional[Sequence[str]] = None
     eval_labels: Optional[Sequence[int]] = None
+    # The training set's examples per class (in class_names order), when known:
+    # what a training input's class mix should look like.
+    train_class_counts: Optional[Sequence[int]] = None
     # With it, the run loop exports a SavedModel taking this serving input.
     serving_input_fn: Optional[Callable] = None
     report: dict = dataclasses.field(default_factory=dict)  # extra fields for results.json

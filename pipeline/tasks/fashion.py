@@ -26,7 +26,8 @@ def prepare_data(args, batch_size):
                                            batch_size, training, feature_key=FEATURE_KEY,
                                            num_examples=SYNTHETIC_SIZES[split])
         return TaskData(make(True, "train"), make(False, "test"),
-                        SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"], "synthetic")
+                        SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"], "synthetic",
+                        class_names=fashion_mnist.CLASS_NAMES)
     try:
         fashion_mnist.download(args.data_dir, base_url=args.download_url)
     except fashion_mnist.DownloadError as e:
@@ -40,7 +41,8 @@ def prepare_data(args, batch_size):
                                     feature_key=FEATURE_KEY, seed=args.seed),
         fashion_mnist.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
                                     feature_key=FEATURE_KEY),
-        splits["train"]["count"], splits["test"]["count"], "real")
+        splits["train"]["count"], splits["test"]["count"], "real", class_names=fashion_mnist.CLASS_NAMES,
+        train_class_counts=splits["train"]["class_counts"])
 
 
 def build_model(args, learning_rate):

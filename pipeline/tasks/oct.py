@@ -4,19 +4,22 @@ import os
 
 import tensorflow as tf
 
-from input_fns import image_folder, retinal_oct, synthetic
+from input_fns import image_folder, records, retinal_oct, synthetic
 from input_fns.errors import InputDataError
+from input_fns.files import write_json_atomically
 from models.vgg16_transfer import build_vgg16_classifier
 from pipeline.tasks import FEATURE_KEY, Task, TaskData
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
 SYNTHETIC_SIZES = {"train": 83484, "test": 968}
 RECORDS_MANIFEST = "manifest.json"
+RECORDS_VERSION = 2  # 2: training records in shuffled order
+_MANIFEST_KEYS = ("image_size", "counts", "train_class_counts", "test_labels_in_order")
 CHANNELS = 1  # the scans are grayscale JPEGs; the model repeats them to 3 channels
 
 
 def cache_argument(text):
-    """Maps --cache to tf.data's cache argument: None (off), '' (memory) or a file path."""
+    """Maps --cache to the input_fn's cache argument: None (off), '' (memory) or a folder."""
     return {"none": None, "memory": ""}.get(text, text)
 
 
@@ -35,12 +38,15 @@ def add_flags(parser):
     group.add_argument("--decode", choices=("full", "reduced"), default="full",
                        help="'reduced' lets libjpeg decode large scans at 1/2-1/8 scale when that still "
                             "covers --image-size (less aliasing; about the same CPU on these scans)")
-    group.add_argument("--cache", type=cache_argument, default=None, metavar="none|memory|PATH",
-                       help="keep decoded, resized training images for later epochs: in memory or in "
-                            "files at PATH (default none)")
+    group.add_argument("--cache", type=cache_argument, default=None, metavar="none|memory|DIR",
+                       help="keep the decoded, resized training images of the first epoch for later ones: "
+                            "in memory, or in files under DIR named by the data, image size and decode mode "
+                            "(reused by later runs; an incomplete one is rebuilt) (default none)")
     group.add_argument("--records-dir", default=None,
                        help="train on TFRecord shards made by scripts/prepare_oct.py instead of the JPEGs")
-    group.add_argument("--shuffle-buffer", type=int, default=2048, help="training shuffle buffer (images)")
+    group.add_argument("--shuffle-buffer", type=int, default=2048,
+                       help="with --cache: images shuffled anew each epoch after the cache, which holds "
+                            "them in an order shuffled once")
 
 
 def _image_size(args):
@@ -64,7 +70,8 @@ def prepare_data(args, batch_size):
     if args.records_dir:
         return _records_data(args, batch_size, size, serving)
     root = retinal_oct.ensure_dataset(args.data_dir)
-    scans = {split: image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES)
+    scans = {split: image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
+                                             CHANNELS)
              for split in ("train", "test")}
 
     def make(split, training):
@@ -76,22 +83,38 @@ def prepare_data(args, batch_size):
 
     train_input_fn, eval_input_fn = make("train", True), make("test", False)
     skipped = scans["train"].bad_files + scans["test"].bad_files
+    problems = {**scans["train"].problems, **scans["test"].problems}
     _, test_labels = scans["test"].good()
     return TaskData(train_input_fn, eval_input_fn, scans["train"].num_good, len(test_labels),
                     "real", class_names=retinal_oct.CLASS_NAMES, eval_labels=test_labels,
+                    train_class_counts=list(scans["train"].class_counts().values()),
                     serving_input_fn=serving,
                     report={"data_root": root, "skipped_files": skipped,
-                            "train_class_counts": scans["train"].class_counts()})
+                            "skipped_file_problems": problems})
+
+
+def read_records_manifest(records_dir):
+    """Returns the manifest of the shards in `records_dir`; raises InputDataError when it is
+    missing, damaged, incomplete or from a version that wrote the training shards in class order."""
+    path = os.path.join(records_dir, RECORDS_MANIFEST)
+    advice = "make the shards again with scripts/prepare_oct.py"
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputDataError(f"cannot read {path} ({getattr(e, 'strerror', None) or e}); {advice}") from None
+    if not isinstance(manifest, dict) or manifest.get("version", 1) < RECORDS_VERSION:
+        raise InputDataError(f"the shards in {records_dir} were written in class order by an earlier version, "
+                             f"so training would see one class at a time; {advice}")
+    missing = [k for k in _MANIFEST_KEYS if k not in manifest]
+    missing += [f"counts.{k}" for k in ("train", "test") if k not in (manifest.get("counts") or {})]
+    if missing:
+        raise InputDataError(f"{path} lacks {', '.join(missing)}; {advice}")
+    return manifest
 
 
 def _records_data(args, batch_size, size, serving):
-    manifest_path = os.path.join(args.records_dir, RECORDS_MANIFEST)
-    try:
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputDataError(f"cannot read {manifest_path} ({e}); make the shards with scripts/prepare_oct.py") \
-            from None
+    manifest = read_records_manifest(args.records_dir)
     if tuple(manifest["image_size"]) != size:
         raise InputDataError(f"the shards in {args.records_dir} hold {manifest['image_size'][0]}-pixel images; "
                              f"pass --image-size {manifest['image_size'][0]} or prepare them again")
@@ -103,30 +126,38 @@ def _records_data(args, batch_size, size, serving):
 
     return TaskData(make("train", True), make("test", False), manifest["counts"]["train"],
                     manifest["counts"]["test"], "real (prepared shards)", class_names=retinal_oct.CLASS_NAMES,
-                    eval_labels=manifest["test_labels_in_order"], serving_input_fn=serving,
+                    eval_labels=manifest["test_labels_in_order"],
+                    train_class_counts=manifest["train_class_counts"], serving_input_fn=serving,
                     report={"records_dir": args.records_dir})
 
 
-def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shards=(16, 2)):
+def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shards=(16, 2), seed=0):
     """Writes the OCT train and test images, resized to `image_size`, as TFRecord shards in `out_dir`.
 
-    Returns the manifest (also written to <out_dir>/manifest.json) that
-    --records-dir reads: image size, counts, and the test labels in reading order.
+    Training images go in an order shuffled with `seed`, so that every shard,
+    and every stretch of a shard, mixes the classes as the dataset does; test
+    images go in sorted order. Returns the manifest (also written to
+    <out_dir>/manifest.json) that --records-dir reads: image size, counts,
+    class counts, the order's seed, and the test labels in reading order.
     """
     root = retinal_oct.ensure_dataset(data_dir)
-    manifest = {"image_size": [image_size, image_size], "source": root, "counts": {}, "skipped_files": []}
+    manifest = {"version": RECORDS_VERSION, "image_size": [image_size, image_size], "source": root,
+                "train_order_seed": seed, "counts": {}, "skipped_files": []}
     for split, shards in zip(("train", "test"), num_shards):
-        scan = image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES)
+        scan = image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES, CHANNELS)
         image_folder.check_bad_files(scan, on_bad_image)
-        retinal_oct.write_resized_shards(scan, (image_size, image_size), out_dir, split, shards, CHANNELS)
+        order = records.shuffled_order(scan.num_good, seed) if split == "train" else None
+        retinal_oct.write_resized_shards(scan, (image_size, image_size), out_dir, split, shards, CHANNELS,
+                                         order=order)
         files, labels = scan.good()
         manifest["counts"][split] = len(files)
         manifest["skipped_files"] += scan.bad_files
-        if split == "test":
+        if split == "train":
+            manifest["train_class_counts"] = list(scan.class_counts().values())
+        else:
             # Evaluation reads shard 0, then 1, ...; records went round-robin into them.
             manifest["test_labels_in_order"] = [l for s in range(shards) for l in labels[s::shards]]
-    with open(os.path.join(out_dir, RECORDS_MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=2)
+    write_json_atomically(os.path.join(out_dir, RECORDS_MANIFEST), manifest)
     return manifest
 
 

@@ -35,14 +35,15 @@ def test_download_fetches_only_missing_files(fashion_data_dir, tmp_path):
     assert sorted(fetched) == ["t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
                                "train-labels-idx1-ubyte.gz"]
     assert fashion_mnist.missing_files(str(target)) == []
-    assert sorted(os.listdir(target)) == sorted(n for p in fashion_mnist.FILES.values() for n in p)
+    assert sorted(os.listdir(target)) == sorted([fashion_mnist.DOWNLOAD_LOCK] + [n for p in fashion_mnist.FILES.values()
+                                                                                 for n in p])
 
 
 def test_offline_download_is_a_clear_error_and_leaves_no_partial_file(tmp_path):
     # Port 9 (discard) on loopback refuses the connection at once, like a machine offline.
     with pytest.raises(fashion_mnist.DownloadError, match=r"not in .* and downloading http://127\.0\.0\.1:9/"):
         fashion_mnist.download(str(tmp_path), base_url="http://127.0.0.1:9/", timeout=5)
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [fashion_mnist.DOWNLOAD_LOCK]  # the lock stays: removing one is racy
 
 
 def test_tfrecords_hold_exactly_the_idx_bytes(fashion_data_dir, tmp_path):

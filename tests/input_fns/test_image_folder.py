@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from input_fns import image_folder
 from input_fns.errors import InputDataError
-from tests.conftest import OCT_CLASSES, make_oct_tree
+from tests.conftest import OCT_CLASSES, make_oct_tree, odd_jpegs
 
 SIZE = (64, 64)
 
@@ -109,7 +109,8 @@ def test_bad_files_are_found_and_dot_files_ignored(tree_with_bad_files):
 
 
 def test_bad_files_fail_by_default_naming_the_file(tree_with_bad_files):
-    with pytest.raises(InputDataError, match=r"png-in-disguise\.jpeg is not a whole JPEG .*--on-bad-image=skip"):
+    with pytest.raises(InputDataError, match=r"png-in-disguise\.jpeg is not a JPEG file \(and 1 more bad files\); "
+                                             r"remove or convert it, or pass --on-bad-image=skip"):
         image_folder.make_input_fn(pattern(tree_with_bad_files, "test"), OCT_CLASSES, SIZE, 8, training=False)
 
 
@@ -145,3 +146,42 @@ def test_serving_input_gives_the_same_features_as_evaluation(oct_tree):
     evaluated, _ = read_all(image_folder.make_input_fn(pattern(oct_tree, "test"), OCT_CLASSES, SIZE, 8,
                                                        training=False))
     np.testing.assert_array_equal(served, evaluated[:3])
+
+
+def test_odd_jpegs_are_found_by_their_headers_before_tensorflow_fails_on_them(oct_sample, tmp_path):
+    scan_path = os.path.join(oct_sample, "DME", sorted(os.listdir(os.path.join(oct_sample, "DME")))[0])
+    assert image_folder.jpeg_problem(scan_path) is None
+    for kind, (data, message) in odd_jpegs(scan_path).items():
+        path = tmp_path / f"{kind}.jpeg"
+        path.write_bytes(data)
+        assert image_folder.jpeg_problem(str(path)).startswith(message), kind
+        with pytest.raises(tf.errors.InvalidArgumentError):  # what the check spares a training run
+            tf.io.decode_jpeg(data, channels=1)
+    assert image_folder.jpeg_problem(str(tmp_path / "absent.jpeg")) == "cannot be read (No such file or directory)"
+
+
+def test_rgb_and_progressive_jpegs_are_fine(oct_sample, tmp_path):
+    from PIL import Image
+    scan = Image.open(os.path.join(oct_sample, "NORMAL", sorted(os.listdir(os.path.join(oct_sample, "NORMAL")))[0]))
+    scan.convert("RGB").save(tmp_path / "rgb.jpeg")
+    scan.save(tmp_path / "progressive.jpeg", progressive=True)
+    for name in ("rgb.jpeg", "progressive.jpeg"):
+        assert image_folder.jpeg_problem(str(tmp_path / name)) is None
+        assert tf.io.decode_jpeg(tf.io.read_file(str(tmp_path / name)), channels=1).shape[-1] == 1
+
+
+def test_odd_jpegs_are_skipped_and_listed_with_their_problem(oct_sample, tmp_path):
+    root = make_oct_tree(oct_sample, str(tmp_path / "OCT2017"))
+    normal = os.path.join(root, "test", "NORMAL")
+    odd = odd_jpegs(os.path.join(normal, sorted(os.listdir(normal))[0]))
+    for kind, (data, _) in odd.items():
+        with open(os.path.join(normal, f"{kind}.jpeg"), "wb") as f:
+            f.write(data)
+    scan = image_folder.scan_folder(pattern(root, "test"), OCT_CLASSES)
+    assert sorted(os.path.basename(f) for f in scan.bad_files) == sorted(f"{kind}.jpeg" for kind in odd)
+    for kind, (_, message) in odd.items():
+        assert scan.problems[os.path.join(normal, f"{kind}.jpeg")].startswith(message)
+    input_fn = image_folder.make_input_fn(pattern(root, "test"), OCT_CLASSES, SIZE, 8, training=False, scan=scan,
+                                          on_bad_image="skip")
+    _, labels = read_all(input_fn)
+    assert len(labels) == 24  # the good ones, decoded without an error

@@ -44,7 +44,7 @@ def test_download_resolves_the_archive_quirks_into_a_clean_tree(oct_sample, tmp_
     root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: api)
     assert root == str(tmp_path / "OCT2017")
     assert sorted(os.listdir(root)) == ["test", "train", "val"]
-    assert os.listdir(tmp_path) == ["OCT2017"]  # no archive, staging or nested copy left
+    assert sorted(os.listdir(tmp_path)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]  # no archive, staging or copy left
     scan = image_folder.scan_folder(retinal_oct.split_pattern(root, "train"), retinal_oct.CLASS_NAMES)
     assert scan.class_counts() == {name: 3 for name in OCT_CLASSES} and scan.bad_files == []
     # Once there, the data is not downloaded again.
@@ -68,14 +68,14 @@ def test_a_tree_unpacked_by_hand_is_found_whatever_its_nesting(oct_sample, tmp_p
 def test_download_failures_are_clear_and_leave_nothing_behind(oct_sample, tmp_path, failure, message):
     with pytest.raises(retinal_oct.DownloadError, match=message):
         retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample, fail_with=failure))
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]
 
 
 def test_an_interrupted_or_damaged_download_is_redone_on_the_next_run(oct_sample, tmp_path):
     (tmp_path / ".download-killed-earlier").mkdir()  # what a killed run leaves
     with pytest.raises(retinal_oct.DownloadError, match="damaged"):
         retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample, broken_zip=True))
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]
     root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample))
     assert os.path.isdir(os.path.join(root, "train", "CNV"))
 

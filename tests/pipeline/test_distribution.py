@@ -1,7 +1,8 @@
 import pytest
 import tensorflow as tf
 
-from pipeline.distribution import build_distribution
+from pipeline.cluster_config import ClusterTask
+from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 
 
@@ -26,3 +27,21 @@ def test_more_gpus_than_visible_is_a_clear_error_naming_both_numbers():
 def test_gpus_and_cpu_replicas_together_are_refused():
     with pytest.raises(UsageError, match="exclude each other"):
         build_distribution(gpus=0, cpu_replicas=2)
+
+
+@pytest.mark.parametrize("strategy,replicas", [("multi_worker_mirrored", 3), ("parameter_server", 1)])
+def test_the_evaluator_counts_the_training_replicas_so_epochs_end_at_the_same_step(strategy, replicas):
+    evaluator = ClusterTask("evaluator", 0, num_workers=3)
+    plan = build_cluster_distribution(strategy, evaluator)
+    assert plan.strategy is None and plan.replicas == replicas
+    assert plan.description.startswith("evaluator (no strategy) of a ")
+
+
+def test_a_cluster_cannot_split_the_cpu_into_replicas():
+    with pytest.raises(UsageError, match="--cpu-replicas 2: in a cluster each worker trains one replica"):
+        build_cluster_distribution("multi_worker_mirrored", ClusterTask("worker", 0, num_workers=2), cpu_replicas=2)
+
+
+def test_a_cluster_checks_gpus_like_one_machine():
+    with pytest.raises(UsageError, match=r"--gpus 2 asks for 2 GPUs but 0 are visible"):
+        build_cluster_distribution("multi_worker_mirrored", ClusterTask("evaluator", 0, num_workers=2), gpus=2)
