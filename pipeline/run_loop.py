@@ -187,7 +187,8 @@ def _print_summary(results, path):
                              for v in (figures["precision"], figures["recall"]))
         print(f"           {name:8s} precision {precision}  recall {recall}  ({figures['support']} images)")
     if results.get("skipped_files"):
-        print(f"  skipped: {len(results['skipped_files'])} files that are not whole JPEGs (listed in results.json)")
+        print(f"  skipped: {len(results['skipped_files'])} files that cannot be decoded "
+              "(listed with their problems in results.json)")
     if results.get("export_dir"):
         print(f"  export:  {results['export_dir']}")
     print(f"  results: {path}", flush=True)

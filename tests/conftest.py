@@ -115,6 +115,15 @@ def full_oct_tree(oct_sample, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def full_oct_records(full_oct_tree, tmp_path_factory):
+    """prepare_oct's shards of the full-size tree at 32 pixels (about 45 s of JPEG decoding)."""
+    from pipeline.tasks import oct as oct_task
+    out = str(tmp_path_factory.mktemp("oct-full-records"))
+    oct_task.prepare_records(os.path.dirname(full_oct_tree), out, 32)
+    return out
+
+
+@pytest.fixture(scope="session")
 def full_fashion_data_dir(fashion_sample, tmp_path_factory):
     """A Fashion-MNIST data dir of the real size (60,000 / 10,000) made by repeating the real
     sample, sorted by class: the worst order a converted dataset can come in."""
@@ -129,17 +138,15 @@ def full_fashion_data_dir(fashion_sample, tmp_path_factory):
     return out
 
 
-def odd_jpegs(scan_path):
-    """Returns {kind: (file bytes, what the check should say)} for JPEG files TensorFlow cannot
-    decode to grayscale, made from the real scan at `scan_path`: as a scanner or a converter
-    writes them (CMYK), or with the frame header of a 12-bit, lossless or size-less JPEG."""
+def odd_jpegs(data):
+    """Returns {kind: (file bytes, what the check says)} for JPEG files TensorFlow cannot
+    decode to grayscale, made from the real scan `data`: as a scanner or a converter writes
+    them (CMYK), or with the frame header of a 12-bit, lossless or size-less JPEG."""
     import io
     from PIL import Image
-    with open(scan_path, "rb") as f:
-        data = f.read()
     sof = data.index(b"\xff\xc0")  # baseline frame header: marker, length, precision, height, width
     cmyk = io.BytesIO()
-    Image.open(scan_path).convert("CMYK").save(cmyk, "JPEG")
+    Image.open(io.BytesIO(data)).convert("CMYK").save(cmyk, "JPEG")
     return {
         "cmyk": (cmyk.getvalue(), "is a CMYK JPEG, which TensorFlow cannot decode to grayscale"),
         "12-bit": (data[:sof + 4] + b"\x0c" + data[sof + 5:], "is a 12-bit JPEG"),

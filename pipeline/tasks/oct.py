@@ -33,7 +33,8 @@ def add_flags(parser):
     group.add_argument("--trainable-layers", type=int, default=4,
                        help="layers at the end of the VGG16 base left trainable; the rest are frozen")
     group.add_argument("--on-bad-image", choices=image_folder.BAD_IMAGE_POLICIES, default="fail",
-                       help="a file that is not a whole JPEG: 'fail' names it and stops before training, "
+                       help="a file that cannot be decoded as a grayscale JPEG (another format, truncated, "
+                            "CMYK, 12-bit, lossless): 'fail' names it and stops before training, "
                             "'skip' leaves it out and lists it in results.json")
     group.add_argument("--decode", choices=("full", "reduced"), default="full",
                        help="'reduced' lets libjpeg decode large scans at 1/2-1/8 scale when that still "

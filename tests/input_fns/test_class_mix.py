@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from input_fns.errors import InputDataError
 from pipeline.tasks import oct as oct_task
 from tests.conftest import OCT2017_TRAIN_COUNTS, OCT_CLASSES, ROOT
 
-BATCHES, BATCH_SIZE, SIZE = 100, 32, (16, 16)
+BATCHES, BATCH_SIZE, SIZE = 100, 32, (32, 32)
 
 
 def class_counts_per_batch(input_fn, num_classes):
@@ -84,16 +83,6 @@ def test_a_file_cache_killed_in_its_first_epoch_is_rebuilt_and_a_live_writer_is_
     input_fn = image_folder.make_input_fn(pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan,
                                           cache=cache)
     assert_mixed_like(class_counts_per_batch(input_fn, 4), list(OCT2017_TRAIN_COUNTS.values()))
-
-
-@pytest.fixture(scope="module")
-def full_oct_records(full_oct_tree, tmp_path_factory):
-    """prepare_oct's shards of the full-size tree at 16 pixels (about a minute of decoding)."""
-    out = str(tmp_path_factory.mktemp("oct-full-records"))
-    start = time.perf_counter()
-    oct_task.prepare_records(os.path.dirname(full_oct_tree), out, SIZE[0])
-    print(f"prepared {sum(OCT2017_TRAIN_COUNTS.values())} scans in {time.perf_counter() - start:.1f} s")
-    return out
 
 
 def test_prepared_shards_mix_classes_from_the_first_batch(full_oct_records):

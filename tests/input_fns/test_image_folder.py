@@ -151,7 +151,7 @@ def test_serving_input_gives_the_same_features_as_evaluation(oct_tree):
 def test_odd_jpegs_are_found_by_their_headers_before_tensorflow_fails_on_them(oct_sample, tmp_path):
     scan_path = os.path.join(oct_sample, "DME", sorted(os.listdir(os.path.join(oct_sample, "DME")))[0])
     assert image_folder.jpeg_problem(scan_path) is None
-    for kind, (data, message) in odd_jpegs(scan_path).items():
+    for kind, (data, message) in odd_jpegs(open(scan_path, "rb").read()).items():
         path = tmp_path / f"{kind}.jpeg"
         path.write_bytes(data)
         assert image_folder.jpeg_problem(str(path)).startswith(message), kind
@@ -173,7 +173,7 @@ def test_rgb_and_progressive_jpegs_are_fine(oct_sample, tmp_path):
 def test_odd_jpegs_are_skipped_and_listed_with_their_problem(oct_sample, tmp_path):
     root = make_oct_tree(oct_sample, str(tmp_path / "OCT2017"))
     normal = os.path.join(root, "test", "NORMAL")
-    odd = odd_jpegs(os.path.join(normal, sorted(os.listdir(normal))[0]))
+    odd = odd_jpegs(open(os.path.join(normal, sorted(os.listdir(normal))[0]), "rb").read())
     for kind, (data, _) in odd.items():
         with open(os.path.join(normal, f"{kind}.jpeg"), "wb") as f:
             f.write(data)

@@ -1,6 +1,9 @@
+import glob
 import os
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 
 import numpy as np
@@ -16,12 +19,17 @@ class FakeKaggleApi:
     """Writes a small zip laid out like the real archive: 'OCT2017 ' with a trailing
     space, nested again under oct2017/, and .DS_Store files in the class folders."""
 
-    def __init__(self, sample, fail_with=None, broken_zip=False):
+    def __init__(self, sample, fail_with=None, broken_zip=False, seconds=0.0, calls_file=None, padding=0):
         self.sample, self.fail_with, self.broken_zip, self.calls = sample, fail_with, broken_zip, 0
+        self.seconds, self.calls_file, self.padding = seconds, calls_file, padding
 
     def dataset_download_files(self, dataset, path, quiet, unzip):
         self.calls += 1
         assert dataset == "paultimothymooney/kermany2018" and not unzip
+        if self.calls_file:
+            with open(self.calls_file, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        time.sleep(self.seconds)  # a download takes a while: long enough for another task to start one
         if self.fail_with:
             raise self.fail_with
         archive_path = os.path.join(path, "kermany2018.zip")
@@ -37,6 +45,8 @@ class FakeKaggleApi:
                         for f in files:
                             archive.write(os.path.join(self.sample, name, f), f"{top}/{split}/{name}/{f}")
                         archive.writestr(f"{top}/{split}/{name}/.DS_Store", b"\x00\x00\x00\x01Bud1")
+            for i in range(self.padding):  # many more entries: unpacking them takes seconds
+                archive.writestr(f"OCT2017 /val/NORMAL/padding-{i}.txt", b"x")
 
 
 def test_download_resolves_the_archive_quirks_into_a_clean_tree(oct_sample, tmp_path):
@@ -107,3 +117,49 @@ def test_resized_shards_hold_the_decoded_images_and_labels(oct_tree, tmp_path):
     for i in (0, 23):
         np.testing.assert_array_equal(
             images[i], image_folder.decode_and_resize(tf.io.read_file(files[order[i]]), (32, 32)).numpy())
+
+
+DOWNLOADER = """
+import sys
+sys.path.insert(0, {root!r})
+from input_fns import retinal_oct
+from tests.input_fns.test_retinal_oct import FakeKaggleApi
+api = FakeKaggleApi({sample!r}, seconds={seconds}, calls_file={calls_file!r}, padding={padding})
+print(retinal_oct.ensure_dataset({data_dir!r}, api_factory=lambda: api), flush=True)
+"""
+
+
+def start_download(sample, data_dir, seconds=0.0, calls_file=None, padding=0):
+    code = DOWNLOADER.format(root=ROOT, sample=sample, data_dir=data_dir, seconds=seconds, calls_file=calls_file,
+                             padding=padding)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_download_killed_while_unpacking_is_never_taken_for_the_dataset(oct_sample, tmp_path):
+    # A real kill during extraction: the staging folder holds part of a train/test tree.
+    process = start_download(oct_sample, str(tmp_path), padding=30000)
+    deadline = time.monotonic() + 60
+    while not glob.glob(str(tmp_path / ".download-*" / "unpacked" / "*" / "test" / "*" / "*.jpeg")):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    staged = glob.glob(str(tmp_path / ".download-*" / "unpacked"))
+    assert staged, "the kill came too late to leave a staging tree"
+    assert retinal_oct.find_split_root(str(tmp_path)) is None
+    root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample))
+    assert root == str(tmp_path / "OCT2017")
+    assert not glob.glob(str(tmp_path / ".download-*"))  # the dead run's staging folder is gone
+
+
+def test_two_tasks_downloading_at_once_end_with_one_whole_dataset(oct_sample, tmp_path):
+    calls = tmp_path / "calls"
+    data_dir = tmp_path / "data"
+    tasks = [start_download(oct_sample, str(data_dir), seconds=2.0, calls_file=str(calls)) for _ in range(2)]
+    outputs = [task.communicate(timeout=120) for task in tasks]
+    assert [task.returncode for task in tasks] == [0, 0], outputs
+    assert [out.strip() for out, _ in outputs] == [str(data_dir / "OCT2017")] * 2
+    assert len(calls.read_text().split()) == 1  # one task downloaded, the other waited and used its tree
+    scan = image_folder.scan_folder(retinal_oct.split_pattern(str(data_dir / "OCT2017"), "train"), OCT_CLASSES)
+    assert scan.class_counts() == dict.fromkeys(OCT_CLASSES, 3) and not scan.problems
+    assert sorted(os.listdir(data_dir)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]

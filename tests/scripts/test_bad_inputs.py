@@ -19,7 +19,7 @@ from input_fns import fashion_mnist
 from pipeline.flags import build_parser
 from pipeline.run_loop import run
 from pipeline.tasks.fashion import TASK as FASHION
-from tests.conftest import ROOT, assert_clean_failure, make_oct_tree
+from tests.conftest import ROOT, assert_clean_failure, make_oct_tree, odd_jpegs
 
 OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
            "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}  # refused at once
@@ -130,11 +130,15 @@ CASES = {
                                  ["unknown class folder(s) GLAUCOMA", "the classes are CNV, DME, DRUSEN, NORMAL"]),
     "oct-empty-class-folder": ("train_oct.py", oct_empty_class, OCT_SMALL, {}, ["no readable images of class DME"]),
     "oct-corrupt-jpeg": ("train_oct.py", oct_with("corrupt.jpeg", lambda good: good[:20] + b"\x00" * 64), OCT_SMALL,
-                         {}, ["corrupt.jpeg is not a whole JPEG", "--on-bad-image=skip"]),
+                         {}, ["corrupt.jpeg is truncated (no JPEG end marker)", "--on-bad-image=skip"]),
     "oct-truncated-jpeg": ("train_oct.py", oct_with("cut.jpeg", lambda good: good[: len(good) // 3]), OCT_SMALL, {},
-                           ["cut.jpeg is not a whole JPEG"]),
+                           ["cut.jpeg is truncated"]),
     "oct-png-named-jpeg": ("train_oct.py", oct_with("scan.jpeg", lambda good: b"\x89PNG\r\n\x1a\n" + good[8:]),
-                           OCT_SMALL, {}, ["scan.jpeg is not a whole JPEG"]),
+                           OCT_SMALL, {}, ["scan.jpeg is not a JPEG file"]),
+    **{f"oct-{kind}-jpeg": ("train_oct.py", oct_with(f"{kind}.jpeg", lambda good, kind=kind: odd_jpegs(good)[kind][0]),
+                            OCT_SMALL, {}, [f"{kind}.jpeg {message}", "--on-bad-image=skip"])
+       for kind, message in (("cmyk", "is a CMYK JPEG"), ("12-bit", "is a 12-bit JPEG"),
+                             ("lossless", "is a lossless or hierarchical JPEG"), ("empty", "is empty"))},
     "oct-no-kaggle-credentials": ("train_oct.py", None, ["--data-dir", "{tmp}/absent"] + OCT_SMALL,
                                   {"HOME": "{tmp}", "KAGGLE_CONFIG_DIR": "{tmp}/.kaggle"},
                                   ["no Kaggle credentials", "kaggle.json", "--data-dir"]),

@@ -77,3 +77,16 @@ def test_a_killed_worker_fails_the_launch_and_a_relaunch_resumes(fashion_data_di
     assert result.returncode == 0, result.stdout[-3000:]
     results = json.loads((model_dir / "results.json").read_text())
     assert results["start_global_step"] >= 20 and results["global_step"] == 400
+
+
+def test_an_evaluator_cluster_driven_by_epochs_finishes(fashion_data_dir, tmp_path):
+    # Chief + 1 worker, 1 replica each, 16 images per replica: 800 images take 25 steps an epoch.
+    # The evaluator must count the trainers' replicas to wait for step 25, not 50.
+    flags = ["--strategy", "multi_worker_mirrored", "--data-dir", fashion_data_dir, "--model-dir",
+             str(tmp_path / "m"), "--batch-size", "16", "--epochs", "1", "--warm-up-steps", "2",
+             "--eval-throttle-secs", "1"]
+    result = launch(["--workers", "1", "--evaluator"], flags)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert re.search(r"\[evaluator\] .*steps: +to global step 25,", result.stdout), result.stdout[-3000:]
+    assert re.search(r"\[evaluator\] .*Saving dict for global step 25: accuracy", result.stdout)
+    assert json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] == 25

@@ -36,6 +36,7 @@ def test_train_evaluate_export_and_predict_on_two_replicas(tree, tmp_path):
     assert results["global_step"] == 6 and results["replicas"] == 2 and results["global_batch_size"] == 16
     assert results["train_examples"] == 105 and results["eval_examples"] == 24
     assert results["skipped_files"] == [truncated]
+    assert results["skipped_file_problems"] == {truncated: "is truncated (no JPEG end marker)"}
     assert "skipped: 1 files" in result.stdout
     matrix = results["confusion_matrix"]
     assert [sum(row) for row in matrix] == [6, 6, 6, 6]
@@ -45,12 +46,12 @@ def test_train_evaluate_export_and_predict_on_two_replicas(tree, tmp_path):
 
     real_scan = os.path.join(tree, "test", "NORMAL", sorted(os.listdir(os.path.join(tree, "test", "NORMAL")))[0])
     predicted = script("predict.py", "--model", str(model_dir / "export"), "--json", real_scan, truncated)
-    assert predicted.returncode == 1  # one of the two files is not a whole JPEG
+    assert predicted.returncode == 1  # one of the two files is truncated
     good, bad = [json.loads(line) for line in predicted.stdout.splitlines()]
     assert good["file"] == real_scan and good["class"] in OCT_CLASSES
     assert sum(good["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
     assert good["class"] == max(good["probabilities"], key=good["probabilities"].get)
-    assert bad == {"file": truncated, "error": "not a whole JPEG file"}
+    assert bad == {"file": truncated, "error": "is truncated (no JPEG end marker)"}
     text = script("predict.py", "--model", results["export_dir"], real_scan)
     assert text.returncode == 0 and text.stdout.startswith(f"{real_scan}: {good['class']}  (CNV ")
 
@@ -78,7 +79,7 @@ def test_bad_images_and_folders_stop_before_training_naming_the_problem(tree, tm
     with open(os.path.join(tree, "test", "CNV", "broken.jpeg"), "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n not a jpeg")
     result = script("train_oct.py", "--data-dir", data_dir, "--model-dir", str(tmp_path / "m"), *SMALL)
-    assert "broken.jpeg is not a whole JPEG" in assert_clean_failure(result)
+    assert "broken.jpeg is not a JPEG file" in assert_clean_failure(result)
     assert "--on-bad-image=skip" in assert_clean_failure(result)
     os.remove(os.path.join(tree, "test", "CNV", "broken.jpeg"))
     shutil.copytree(os.path.join(tree, "test", "CNV"), os.path.join(tree, "test", "AMD"))

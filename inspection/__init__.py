@@ -1,0 +1,1 @@
+"""Tools that show what a job's input pipeline feeds the model, before hours of training."""

@@ -1,0 +1,69 @@
+"""The inspect_input command line: the task's own data flags, plus what to look at."""
+import argparse
+import json
+import os
+import sys
+
+from inspection import input_report
+from pipeline.errors import USER_ERRORS
+from pipeline.flags import build_parser, positive_int
+from pipeline.logs import configure_logging
+from pipeline.tasks import fashion, oct as oct_task
+
+TASKS = {"fashion": fashion.TASK, "oct": oct_task.TASK}
+
+
+def build_inspect_parser():
+    """Returns the parser of the inspection flags; the task's flags are parsed by its own parser."""
+    parser = argparse.ArgumentParser(
+        description="Show what a job's training input pipeline feeds the model: class counts per batch, the "
+                    "class mix against the dataset's, images/sec and a contact sheet of the first batch. Flags "
+                    "not listed here are the task's own data flags (e.g. --data-dir, --cache, --records-dir, "
+                    "--image-size, --synthetic, --batch-size, --seed); see train_fashion.py or train_oct.py --help.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), required=True, help="which job's input to inspect")
+    parser.add_argument("--batches", type=positive_int, default=10, help="batches to read")
+    parser.add_argument("--workers", type=positive_int, default=1,
+                        help="input pipelines (cluster workers) the files are shared between")
+    parser.add_argument("--worker-index", type=int, default=0, help="which worker's share to read (from 0)")
+    parser.add_argument("--sheet", default=None, help="write a PNG contact sheet of the first batch here")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return parser
+
+
+def main(argv=None):
+    """Runs the inspect_input command line; returns the exit code."""
+    parser = build_inspect_parser()
+    args, task_argv = parser.parse_known_args(argv)
+    if not 0 <= args.worker_index < args.workers:
+        parser.error(f"--worker-index {args.worker_index} must be from 0 to --workers - 1 ({args.workers - 1})")
+    task = TASKS[args.task]
+    task_args = build_parser(task).parse_args(task_argv)
+    configure_logging(task_args.verbose)
+    try:
+        data = task.prepare_data(task_args, task_args.batch_size)
+        report = input_report.inspect_batches(data.train_input_fn, args.batches, len(data.class_names),
+                                              input_report.input_context(args.workers, args.worker_index))
+        report.update(input_report.class_mix(report["class_counts_per_batch"], data.train_class_counts))
+        if args.sheet:
+            os.makedirs(os.path.dirname(os.path.abspath(args.sheet)), exist_ok=True)
+            input_report.write_contact_sheet(report["first_images"], report["first_labels"], data.class_names,
+                                             args.sheet)
+    except USER_ERRORS as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 1
+    first_labels = report.pop("first_labels")
+    report.pop("first_images")
+    report.update(task=task.name, data_source=data.source, class_names=list(data.class_names),
+                  batch_size=task_args.batch_size, workers=args.workers, worker_index=args.worker_index,
+                  train_examples=data.num_train_examples, first_batch_labels=first_labels.tolist(),
+                  sheet=os.path.abspath(args.sheet) if args.sheet else None)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        header = (f"{task.name}: training input of {data.source} data ({data.num_train_examples} images), "
+                  f"batch {task_args.batch_size}, worker {args.worker_index + 1} of {args.workers}")
+        print(input_report.format_report(report, data.class_names, header))
+        if args.sheet:
+            print(f"contact sheet of the first batch: {report['sheet']}")
+    return 0

@@ -1,0 +1,97 @@
+"""What a training input_fn yields: class counts per batch, the class mix against the
+dataset's, throughput, and a contact sheet of the first batch."""
+import time
+
+import numpy as np
+import tensorflow as tf
+
+
+def inspect_batches(input_fn, num_batches, num_classes, input_context=None):
+    """Returns a report dict over the first `num_batches` batches of `input_fn`.
+
+    Keys: class_counts_per_batch (a list per batch, in class order),
+    images_per_sec (batches after the first, which includes start-up; the first
+    alone when there is one), first_images and first_labels (numpy arrays of the
+    first batch, labels as class indices).
+    """
+    dataset = input_fn(input_context) if input_context is not None else input_fn()
+    counts, first_images, first_labels = [], None, None
+    start = time.perf_counter()
+    after_first, images_after_first = start, 0
+    for features, labels in dataset.take(num_batches).as_numpy_iterator():
+        indices = labels.argmax(axis=-1)
+        counts.append(np.bincount(indices, minlength=num_classes).tolist())
+        if first_images is None:
+            first_images, first_labels = next(iter(features.values())), indices
+            after_first = time.perf_counter()
+        else:
+            images_after_first += len(indices)
+    end = time.perf_counter()
+    if images_after_first:
+        rate = images_after_first / (end - after_first)
+    else:
+        rate = sum(counts[0]) / (end - start) if counts else 0.0
+    return {"class_counts_per_batch": counts, "images_per_sec": rate,
+            "first_images": first_images, "first_labels": first_labels}
+
+
+def class_mix(counts_per_batch, dataset_counts=None):
+    """Returns {'class_counts', 'class_share', 'dataset_class_share' (None if unknown),
+    'single_class_batches'} for per-batch class counts."""
+    counts = np.asarray(counts_per_batch).reshape(len(counts_per_batch), -1)
+    totals = counts.sum(axis=0)
+    return {
+        "class_counts": totals.tolist(),
+        "class_share": (totals / max(1, totals.sum())).tolist(),
+        "dataset_class_share": (np.asarray(dataset_counts) / np.sum(dataset_counts)).tolist()
+        if dataset_counts is not None and np.sum(dataset_counts) else None,
+        "single_class_batches": int(((counts.max(axis=1) == counts.sum(axis=1)) & (counts.sum(axis=1) > 1)).sum()),
+    }
+
+
+def format_report(report, class_names, header):
+    """Returns the report as text: a table of class counts per batch, then the mix and throughput."""
+    width = max(6, *(len(n) for n in class_names))
+    lines = [header, "batch " + " ".join(f"{n:>{width}}" for n in class_names)]
+    for i, counts in enumerate(report["class_counts_per_batch"], 1):
+        lines.append(f"{i:5d} " + " ".join(f"{c:>{width}d}" for c in counts))
+    total = sum(report["class_counts"])
+    lines.append(f"class mix over {len(report['class_counts_per_batch'])} batches ({total} images)"
+                 + (" against the dataset's:" if report["dataset_class_share"] else ":"))
+    for i, name in enumerate(class_names):
+        expected = (f"  (dataset {100 * report['dataset_class_share'][i]:5.1f}%)"
+                    if report["dataset_class_share"] else "")
+        lines.append(f"  {name:{width}s} {100 * report['class_share'][i]:5.1f}%{expected}")
+    lines.append(f"batches of a single class: {report['single_class_batches']}")
+    lines.append(f"input throughput: {report['images_per_sec']:.1f} images/sec (after the first batch)")
+    return "\n".join(lines)
+
+
+def write_contact_sheet(images, labels, class_names, path, columns=8, max_images=64):
+    """Writes up to `max_images` images of a batch in a grid, each titled with its class; returns `path`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    images, labels = images[:max_images], labels[:max_images]
+    rows = max(1, -(-len(images) // columns))
+    figure, axes = plt.subplots(rows, columns, figsize=(columns * 1.6, rows * 1.8), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, image, label in zip(axes.flat, images, labels):
+        image = np.asarray(image, np.float32)
+        ax.imshow(image[..., 0] if image.shape[-1] == 1 else image / max(1.0, image.max()), cmap="gray",
+                  vmin=0, vmax=255 if image.max() > 1 else 1)
+        ax.set_title(class_names[int(label)], fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+    return path
+
+
+def input_context(workers, worker_index):
+    """Returns the InputContext of worker `worker_index` of `workers` (None for one worker)."""
+    if workers <= 1:
+        return None
+    return tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker_index,
+                                      num_replicas_in_sync=workers)

@@ -1,0 +1,76 @@
+"""inspect_input.py as a user runs it before training: every input mode of both jobs, on
+data of the real size and class order, shows batches mixed like the dataset."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, OCT2017_TRAIN_COUNTS, assert_clean_failure
+
+SCRIPT = os.path.join(ROOT, "scripts", "inspect_input.py")
+BATCHES = 100
+
+
+def inspect(*argv):
+    result = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def inspect_json(*argv):
+    return json.loads(inspect(*argv, "--json").stdout)
+
+
+def assert_mixed_like_the_dataset(report, tolerance=0.04):
+    counts = np.array(report["class_counts_per_batch"])
+    assert counts.shape == (BATCHES, len(report["class_names"]))
+    share = counts.sum(0) / counts.sum()
+    assert np.abs(share - report["dataset_class_share"]).max() < tolerance, (share, report["dataset_class_share"])
+    assert report["single_class_batches"] == 0 and (counts.max(1) < counts.sum(1)).all()
+    assert report["images_per_sec"] > 0
+
+
+@pytest.mark.parametrize("mode", ["jpeg", "memory-cache", "file-cache", "prepared-shards"])
+def test_every_oct_mode_on_the_full_size_tree_feeds_mixed_batches(full_oct_tree, full_oct_records, tmp_path, mode):
+    flags = {"jpeg": [], "memory-cache": ["--cache", "memory"], "file-cache": ["--cache", str(tmp_path / "cache")],
+             "prepared-shards": ["--records-dir", full_oct_records]}[mode]
+    report = inspect_json("--task", "oct", "--data-dir", os.path.dirname(full_oct_tree), "--image-size", "32",
+                          "--batches", str(BATCHES), *flags)
+    assert report["class_names"] == list(OCT2017_TRAIN_COUNTS)
+    assert report["train_examples"] == sum(OCT2017_TRAIN_COUNTS.values())
+    assert_mixed_like_the_dataset(report)
+
+
+def test_fashion_records_of_the_real_size_feed_mixed_batches(full_fashion_data_dir):
+    report = inspect_json("--task", "fashion", "--data-dir", full_fashion_data_dir, "--batch-size", "32",
+                          "--batches", str(BATCHES))
+    assert report["train_examples"] == 60000 and len(report["class_names"]) == 10
+    assert_mixed_like_the_dataset(report)
+
+
+def test_one_workers_share_text_report_and_contact_sheet(full_oct_tree, tmp_path):
+    sheet = tmp_path / "first-batch.png"
+    result = inspect("--task", "oct", "--data-dir", os.path.dirname(full_oct_tree), "--image-size", "32",
+                     "--batches", "5", "--workers", "3", "--worker-index", "2", "--sheet", str(sheet))
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("oct: training input of real data (83484 images), batch 32, worker 3 of 3")
+    assert lines[1].split() == ["batch", "CNV", "DME", "DRUSEN", "NORMAL"]
+    assert [sum(map(int, line.split()[1:])) for line in lines[2:7]] == [32] * 5
+    assert "class mix over 5 batches (160 images) against the dataset's:" in result.stdout
+    assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_synthetic_data_says_it_repeats_one_batch():
+    report = inspect_json("--task", "fashion", "--synthetic", "--batch-size", "16", "--batches", "3")
+    assert report["data_source"] == "synthetic" and report["dataset_class_share"] is None
+    assert report["class_counts_per_batch"][0] == report["class_counts_per_batch"][2]
+
+
+def test_a_worker_index_out_of_range_is_a_flag_error():
+    result = subprocess.run([sys.executable, SCRIPT, "--task", "oct", "--workers", "2", "--worker-index", "2"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--worker-index 2 must be from 0 to --workers - 1 (1)" in assert_clean_failure(result)
