@@ -120,3 +120,43 @@ def test_write_split_writes_the_official_names(tmp_path):
     paths = fashion_mnist.write_split(str(tmp_path), "test", np.ones((2, 28, 28)), [3, 4])
     assert [os.path.basename(p) for p in paths] == list(fashion_mnist.FILES["test"])
     np.testing.assert_array_equal(idx.read_idx(paths[1], idx.LABELS_MAGIC), [3, 4])
+
+
+def test_two_processes_downloading_at_once_fetch_each_file_once(fashion_data_dir, tmp_path):
+    # A loopback server that takes a second per file, so both downloads overlap.
+    import http.server
+    import subprocess
+    import sys
+    import threading
+    import time
+    from tests.conftest import ROOT
+
+    served = []
+
+    class Slow(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=fashion_data_dir, **kwargs)
+
+        def do_GET(self):
+            served.append(self.path)
+            time.sleep(1.0)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    code = (f"import sys; sys.path.insert(0, {ROOT!r}); from input_fns import fashion_mnist; "
+            f"print(len(fashion_mnist.download({str(tmp_path)!r}, base_url={url!r})))")
+    try:
+        processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+                     for _ in range(2)]
+        fetched = sorted(int(p.communicate(timeout=120)[0]) for p in processes)
+    finally:
+        server.shutdown()
+    assert fetched == [0, 4]  # one process fetched the four files, the other waited and found them
+    assert len(served) == 4
+    for split in ("train", "test"):
+        assert len(fashion_mnist.load_split(str(tmp_path), split)[1]) == (800 if split == "train" else 200)

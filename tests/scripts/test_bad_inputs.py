@@ -104,6 +104,14 @@ def oct_no_images(oct_sample, tmp_path):
     return data
 
 
+def oct_and_records_manifest(manifest):
+    def make(oct_sample, tmp_path):
+        (tmp_path / "records").mkdir()
+        (tmp_path / "records" / "manifest.json").write_text(json.dumps(manifest))
+        return oct_copy(oct_sample, tmp_path)
+    return make
+
+
 def oct_with(name, content):
     def make(oct_sample, tmp_path):
         data = oct_copy(oct_sample, tmp_path)
@@ -139,6 +147,17 @@ CASES = {
                             OCT_SMALL, {}, [f"{kind}.jpeg {message}", "--on-bad-image=skip"])
        for kind, message in (("cmyk", "is a CMYK JPEG"), ("12-bit", "is a 12-bit JPEG"),
                              ("lossless", "is a lossless or hierarchical JPEG"), ("empty", "is empty"))},
+    "oct-cache-dir-is-a-file": ("train_oct.py", oct_copy, OCT_SMALL + ["--cache", "{tmp}/file"], {},
+                                ["the cache dir", "is a file; pass --cache with a folder"]),
+    "oct-class-ordered-shards": ("train_oct.py", oct_and_records_manifest({"image_size": [32, 32], "counts": {}}),
+                                 OCT_SMALL + ["--records-dir", "{tmp}/records"], {},
+                                 ["written in class order by an earlier version", "scripts/prepare_oct.py"]),
+    "oct-manifest-missing-keys": ("train_oct.py", oct_and_records_manifest({"version": 2, "image_size": [32, 32]}),
+                                  OCT_SMALL + ["--records-dir", "{tmp}/records"], {},
+                                  ["manifest.json lacks counts, train_class_counts, test_labels_in_order, "
+                                   "counts.train, counts.test"]),
+    "fashion-cache-dir-is-a-file": ("train_fashion.py", fashion_copy, ["--cache-dir", "{tmp}/file"], {},
+                                    ["the cache dir", "is a file; pass --cache-dir with a folder"]),
     "oct-no-kaggle-credentials": ("train_oct.py", None, ["--data-dir", "{tmp}/absent"] + OCT_SMALL,
                                   {"HOME": "{tmp}", "KAGGLE_CONFIG_DIR": "{tmp}/.kaggle"},
                                   ["no Kaggle credentials", "kaggle.json", "--data-dir"]),
