@@ -7,9 +7,10 @@ from hooks.examples_per_second import ExamplesPerSecondHook
 from hooks.profiler import DeferredProfilerHook
 
 
-def _examples_per_second(global_batch_size, model_dir=None, every_n_steps=100, warm_up_steps=10, **_):
+def _examples_per_second(global_batch_size, model_dir=None, every_n_steps=100, warm_up_steps=10,
+                         excluded_time=None, **_):
     return ExamplesPerSecondHook(global_batch_size, every_n_steps=every_n_steps,
-                                 warm_up_steps=warm_up_steps, output_dir=model_dir)
+                                 warm_up_steps=warm_up_steps, output_dir=model_dir, excluded_time=excluded_time)
 
 
 def _profiler(model_dir, profile_steps=100, **_):

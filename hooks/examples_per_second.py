@@ -16,9 +16,14 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
     the step rate by the global batch (every replica's images), never dividing
     by the replica count. Every `every_n_steps` timed steps, and for the last
     steps at the end, it logs the window's throughput with its spread and,
-    given `output_dir`, writes it as the
-    TensorBoard scalar `images_per_sec`. Checkpoint writing falls outside the
-    timed interval when this hook runs before the Estimator's own hooks.
+    given `output_dir`, writes it as the TensorBoard scalar `images_per_sec`,
+    labelled with the exact global step (read once when the session starts,
+    then counted). A step is timed from this hook's before_run to its
+    after_run. The Estimator runs its own hooks' after_run first, its checkpoint
+    saver among them: given `excluded_time` (an object whose `seconds` grows by
+    the time spent elsewhere, such as a CheckpointTimer listening to that
+    saver), the time it grew by during a step is left out. The summary and
+    step-counter hooks only queue small events.
 
     After training, `step_times` holds every timed step's seconds,
     `cpu_times` the process CPU seconds spent meanwhile (all threads, the input
@@ -26,7 +31,7 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
     """
 
     def __init__(self, global_batch_size, every_n_steps=100, warm_up_steps=10,
-                 output_dir=None, clock=time.perf_counter, cpu_clock=time.process_time):
+                 output_dir=None, clock=time.perf_counter, cpu_clock=time.process_time, excluded_time=None):
         if global_batch_size <= 0:
             raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
         self.global_batch_size = global_batch_size
@@ -35,10 +40,11 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
         self.output_dir = output_dir
         self._clock = clock
         self._cpu_clock = cpu_clock
+        self._excluded_time = excluded_time
         self.step_times = []
         self.cpu_times = []
         self._steps_seen = 0
-        self._last_global_step = None
+        self._step = 0  # the global step after the last run
         self._reported = 0  # step_times[self._reported:] is the window not yet reported
         self._start = None
         self._writer = None
@@ -49,21 +55,28 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
         if self.output_dir:
             self._writer = tf.compat.v1.summary.FileWriterCache.get(self.output_dir)
 
+    def after_create_session(self, session, coord):
+        if self._global_step is not None:
+            self._step = int(session.run(self._global_step))
+
+    def _excluded(self):
+        return self._excluded_time.seconds if self._excluded_time is not None else 0.0
+
     def before_run(self, run_context):
+        self._excluded_start = self._excluded()
         self._start = self._clock()
         self._cpu_start = self._cpu_clock()
-        return tf.estimator.SessionRunArgs(self._global_step) if self._global_step is not None else None
 
     def after_run(self, run_context, run_values):
-        elapsed = self._clock() - self._start
-        cpu = self._cpu_clock() - self._cpu_start
+        excluded = self._excluded() - self._excluded_start
+        elapsed = self._clock() - self._start - excluded
+        cpu = max(0.0, self._cpu_clock() - self._cpu_start - excluded)
         self._steps_seen += 1
+        self._step += 1
         if self._steps_seen <= self.warm_up_steps:
             return
         self.step_times.append(elapsed)
         self.cpu_times.append(cpu)
-        # The global step is read before this step's increment.
-        self._last_global_step = None if run_values.results is None else run_values.results + 1
         if len(self.step_times) - self._reported >= self.every_n_steps:
             self._report_window()
 
@@ -74,13 +87,13 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
             self._writer.flush()
 
     def _report_window(self):
-        step_times, global_step = self.step_times[self._reported:], self._last_global_step
+        step_times, global_step = self.step_times[self._reported:], self._step
         self._reported = len(self.step_times)
         figures = throughput(step_times, self.global_batch_size)
         log.info("step %s: %.1f images/sec (+/- %.1f over %d steps, %.4f s/step)",
                  global_step, figures["images_per_sec"], figures["images_per_sec_std"],
                  len(step_times), figures["step_time_mean"])
-        if self._writer is not None and global_step is not None:
+        if self._writer is not None:
             summary = tf.compat.v1.Summary(value=[
                 tf.compat.v1.Summary.Value(tag="images_per_sec", simple_value=figures["images_per_sec"])])
             self._writer.add_summary(summary, global_step)

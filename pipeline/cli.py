@@ -1,4 +1,5 @@
 """The entry point the training scripts call: flags in, run loop, one-line errors out."""
+import os
 import sys
 
 import tensorflow as tf
@@ -6,6 +7,7 @@ import tensorflow as tf
 from pipeline import run_loop
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
+from pipeline.stopping import Interrupted
 
 # Runtime errors that come from the files a run reads or writes, not from a bug.
 _FILE_ERRORS = (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)
@@ -15,7 +17,8 @@ def main(task, argv=None):
     """Parses `argv` for `task`, runs it and returns the process exit code.
 
     Bad input ends in one line on stderr naming the problem and exit code 1;
-    checkpoints and results already written are left as they are.
+    checkpoints and results already written are left as they are. SIGINT and
+    SIGTERM end in one line saying what was saved and exit code 130 or 143.
     """
     parser = build_parser(task)
     args = parser.parse_args(argv)
@@ -27,8 +30,17 @@ def main(task, argv=None):
     except _FILE_ERRORS as e:
         print(f"{parser.prog}: error: {e.message.splitlines()[0]}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted; the latest checkpoint in {args.model_dir} is kept: "
-              "run the same command to resume", file=sys.stderr)
-        return 130
+    except Interrupted as e:
+        print(f"{parser.prog}: {_interrupted_message(e, args.model_dir)}", file=sys.stderr)
+        return e.exit_code
     return 0
+
+
+def _interrupted_message(interrupted, model_dir):
+    if str(interrupted) != f"stopped by {interrupted.name}":  # the run loop said what it saved
+        return str(interrupted)
+    latest = tf.train.latest_checkpoint(model_dir)  # stopped before or after training: nothing new to save
+    if latest:
+        return (f"{interrupted}; the latest checkpoint, {os.path.basename(latest)}, is kept in {model_dir}: "
+                "run the same command to resume")
+    return f"{interrupted} before any checkpoint was written"

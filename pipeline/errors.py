@@ -7,4 +7,8 @@ class UsageError(Exception):
     """A flag value or environment that the job cannot run with; the message says what to change."""
 
 
-USER_ERRORS = (UsageError, InputDataError, WeightsUnavailableError)
+class TrainingError(Exception):
+    """Training cannot go on (the loss diverged, say); the message says what to change."""
+
+
+USER_ERRORS = (UsageError, InputDataError, WeightsUnavailableError, TrainingError)

@@ -1,4 +1,5 @@
 """The one run loop every job uses: build the Estimator, train with hooks, evaluate, write results."""
+import contextlib
 import datetime
 import logging
 import os
@@ -9,12 +10,16 @@ import numpy as np
 import tensorflow as tf
 
 import hooks as hooks_lib
-from pipeline import batching, estimator as estimator_lib, results as results_lib
+from hooks.checkpoint_timer import CheckpointTimer
+from hooks.loss_watch import DivergenceError, LossWatchHook
+from hooks.stop import StopOnRequestHook
+from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, results as results_lib
 from pipeline.metrics import classification_report
 from pipeline.cluster_config import read_tf_config
 from pipeline.distribution import build_cluster_distribution, build_distribution
-from pipeline.errors import UsageError
+from pipeline.errors import TrainingError, UsageError
 from pipeline.logs import configure_logging
+from pipeline.stopping import Interrupted, StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +53,34 @@ def run(task, args):
     In a TF_CONFIG cluster every task trains (or evaluates, or serves variables)
     through tf.estimator.train_and_evaluate; only the chief then evaluates the
     final checkpoint and writes results.json, and the others return None.
+    Raises Interrupted after a stop signal (with a checkpoint of the step
+    reached) and TrainingError when the loss diverges.
     """
     configure_logging(args.verbose)
     ensure_writable_dir(args.model_dir)
     cluster = read_tf_config()
+    chief = cluster is None or cluster.is_chief
+    with StopSignals() as stop, (model_dir_lib.locked(args.model_dir) if chief else contextlib.nullcontext()):
+        return _run(task, args, cluster, stop)
+
+
+def _run(task, args, cluster, stop):
+    chief = cluster is None or cluster.is_chief
+    if chief:
+        model_dir_lib.remove_leftovers(args.model_dir)
     plan = build_plan(args, cluster)
     global_batch = args.batch_size * plan.replicas
     learning_rate = batching.scaled_learning_rate(
         args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
     data = task.prepare_data(args, args.batch_size)
     max_steps = args.max_steps or batching.steps_for_epochs(args.epochs, data.num_train_examples, global_batch)
+    if chief:
+        model_dir_lib.restorable_checkpoint(args.model_dir)
     start_step = estimator_lib.latest_global_step(args.model_dir)
+    if chief and start_step >= max_steps:
+        finished = _finished_results(args.model_dir, start_step)
+        if finished:
+            return finished
     _print_header(task, args, plan, data, global_batch, learning_rate, max_steps, start_step)
 
     if args.seed is not None:
@@ -67,22 +89,43 @@ def run(task, args):
         args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.log_steps,
         args.keep_checkpoints, args.seed)
     estimator = estimator_lib.build_estimator(task.build_model(args, learning_rate), config)
-    train_hooks = hooks_lib.build_hooks(
-        args.hooks, global_batch_size=global_batch, model_dir=args.model_dir,
-        every_n_steps=args.log_steps, warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps)
+    stop_hook, loss_watch = StopOnRequestHook(stop.requested), LossWatchHook(args.log_steps)
+    # The checkpoint timer measures each write of the Estimator's checkpoint saver, which
+    # runs before every hook here: the throughput hook leaves that time out of its steps.
+    checkpoint_timer = CheckpointTimer()
+    train_hooks = [stop_hook] + hooks_lib.build_hooks(
+        args.hooks, global_batch_size=global_batch, model_dir=args.model_dir, every_n_steps=args.log_steps,
+        warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps, excluded_time=checkpoint_timer) \
+        + [loss_watch]
 
     train_start = time.perf_counter()
-    if cluster is not None:
-        tf.estimator.train_and_evaluate(
-            estimator,
-            tf.estimator.TrainSpec(data.train_input_fn, max_steps=max_steps, hooks=train_hooks),
-            tf.estimator.EvalSpec(data.eval_input_fn, steps=None, start_delay_secs=0,
-                                  throttle_secs=args.eval_throttle_secs))
-        if not cluster.is_chief:
-            log.info("%s %d finished", cluster.task_type, cluster.index)
-            return None
-    elif start_step < max_steps:
-        estimator.train(data.train_input_fn, hooks=train_hooks, max_steps=max_steps)
+    with stop.training():
+        try:
+            if cluster is not None:
+                tf.estimator.train_and_evaluate(
+                    estimator,
+                    tf.estimator.TrainSpec(data.train_input_fn, max_steps=max_steps, hooks=train_hooks,
+                                           saving_listeners=[checkpoint_timer]),
+                    tf.estimator.EvalSpec(data.eval_input_fn, steps=None, start_delay_secs=0,
+                                          throttle_secs=args.eval_throttle_secs))
+            elif start_step < max_steps:
+                estimator.train(data.train_input_fn, hooks=train_hooks, max_steps=max_steps,
+                                saving_listeners=[checkpoint_timer])
+        except DivergenceError as e:
+            if chief:  # the saver runs before the loss check: it may have saved diverged weights
+                model_dir_lib.set_aside_diverged(args.model_dir, e.step)
+            raise TrainingError(
+                f"{e}: the learning rate is likely too high. Lower --learning-rate (or the batch) and run again "
+                f"to resume from the last good checkpoint, {_describe_checkpoint(args.model_dir)}, or start afresh "
+                "with another --model-dir") from None
+    if stop.requested():
+        raise Interrupted(stop.received, (
+            f"stopped by {Interrupted(stop.received).name} at global step {stop_hook.stopped_at_step}; "
+            f"checkpoint saved in {args.model_dir}: run the same command to resume")
+            if stop_hook.stopped_at_step is not None and chief else None)
+    if cluster is not None and not cluster.is_chief:
+        log.info("%s %d finished", cluster.task_type, cluster.index)
+        return None
     train_seconds = time.perf_counter() - train_start
     throughput = _throughput(train_hooks)
     if throughput is None and start_step < max_steps:
@@ -111,6 +154,9 @@ def run(task, args):
         "train_images_per_sec_std": throughput and throughput["images_per_sec_std"],
         "train_step_time_mean": throughput and throughput["step_time_mean"],
         "timed_steps": throughput["timed_steps"] if throughput else 0,
+        "checkpoint_seconds": round(checkpoint_timer.seconds, 3),
+        "checkpoints_saved": checkpoint_timer.saves,
+        "loss_warnings": loss_watch.warnings,
         "eval_examples": data.num_eval_examples,
         "eval_accuracy": float(evaluation["accuracy"]),
         "eval_loss": float(evaluation["loss"]),
@@ -127,6 +173,25 @@ def run(task, args):
     path = results_lib.write_results(args.model_dir, results)
     _print_summary(results, path)
     return results
+
+
+def _finished_results(model_dir, step):
+    """Returns the results of the run that finished at `step` in `model_dir` (re-printed), or None."""
+    try:
+        results = results_lib.read_results(model_dir)
+    except (OSError, ValueError):
+        return None
+    if results.get("global_step") != step:
+        return None
+    print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}); "
+          "nothing to do. Its results:", flush=True)
+    _print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
+    return results
+
+
+def _describe_checkpoint(model_dir):
+    checkpoint = tf.train.latest_checkpoint(model_dir)
+    return os.path.basename(checkpoint) if checkpoint else "none yet (the run starts from scratch)"
 
 
 def _per_class_report(estimator, data):

@@ -1,0 +1,20 @@
+"""A checkpoint-saver listener that measures the time spent writing checkpoints."""
+import time
+
+import tensorflow as tf
+
+
+class CheckpointTimer(tf.estimator.CheckpointSaverListener):
+    """Adds up the wall seconds of each checkpoint write (`seconds`) and counts them (`saves`)."""
+
+    def __init__(self, clock=time.perf_counter):
+        self._clock = clock
+        self.seconds, self.saves = 0.0, 0
+        self._start = None
+
+    def before_save(self, session, global_step_value):
+        self._start = self._clock()
+
+    def after_save(self, session, global_step_value):
+        self.seconds += self._clock() - self._start
+        self.saves += 1

@@ -1,0 +1,66 @@
+"""A SessionRunHook that stops a diverging run and warns about a rising loss."""
+import logging
+import math
+import statistics
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+
+class DivergenceError(Exception):
+    """The training loss became NaN or infinite; `step` is the global step it happened at."""
+
+    def __init__(self, step, loss):
+        super().__init__(f"the training loss became {loss} at global step {step}")
+        self.step, self.loss = step, loss
+
+
+class LossWatchHook(tf.estimator.SessionRunHook):
+    """Watches the training loss (the Estimator's, from the LOSSES collection) at every step.
+
+    A NaN or infinite loss raises DivergenceError at once, before hooks after
+    this one (the checkpoint saver among them) run, so no checkpoint of the
+    diverged weights is written. The rule for a rising loss: the mean loss of a
+    window of `window_steps` steps more than `rise_factor` times the mean of the
+    run's first window is logged as a warning and kept in `warnings`, once per
+    window.
+    """
+
+    def __init__(self, window_steps=100, rise_factor=2.0):
+        self.window_steps, self.rise_factor = window_steps, rise_factor
+        self.first_window_mean = None
+        self.warnings = []
+        self._window, self._loss, self._global_step, self._step = [], None, None, None
+
+    def begin(self):
+        losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
+        self._loss = losses[0] if losses else None
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self._step = int(session.run(self._global_step))
+
+    def before_run(self, run_context):
+        return tf.estimator.SessionRunArgs(self._loss) if self._loss is not None else None
+
+    def after_run(self, run_context, run_values):
+        self._step += 1
+        loss = run_values.results
+        if loss is None:
+            return
+        if not math.isfinite(loss):
+            raise DivergenceError(self._step, loss)
+        self._window.append(float(loss))
+        if len(self._window) < self.window_steps:
+            return
+        mean = statistics.fmean(self._window)
+        self._window = []
+        if self.first_window_mean is None:
+            self.first_window_mean = mean
+        elif mean > self.rise_factor * self.first_window_mean:
+            warning = (f"the mean training loss of the {self.window_steps} steps to global step {self._step} is "
+                       f"{mean:.4g}, over {self.rise_factor:g}x its first window's {self.first_window_mean:.4g}: "
+                       "training may be diverging (a learning rate too high?)")
+            log.warning(warning)
+            self.warnings.append(warning)

@@ -1,0 +1,144 @@
+"""The model dir: one run at a time, what interrupted runs leave behind, and which
+checkpoint a run can resume from."""
+import contextlib
+import glob
+import logging
+import os
+import re
+import shutil
+
+import numpy as np
+import tensorflow as tf
+
+from input_fns import locks
+from pipeline.errors import UsageError
+
+log = logging.getLogger(__name__)
+LOCK_FILE = ".run.lock"
+_CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+)$")
+
+
+@contextlib.contextmanager
+def locked(model_dir):
+    """Holds the model dir's lock for the duration of the block: one run per model dir.
+
+    Raises UsageError naming the running process when another run holds it. A
+    lock left by a process that died is taken over (the kernel releases it).
+    """
+    try:
+        fd = locks.acquire(os.path.join(model_dir, LOCK_FILE))
+    except locks.LockHeld as e:
+        raise UsageError(f"another run ({e.owner}) is training in the model dir {model_dir}; wait for it to "
+                         "finish, or pass another --model-dir") from None
+    try:
+        yield
+    finally:
+        locks.release(fd)
+
+
+def remove_leftovers(model_dir):
+    """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`),
+    export folders (`export/temp-*`) and temporary results files; returns the paths removed."""
+    found = (glob.glob(os.path.join(model_dir, "*_temp")) + glob.glob(os.path.join(model_dir, "*_temp_*"))
+             + glob.glob(os.path.join(model_dir, "export", "temp-*")) + glob.glob(os.path.join(model_dir, ".tmp-*")))
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+    if found:
+        log.info("removed what an interrupted run left: %s", ", ".join(sorted(found)))
+    return sorted(found)
+
+
+def checkpoint_problem(prefix, finite=False):
+    """Returns why the checkpoint `prefix` cannot be restored (missing, truncated, damaged
+    file; with `finite`, NaN or infinite values), or None when every tensor in it reads back
+    with a matching checksum."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name, dtype in reader.get_variable_to_dtype_map().items():
+            value = reader.get_tensor(name)
+            if finite and dtype.is_floating and not np.isfinite(value).all():
+                return f"it holds NaN or infinite values ({name})"
+    except (tf.errors.OpError, ValueError, IndexError) as e:  # IndexError: a data file cut short
+        return (getattr(e, "message", None) or str(e)).strip().splitlines()[0]
+    return None
+
+
+def candidate_checkpoints(model_dir):
+    """Returns the checkpoint prefixes in `model_dir`, newest (highest step) first: those the
+    `checkpoint` file lists and those whose files are on disk."""
+    prefixes = {}
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state:
+        for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
+            path = path if os.path.isabs(path) else os.path.join(model_dir, path)
+            match = re.search(r"-(\d+)$", path)
+            if match:
+                prefixes[path] = int(match.group(1))
+    for name in os.listdir(model_dir):
+        match = _CHECKPOINT.match(name)
+        if match:
+            prefixes[os.path.join(model_dir, match.group("prefix"))] = int(match.group("step"))
+    return sorted(prefixes, key=prefixes.get, reverse=True)
+
+
+def restorable_checkpoint(model_dir):
+    """Makes the newest checkpoint that reads back whole the one a run resumes from; returns
+    its prefix, or None when there is no checkpoint at all.
+
+    Newer damaged ones (a truncated data file from a full disk, a flipped byte, a
+    missing index) are renamed `<file>.damaged` and named in a warning, and the
+    `checkpoint` file is rewritten to point at the one kept. Raises UsageError when
+    checkpoints exist but none can be read.
+    """
+    skipped = []
+    for prefix in candidate_checkpoints(model_dir):
+        problem = checkpoint_problem(prefix)
+        if problem is None:
+            if skipped:
+                _set_aside(model_dir, prefix, skipped)
+            return prefix
+        skipped.append((prefix, problem))
+    if skipped:
+        raise UsageError(
+            f"no checkpoint in {model_dir} can be read ({'; '.join(f'{os.path.basename(p)}: {why}' for p, why in skipped)}); "
+            "move them away to train from scratch, or pass another --model-dir")
+    return None
+
+
+def set_aside_diverged(model_dir, nan_step):
+    """After a NaN loss at global step `nan_step`: renames `*.damaged` the checkpoints of the
+    weights that gave it (step nan_step - 1) and later, and older ones holding NaN or
+    infinite values (Adam's moments overflow before the loss does); the newest checkpoint
+    left, all finite, becomes the one a run resumes from. Returns its prefix, or None."""
+    bad, kept = [], None
+    for prefix in candidate_checkpoints(model_dir):
+        step = int(prefix.rsplit("-", 1)[1])
+        if step >= nan_step - 1:
+            bad.append((prefix, f"its weights give the NaN loss of step {nan_step}" if step == nan_step - 1
+                        else "saved after the loss diverged"))
+        elif checkpoint_problem(prefix, finite=True):
+            bad.append((prefix, checkpoint_problem(prefix, finite=True)))
+        else:
+            kept = prefix
+            break
+    if bad:
+        _set_aside(model_dir, kept, bad)
+    return kept
+
+
+def _set_aside(model_dir, kept, skipped):
+    for prefix, problem in skipped:
+        for path in glob.glob(glob.escape(prefix) + ".*"):
+            if not path.endswith(".damaged"):
+                os.replace(path, path + ".damaged")
+        log.warning("checkpoint %s is set aside (%s): its files are renamed *.damaged; a run resumes from %s",
+                    os.path.basename(prefix), problem, os.path.basename(kept) if kept else "scratch")
+    if kept is None:
+        os.replace(os.path.join(model_dir, "checkpoint"), os.path.join(model_dir, "checkpoint.damaged"))
+        return
+    state = tf.train.get_checkpoint_state(model_dir)
+    damaged = {os.path.basename(p) for p, _ in skipped}
+    kept_names = [os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else [])
+                  if os.path.basename(p) not in damaged]
+    tf.compat.v1.train.update_checkpoint_state(model_dir, os.path.basename(kept),
+                                               all_model_checkpoint_paths=kept_names or [os.path.basename(kept)])

@@ -1,0 +1,164 @@
+"""Operations a long run meets, with real processes and real signals: stop signals, damaged
+checkpoints, two runs on one model dir, a diverging loss, leftovers of killed runs."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from tests.conftest import ROOT, assert_clean_failure
+
+TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
+
+
+def command(data_dir, model_dir, *extra):
+    return [sys.executable, TRAIN, "--data-dir", data_dir, "--model-dir", str(model_dir), "--batch-size", "16",
+            "--checkpoint-steps", "1000", "--log-steps", "50", *extra]
+
+
+def start(data_dir, model_dir, *extra):
+    return subprocess.Popen(command(data_dir, model_dir, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def wait_for_training(process, model_dir, timeout=120):
+    """Waits until the run has written its first checkpoint (step 0) and trained past it."""
+    deadline = time.monotonic() + timeout
+    while not tf.train.latest_checkpoint(str(model_dir)):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(1.5)  # some hundreds of steps, none of them checkpointed (every 1000)
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_signal_saves_the_current_step_and_the_rerun_loses_nothing(fashion_data_dir, tmp_path, signum,
+                                                                           code):
+    model_dir = tmp_path / "m"
+    process = start(fashion_data_dir, model_dir, "--max-steps", "100000")
+    wait_for_training(process, model_dir)
+    sent = time.monotonic()
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=60)
+    seconds = time.monotonic() - sent
+    assert process.returncode == code, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    name = signal.Signals(signum).name
+    match = re.fullmatch(rf"train_fashion\.py: stopped by {name} at global step (\d+); checkpoint saved in "
+                         rf"{re.escape(str(model_dir))}: run the same command to resume", last)
+    assert match, last
+    assert "Traceback" not in err
+    step = int(match.group(1))
+    assert step > 0 and tf.train.latest_checkpoint(str(model_dir)).endswith(f"model.ckpt-{step}")
+    print(f"{name}: stopped {seconds:.1f} s after the signal at step {step}")
+
+    rerun = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", str(step + 20)),
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["start_global_step"] == step and results["global_step"] == step + 20
+
+
+def test_a_second_run_on_the_same_model_dir_stops_at_once_naming_the_first(fashion_data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    first = start(fashion_data_dir, model_dir, "--max-steps", "100000")
+    try:
+        wait_for_training(first, model_dir)
+        second = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", "10"), capture_output=True,
+                                text=True, timeout=120)
+        line = assert_clean_failure(second, f"another run (pid {first.pid} on ", "is training in the model dir",
+                                    "--model-dir")
+        assert second.returncode == 1, line
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    # The first run's lock died with it: a new run takes the model dir over.
+    third = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", "10"), capture_output=True,
+                           text=True, timeout=300)
+    assert third.returncode == 0, third.stderr[-2000:]
+
+
+@pytest.fixture()
+def two_checkpoints(fashion_data_dir, tmp_path):
+    """A model dir with checkpoints at steps 10 and 20, and the command that trains it to 30."""
+    model_dir = tmp_path / "m"
+    for steps in (10, 20):
+        done = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", str(steps), "--checkpoint-steps",
+                                      "10"), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30")
+
+
+def truncate_data(prefix):
+    data = [f for f in os.listdir(os.path.dirname(prefix)) if f.startswith(os.path.basename(prefix) + ".data")][0]
+    path = os.path.join(os.path.dirname(prefix), data)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)  # what a full disk leaves
+
+
+def flip_a_byte(prefix):
+    data = [f for f in os.listdir(os.path.dirname(prefix)) if f.startswith(os.path.basename(prefix) + ".data")][0]
+    path = os.path.join(os.path.dirname(prefix), data)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def remove_index(prefix):
+    os.remove(prefix + ".index")
+
+
+@pytest.mark.parametrize("damage", [truncate_data, flip_a_byte, remove_index])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(two_checkpoints, damage):
+    model_dir, train = two_checkpoints
+    damage(str(model_dir / "model.ckpt-20"))
+    result = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checkpoint model.ckpt-20 is set aside" in result.stderr and "resumes from model.ckpt-10" in result.stderr
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["start_global_step"] == 10 and results["global_step"] == 30
+    assert any(f.startswith("model.ckpt-20.") and f.endswith(".damaged") for f in os.listdir(model_dir))
+
+
+def test_no_readable_checkpoint_is_one_line(two_checkpoints):
+    model_dir, train = two_checkpoints
+    before = sorted(os.listdir(model_dir))
+    for step in (0, 10, 20):
+        truncate_data(str(model_dir / f"model.ckpt-{step}"))
+    result = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert_clean_failure(result, "no checkpoint in", "can be read (model.ckpt-20: ", "model.ckpt-10: ", "model.ckpt-0: ",
+                         "move them away to train from scratch")
+    assert sorted(os.listdir(model_dir)) == before  # nothing renamed, nothing written
+
+
+def test_a_diverging_loss_stops_with_one_line_naming_the_step_and_the_last_good_checkpoint(fashion_data_dir,
+                                                                                          tmp_path):
+    result = subprocess.run(command(fashion_data_dir, tmp_path / "m", "--max-steps", "200", "--learning-rate",
+                                    "1e7", "--checkpoint-steps", "1"), capture_output=True, text=True, timeout=300)
+    line = assert_clean_failure(result, "the training loss became nan at global step",
+                                "Lower --learning-rate", "resume from the last good checkpoint, model.ckpt-")
+    step = int(re.search(r"at global step (\d+)", line).group(1))
+    good = int(re.search(r"checkpoint, model\.ckpt-(\d+)", line).group(1))
+    # Saved every step: the checkpoints of the weights that gave the NaN and later were set aside, and
+    # earlier ones holding infinite values (Adam's moments overflow before the loss does).
+    assert 0 <= good <= step - 2
+    assert os.path.exists(tmp_path / "m" / f"model.ckpt-{step - 1}.index.damaged")
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "m")))
+    assert all(tf.math.reduce_all(tf.math.is_finite(reader.get_tensor(n))) for n, dtype in
+               reader.get_variable_to_dtype_map().items() if dtype.is_floating)
+
+
+def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
+    model_dir, train = two_checkpoints
+    (model_dir / "model.ckpt-25_temp").mkdir()
+    (model_dir / "model.ckpt-25_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x" * 1000)
+    (model_dir / "export" / "temp-1234567890").mkdir(parents=True)
+    result = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not (model_dir / "model.ckpt-25_temp").exists() and not (model_dir / "export" / "temp-1234567890").exists()
