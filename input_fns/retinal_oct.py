@@ -109,6 +109,10 @@ def ensure_dataset(data_dir, api_factory=kaggle_api):
         return root
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise InputDataError(f"the data dir {data_dir} is a file, not a folder")
+    if os.path.isdir(data_dir) and [n for n in os.listdir(data_dir) if not n.startswith(".")]:
+        raise InputDataError(f"{data_dir} holds no OCT2017 tree (a folder with train/ and test/ class folders "
+                             f"{', '.join(CLASS_NAMES)}); pass --data-dir with such a folder, or an empty or new "
+                             "one to download the dataset into")
     os.makedirs(data_dir, exist_ok=True)
     with locks.exclusive(os.path.join(data_dir, DOWNLOAD_LOCK)):
         root = find_split_root(data_dir)  # downloaded by the process this one waited for

@@ -4,6 +4,8 @@ import os
 import tensorflow as tf
 
 WEIGHTS_FILE = "vgg16_weights_tf_dim_ordering_tf_kernels_notop.h5"  # Keras's cache name
+VGG16_BASE_LAYERS = 18  # convolutions and poolings of VGG16 without its top (its input layer not counted)
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 VGG16_BGR_MEANS = (103.939, 116.779, 123.68)  # keras.applications.vgg16's ImageNet means
 
 
@@ -17,6 +19,10 @@ def _resolve_weights(weights):
     if weights != "imagenet":
         if not os.path.isfile(weights):
             raise WeightsUnavailableError(f"weights file not found: {weights}")
+        with open(weights, "rb") as f:
+            if f.read(8) != _HDF5_SIGNATURE:
+                raise WeightsUnavailableError(f"{weights} is not an HDF5 (.h5) weights file; pass --weights with "
+                                              f"a no-top VGG16 {WEIGHTS_FILE}, 'imagenet' or 'none'")
         return weights
     cached = os.path.join(os.path.expanduser("~"), ".keras", "models", WEIGHTS_FILE)
     if os.path.isfile(cached):
@@ -63,9 +69,16 @@ def build_vgg16_classifier(num_classes, image_size=(224, 224), weights="imagenet
     key is `input_name`.
     Compiled with legacy Keras Adam and categorical cross-entropy.
     """
+    if not 0 <= trainable_layers <= VGG16_BASE_LAYERS:
+        raise ValueError(f"trainable_layers must be from 0 to {VGG16_BASE_LAYERS}, got {trainable_layers}")
     inputs = tf.keras.Input(shape=tuple(image_size) + (input_channels,), dtype=tf.uint8, name=input_name)
-    base = tf.keras.applications.VGG16(include_top=False, weights=_resolve_weights(weights),
-                                       input_tensor=vgg16_preprocessing(inputs))
+    weights_path = _resolve_weights(weights)
+    try:
+        base = tf.keras.applications.VGG16(include_top=False, weights=weights_path,
+                                           input_tensor=vgg16_preprocessing(inputs))
+    except (ValueError, OSError) as e:  # an .h5 of another model, or a damaged one
+        raise WeightsUnavailableError(f"cannot load the VGG16 weights in {weights_path} "
+                                      f"({str(e).splitlines()[0]}); pass a no-top VGG16 {WEIGHTS_FILE}") from None
     for layer in base.layers[1:]:  # [0] is the input layer
         layer.trainable = False
     for layer in base.layers[len(base.layers) - trainable_layers:] if trainable_layers else []:

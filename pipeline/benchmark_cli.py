@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from pipeline import benchmark, benchmark_report
 from pipeline.errors import USER_ERRORS
-from pipeline.flags import build_parser
+from pipeline.flags import build_parser, non_negative_int, positive_int
 from pipeline.logs import configure_logging
 from pipeline.tasks import fashion, oct as oct_task
 
@@ -60,9 +60,9 @@ def build_benchmark_parser():
     parser.add_argument("--variants", type=str, default=None,
                         help="input-only variants, comma-separated; default all of the task's: "
                              + "; ".join(f"{t}: {', '.join(v)}" for t, v in benchmark.INPUT_VARIANTS.items()))
-    parser.add_argument("--warm-up-steps", type=int, default=5, help="untimed steps before each measurement")
-    parser.add_argument("--timed-steps", type=int, default=20, help="timed steps of each measurement")
-    parser.add_argument("--repeats", type=int, default=3, help="times the whole sweep runs, interleaved")
+    parser.add_argument("--warm-up-steps", type=non_negative_int, default=5, help="untimed steps before each measurement")
+    parser.add_argument("--timed-steps", type=positive_int, default=20, help="timed steps of each measurement")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="times the whole sweep runs, interleaved")
     parser.add_argument("--output", default=os.path.join("runs", "benchmark"), help="folder for the outputs")
     return parser
 

@@ -27,7 +27,15 @@ def main(task, argv=None):
     except USER_ERRORS as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 1
-    except _FILE_ERRORS as e:
+    except tf.errors.OpError as e:
+        if "Restoring from checkpoint failed" in e.message:  # Saver.restore's words for a graph mismatch
+            detail = next((line for line in e.message.splitlines() if "shape" in line.lower()), "")
+            print(f"{parser.prog}: error: the checkpoint in {args.model_dir} does not fit the model these flags "
+                  f"build{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
+                  "with (the same --image-size, say), or pass another --model-dir", file=sys.stderr)
+            return 1
+        if not isinstance(e, _FILE_ERRORS):
+            raise
         print(f"{parser.prog}: error: {e.message.splitlines()[0]}", file=sys.stderr)
         return 1
     except Interrupted as e:

@@ -42,6 +42,9 @@ def read_tf_config(environ=None) -> Optional[ClusterTask]:
     if not isinstance(config, dict):
         raise UsageError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
     cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    if not isinstance(task, dict):
+        raise UsageError(f"TF_CONFIG's 'task' must be an object like {{\"type\": \"worker\", \"index\": 0}}, "
+                         f"got {task!r}")
     if not cluster:
         return None
     if not isinstance(cluster, dict) or not all(isinstance(v, list) for v in cluster.values()):

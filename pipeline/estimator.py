@@ -27,9 +27,22 @@ def build_estimator(keras_model, run_config):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     A model dir without a checkpoint starts from the Keras model's current
-    weights; one with a checkpoint resumes from it.
+    weights; one with a checkpoint resumes from it. model_to_estimator's model_fn
+    saves through a Saver of its own that keeps 5 checkpoints whatever the
+    RunConfig says; its model_fn is wrapped here so that keep_checkpoint_max holds.
     """
-    return tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config)
+    estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config)
+    keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
+
+    def model_fn(features, labels, mode):
+        spec = keras_model_fn(features, labels, mode)
+        if spec.scaffold is not None and spec.scaffold.saver is not None:
+            spec.scaffold.saver._max_to_keep = keep
+            spec.scaffold.saver.saver_def.max_to_keep = keep
+        return spec
+
+    estimator._model_fn = model_fn  # TF 2.15, the last Estimator release: private, but frozen
+    return estimator
 
 
 def latest_global_step(model_dir):

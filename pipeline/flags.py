@@ -6,6 +6,7 @@ add flags of its own; `build_parser` returns the parser for its script.
 import argparse
 
 import hooks
+from models.learning_rate import SCHEDULES
 from pipeline import batching
 from pipeline.cluster_config import STRATEGIES
 
@@ -30,13 +31,37 @@ def non_negative_int(text):
 
 
 def positive_float(text):
-    """argparse type: a number > 0."""
+    """argparse type: a finite number > 0."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number greater than 0, got {text}")
+    return value
+
+
+def int_in_range(low, high):
+    """Returns an argparse type: a whole number from `low` to `high`."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+    return parse
+
+
+def non_negative_float(text):
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
 
 
@@ -78,7 +103,14 @@ def build_parser(task):
                             "'none' uses --learning-rate as it is")
     train.add_argument("--reference-batch-size", type=positive_int, default=d["reference_batch_size"],
                        help="global batch at which --learning-rate was tuned")
-    train.add_argument("--seed", type=int, default=None, help="random seed for weights and shuffling")
+    train.add_argument("--lr-schedule", choices=SCHEDULES, default="constant",
+                       help="the rate over training: 'constant', 'cosine' decay to 0 at the final step, or 'step' "
+                            "decay (x0.1 at half and three quarters of the final step)")
+    train.add_argument("--warm-up-epochs", type=non_negative_float, default=0.0,
+                       help="epochs over which the rate rises linearly to its full value first (Goyal et al.; "
+                            "for large global batches)")
+    train.add_argument("--seed", type=int_in_range(0, 2 ** 31 - 1), default=None,
+                       help="random seed for weights and shuffling")
 
     devices = parser.add_argument_group("devices")
     devices.add_argument("--gpus", type=non_negative_int, default=None,

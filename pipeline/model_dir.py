@@ -63,6 +63,23 @@ def checkpoint_problem(prefix, finite=False):
     return None
 
 
+def check_fits(model_dir, keras_model):
+    """Raises UsageError when the latest checkpoint in `model_dir` holds layer weights of other
+    shapes than `keras_model`'s (it was trained with other flags, such as another image size)."""
+    checkpoint = tf.train.latest_checkpoint(model_dir)
+    if not checkpoint:
+        return
+    saved = sorted(tuple(shape) for name, shape in tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+                   .items() if name.startswith("layer_with_weights-") and "OPTIMIZER_SLOT" not in name
+                   and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+    wanted = sorted(tuple(weight.shape) for weight in keras_model.weights)
+    if saved != wanted:
+        difference = sorted(set(saved) ^ set(wanted))[:2]
+        raise UsageError(f"the checkpoint {os.path.basename(checkpoint)} in {model_dir} does not fit the model these "
+                         f"flags build (weight shapes {', '.join(map(str, difference))} differ); resume with the "
+                         "flags it was trained with (the same --image-size, say), or pass another --model-dir")
+
+
 def candidate_checkpoints(model_dir):
     """Returns the checkpoint prefixes in `model_dir`, newest (highest step) first: those the
     `checkpoint` file lists and those whose files are on disk."""

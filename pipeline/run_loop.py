@@ -11,8 +11,10 @@ import tensorflow as tf
 
 import hooks as hooks_lib
 from hooks.checkpoint_timer import CheckpointTimer
+from hooks.learning_rate import LearningRateHook
 from hooks.loss_watch import DivergenceError, LossWatchHook
 from hooks.stop import StopOnRequestHook
+from models.learning_rate import ScheduledRate
 from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, results as results_lib
 from pipeline.metrics import classification_report
 from pipeline.cluster_config import read_tf_config
@@ -81,22 +83,27 @@ def _run(task, args, cluster, stop):
         finished = _finished_results(args.model_dir, start_step)
         if finished:
             return finished
-    _print_header(task, args, plan, data, global_batch, learning_rate, max_steps, start_step)
+    schedule = ScheduledRate(learning_rate, max_steps, args.lr_schedule, batching.steps_for_epochs(
+        args.warm_up_epochs, data.num_train_examples, global_batch) if args.warm_up_epochs else 0)
+    _print_header(task, args, plan, data, global_batch, schedule, max_steps, start_step)
 
     if args.seed is not None:
         tf.keras.utils.set_random_seed(args.seed)
     config = estimator_lib.build_run_config(
         args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.log_steps,
         args.keep_checkpoints, args.seed)
-    estimator = estimator_lib.build_estimator(task.build_model(args, learning_rate), config)
+    keras_model = task.build_model(args, schedule)
+    model_dir_lib.check_fits(args.model_dir, keras_model)
+    estimator = estimator_lib.build_estimator(keras_model, config)
     stop_hook, loss_watch = StopOnRequestHook(stop.requested), LossWatchHook(args.log_steps)
+    rate_hook = LearningRateHook(args.model_dir if chief else None, args.summary_steps)
     # The checkpoint timer measures each write of the Estimator's checkpoint saver, which
     # runs before every hook here: the throughput hook leaves that time out of its steps.
     checkpoint_timer = CheckpointTimer()
     train_hooks = [stop_hook] + hooks_lib.build_hooks(
         args.hooks, global_batch_size=global_batch, model_dir=args.model_dir, every_n_steps=args.log_steps,
         warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps, excluded_time=checkpoint_timer) \
-        + [loss_watch]
+        + [loss_watch, rate_hook]
 
     train_start = time.perf_counter()
     with stop.training():
@@ -147,7 +154,11 @@ def _run(task, args, cluster, stop):
         "distribution": plan.description,
         "per_replica_batch_size": args.batch_size,
         "global_batch_size": global_batch,
-        "learning_rate": learning_rate,
+        # The rate the optimizer applied at this run's last step, read back from the graph.
+        "learning_rate": rate_hook.last,
+        "learning_rate_first_step": rate_hook.first,
+        "learning_rate_base": learning_rate,
+        "learning_rate_schedule": schedule.get_config(),
         "train_examples": data.num_train_examples,
         "train_seconds": round(train_seconds, 3),
         "train_images_per_sec": throughput and throughput["images_per_sec"],
@@ -223,7 +234,7 @@ def _throughput(train_hooks):
     return None
 
 
-def _print_header(task, args, plan, data, global_batch, learning_rate, max_steps, start_step):
+def _print_header(task, args, plan, data, global_batch, schedule, max_steps, start_step):
     scaling = (f"{args.learning_rate:g} x {global_batch}/{args.reference_batch_size}, linear scaling"
                if args.lr_scaling == "linear" else "not scaled with the batch")
     resume = (f"resuming from step {start_step}" if start_step else "starting from scratch")
@@ -231,7 +242,7 @@ def _print_header(task, args, plan, data, global_batch, learning_rate, max_steps
           f"{data.num_eval_examples} test images\n"
           f"  devices:       {plan.description}\n"
           f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {global_batch} global\n"
-          f"  learning rate: {learning_rate:g} ({scaling})\n"
+          f"  learning rate: {schedule.base_rate:g} ({scaling}), {schedule.describe()}\n"
           f"  steps:         to global step {max_steps}, {resume}\n"
           f"  model dir:     {args.model_dir}", flush=True)
 

@@ -7,7 +7,9 @@ import tensorflow as tf
 from input_fns import image_folder, records, retinal_oct, synthetic
 from input_fns.errors import InputDataError
 from input_fns.files import write_json_atomically
-from models.vgg16_transfer import build_vgg16_classifier
+from models.vgg16_transfer import VGG16_BASE_LAYERS, build_vgg16_classifier
+from pipeline.errors import UsageError
+from pipeline.flags import int_in_range, positive_int
 from pipeline.tasks import FEATURE_KEY, Task, TaskData
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
@@ -16,6 +18,7 @@ RECORDS_MANIFEST = "manifest.json"
 RECORDS_VERSION = 2  # 2: training records in shuffled order
 _MANIFEST_KEYS = ("image_size", "counts", "train_class_counts", "test_labels_in_order")
 CHANNELS = 1  # the scans are grayscale JPEGs; the model repeats them to 3 channels
+MAX_IMAGE_SIZE = 2048  # OCT2017's widest scans are 1536 pixels: larger sizes only upsample
 
 
 def cache_argument(text):
@@ -25,12 +28,12 @@ def cache_argument(text):
 
 def add_flags(parser):
     group = parser.add_argument_group("OCT")
-    group.add_argument("--image-size", type=int, default=224,
+    group.add_argument("--image-size", type=int_in_range(32, MAX_IMAGE_SIZE), default=224,
                        help="height and width the scans are resized to (VGG16 needs at least 32)")
     group.add_argument("--weights", default="imagenet",
                        help="VGG16 base weights: 'imagenet' (Keras's cached file, downloaded once), "
                             "'none' (random) or the path of a no-top VGG16 .h5 weights file")
-    group.add_argument("--trainable-layers", type=int, default=4,
+    group.add_argument("--trainable-layers", type=int_in_range(0, VGG16_BASE_LAYERS), default=4,
                        help="layers at the end of the VGG16 base left trainable; the rest are frozen")
     group.add_argument("--on-bad-image", choices=image_folder.BAD_IMAGE_POLICIES, default="fail",
                        help="a file that cannot be decoded as a grayscale JPEG (another format, truncated, "
@@ -45,20 +48,31 @@ def add_flags(parser):
                             "(reused by later runs; an incomplete one is rebuilt) (default none)")
     group.add_argument("--records-dir", default=None,
                        help="train on TFRecord shards made by scripts/prepare_oct.py instead of the JPEGs")
-    group.add_argument("--shuffle-buffer", type=int, default=2048,
+    group.add_argument("--shuffle-buffer", type=positive_int, default=2048,
                        help="with --cache: images shuffled anew each epoch after the cache, which holds "
                             "them in an order shuffled once")
 
 
 def _image_size(args):
-    if args.image_size < 32:
-        raise InputDataError(f"--image-size {args.image_size} is too small: VGG16 needs at least 32")
     return (args.image_size, args.image_size)
+
+
+def check_step_memory(image_size, batch_size, available=None):
+    """Raises UsageError when one replica's VGG16 step would need more memory than the machine
+    has: about 512 bytes per pixel per image (its two largest float32 activations, 64
+    channels each, at full size)."""
+    available = available or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    needed = 512 * image_size * image_size * batch_size
+    if needed > available:
+        raise UsageError(f"--image-size {image_size} with --batch-size {batch_size} needs about "
+                         f"{needed / 2 ** 30:.0f} GiB per step for VGG16's activations and this machine has "
+                         f"{available / 2 ** 30:.0f} GiB; use a smaller --image-size or --batch-size")
 
 
 def prepare_data(args, batch_size):
     """Returns TaskData over OCT2017's train and test folders (or prepared shards, or synthetic data)."""
     size = _image_size(args)
+    check_step_memory(args.image_size, batch_size)
     serving = image_folder.make_serving_input_fn(size, CHANNELS, fast_decode=args.decode == "reduced",
                                                  feature_key=FEATURE_KEY)
     if args.synthetic:
@@ -67,7 +81,8 @@ def prepare_data(args, batch_size):
                                            feature_key=FEATURE_KEY, num_examples=SYNTHETIC_SIZES[split],
                                            dtype=tf.uint8)
         return TaskData(make(True, "train"), make(False, "test"), SYNTHETIC_SIZES["train"],
-                        SYNTHETIC_SIZES["test"], "synthetic", serving_input_fn=serving)
+                        SYNTHETIC_SIZES["test"], "synthetic", class_names=retinal_oct.CLASS_NAMES,
+                        serving_input_fn=serving)
     if args.records_dir:
         return _records_data(args, batch_size, size, serving)
     root = retinal_oct.ensure_dataset(args.data_dir)

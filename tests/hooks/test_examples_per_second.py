@@ -90,3 +90,21 @@ def test_hooks_are_built_by_name():
     assert isinstance(built[1], DeferredProfilerHook)
     with pytest.raises(ValueError, match="unknown hook nope; known hooks: examples_per_second, profiler"):
         hooks.build_hooks(["nope"], global_batch_size=32)
+
+
+class GrowingSeconds:
+    """An excluded_time source: another hook spends `per_step[i]` seconds during step i."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+
+def test_time_spent_writing_checkpoints_during_a_step_is_left_out():
+    excluded = GrowingSeconds()
+    hook = ExamplesPerSecondHook(global_batch_size=10, warm_up_steps=0, every_n_steps=100, excluded_time=excluded,
+                                 clock=FakeClock([0.5, 2.5, 0.5]), cpu_clock=FakeClock([0.5, 2.5, 0.5]))
+    for checkpoint_seconds in (0.0, 2.0, 0.0):  # the second step's window holds a 2 s checkpoint write
+        hook.before_run(None)
+        excluded.seconds += checkpoint_seconds
+        hook.after_run(None, Values())
+    assert hook.step_times == pytest.approx([0.5, 0.5, 0.5])

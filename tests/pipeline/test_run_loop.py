@@ -63,3 +63,55 @@ def test_synthetic_data_needs_no_dataset(tmp_path):
     assert results["data_source"] == "synthetic" and results["eval_examples"] == 10000
     assert not os.path.exists(tmp_path / "absent")
     assert any(name.startswith("timeline-") for name in os.listdir(tmp_path / "model"))
+
+
+def learning_rates_in_tensorboard(model_dir):
+    import glob
+    return {e.step: v.simple_value for path in glob.glob(os.path.join(model_dir, "events.out.tfevents.*"))
+            for e in tf.compat.v1.train.summary_iterator(path) for v in e.summary.value if v.tag == "learning_rate"}
+
+
+def median_weight_change(model_dir, step_before, step_after):
+    import numpy as np
+    before = tf.train.load_checkpoint(os.path.join(model_dir, f"model.ckpt-{step_before}"))
+    after = tf.train.load_checkpoint(os.path.join(model_dir, f"model.ckpt-{step_after}"))
+    name = next(n for n in before.get_variable_to_shape_map()
+                if n.startswith("layer_with_weights-3/kernel/.ATTRIBUTES"))  # the 64-unit dense layer
+    return float(np.median(np.abs(after.get_tensor(name) - before.get_tensor(name))))
+
+
+def test_a_resumed_run_applies_the_rate_its_flags_give_and_reports_it(fashion_data_dir, tmp_path):
+    model_dir = str(tmp_path / "model")
+    common = ["--data-dir", fashion_data_dir, "--model-dir", model_dir, "--batch-size", "16", "--lr-scaling",
+              "none", "--checkpoint-steps", "1", "--keep-checkpoints", "10", "--summary-steps", "1",
+              "--warm-up-steps", "0"]
+    first = run(TASK, fashion_args(*common, "--max-steps", "5", "--learning-rate", "1e-4"))
+    assert first["learning_rate"] == pytest.approx(1e-4, rel=1e-6)
+    resumed = run(TASK, fashion_args(*common, "--max-steps", "7", "--learning-rate", "0.1"))
+    assert resumed["learning_rate"] == resumed["learning_rate_first_step"] == pytest.approx(0.1, rel=1e-6)
+    assert len([f for f in os.listdir(model_dir) if f.endswith(".index")]) == 8  # --keep-checkpoints 10 holds
+    # Adam moves each weight by about the rate: the change seen in the checkpoints is the new rate's, not
+    # the 1e-4 the first run's checkpoint holds.
+    assert median_weight_change(model_dir, 0, 1) < 1e-3
+    assert median_weight_change(model_dir, 5, 6) > 1e-2
+    rates = learning_rates_in_tensorboard(model_dir)
+    assert rates[4] == pytest.approx(1e-4, rel=1e-6) and rates[5] == rates[6] == pytest.approx(0.1, rel=1e-6)
+
+
+def test_a_resumed_run_on_more_replicas_applies_the_rescaled_rate(fashion_data_dir, tmp_path):
+    common = ["--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "model"), "--batch-size", "16",
+              "--learning-rate", "1e-3", "--reference-batch-size", "16"]
+    assert run(TASK, fashion_args(*common, "--max-steps", "3"))["learning_rate"] == pytest.approx(1e-3, rel=1e-6)
+    resumed = run(TASK, fashion_args(*common, "--max-steps", "6", "--cpu-replicas", "2"))
+    assert resumed["learning_rate"] == pytest.approx(2e-3, rel=1e-6) and resumed["global_batch_size"] == 32
+
+
+def test_warm_up_and_cosine_decay_follow_the_global_step(fashion_data_dir, tmp_path):
+    results = run(TASK, fashion_args("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--batch-size",
+                                     "16", "--lr-scaling", "none", "--learning-rate", "0.01", "--max-steps", "50",
+                                     "--lr-schedule", "cosine", "--warm-up-epochs", "0.2", "--summary-steps", "1"))
+    rates = learning_rates_in_tensorboard(str(tmp_path))
+    assert results["learning_rate_schedule"]["warm_up_steps"] == 10  # 0.2 x 800 images / 16
+    assert rates[0] == pytest.approx(0.001, rel=1e-6) and rates[4] == pytest.approx(0.005, rel=1e-6)  # (step+1)/10
+    assert rates[9] == pytest.approx(0.01, rel=1e-6) and rates[30] == pytest.approx(0.005, rel=1e-6)  # cosine 1/2
+    assert results["learning_rate"] == pytest.approx(rates[49]) and rates[49] < 1e-4

@@ -17,6 +17,7 @@ import pytest
 
 from input_fns import fashion_mnist
 from pipeline.flags import build_parser
+from pipeline.model_dir import LOCK_FILE
 from pipeline.run_loop import run
 from pipeline.tasks.fashion import TASK as FASHION
 from tests.conftest import ROOT, assert_clean_failure, make_oct_tree, odd_jpegs
@@ -36,8 +37,10 @@ def trained_model_dir(fashion_data_dir, tmp_path_factory):
 
 
 def snapshot(directory):
+    """Returns {file: sha256} of every file under `directory` but the run lock (it names the last
+    run's process and holds no data)."""
     return {os.path.relpath(os.path.join(d, f), directory): hashlib.sha256(open(os.path.join(d, f), "rb").read())
-            .hexdigest() for d, _, files in os.walk(directory) for f in files}
+            .hexdigest() for d, _, files in os.walk(directory) for f in files if f != LOCK_FILE}
 
 
 # --- Fashion-MNIST data makers: each returns a --data-dir ---------------------------------------
@@ -112,6 +115,13 @@ def oct_and_records_manifest(manifest):
     return make
 
 
+def oct_only_val(oct_sample, tmp_path):
+    data = oct_copy(oct_sample, tmp_path)
+    os.rename(data / "OCT2017" / "train", data / "OCT2017" / "val")
+    shutil.rmtree(data / "OCT2017" / "test")
+    return data
+
+
 def oct_with(name, content):
     def make(oct_sample, tmp_path):
         data = oct_copy(oct_sample, tmp_path)
@@ -158,6 +168,16 @@ CASES = {
                                    "counts.train, counts.test"]),
     "fashion-cache-dir-is-a-file": ("train_fashion.py", fashion_copy, ["--cache-dir", "{tmp}/file"], {},
                                     ["the cache dir", "is a file; pass --cache-dir with a folder"]),
+    "oct-weights-not-h5": ("train_oct.py", oct_copy, ["--image-size", "32", "--weights", "{tmp}/file"], {},
+                           ["is not an HDF5 (.h5) weights file"]),
+    "oct-tree-with-only-val": ("train_oct.py", oct_only_val, OCT_SMALL, {},
+                               ["holds no OCT2017 tree (a folder with train/ and test/ class folders"]),
+    "oct-step-larger-than-memory": ("train_oct.py", oct_copy, ["--image-size", "2048", "--batch-size", "4096",
+                                                               "--weights", "none"], {},
+                                    ["--image-size 2048 with --batch-size 4096 needs about 8192 GiB per step"]),
+    "tf-config-task-is-a-string": ("train_fashion.py", None, ["--synthetic", "--strategy", "multi_worker_mirrored"],
+                                   {"TF_CONFIG": '{"cluster": {"chief": ["127.0.0.1:1"]}, "task": "chief"}'},
+                                   ["TF_CONFIG's 'task' must be an object like"]),
     "oct-no-kaggle-credentials": ("train_oct.py", None, ["--data-dir", "{tmp}/absent"] + OCT_SMALL,
                                   {"HOME": "{tmp}", "KAGGLE_CONFIG_DIR": "{tmp}/.kaggle"},
                                   ["no Kaggle credentials", "kaggle.json", "--data-dir"]),
@@ -214,6 +234,34 @@ def test_bad_input_is_one_clear_line_and_harms_nothing(case, trained_model_dir, 
     last = assert_clean_failure(result, *fragments)
     assert last.startswith(f"{script}: error: "), last
     assert snapshot(model_dir) == before
+
+
+BAD_FLAGS = {
+    # id: (script, argv, fragment of the last line); each exits 2 before anything runs
+    "negative-seed": ("train_fashion.py", ["--synthetic", "--seed", "-1"], "--seed: must be from 0 to 2147483647"),
+    "infinite-epochs": ("train_fashion.py", ["--synthetic", "--epochs", "inf"], "--epochs: must be a finite number"),
+    "negative-warm-up-epochs": ("train_fashion.py", ["--synthetic", "--warm-up-epochs", "-1"],
+                                "--warm-up-epochs: must be a finite number >= 0"),
+    "unknown-lr-schedule": ("train_fashion.py", ["--synthetic", "--lr-schedule", "linear"], "--lr-schedule"),
+    "huge-image-size": ("train_oct.py", ["--synthetic", "--image-size", "100000"],
+                        "--image-size: must be from 32 to 2048, got 100000"),
+    "zero-shuffle-buffer": ("train_oct.py", ["--synthetic", "--shuffle-buffer", "0", "--cache", "memory"],
+                            "--shuffle-buffer: must be greater than 0"),
+    "too-many-trainable-layers": ("train_oct.py", ["--synthetic", "--trainable-layers", "19"],
+                                  "--trainable-layers: must be from 0 to 18, got 19"),
+    "benchmark-zero-timed-steps": ("benchmark.py", ["--task", "fashion", "--timed-steps", "0"],
+                                   "--timed-steps: must be greater than 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FLAGS))
+def test_bad_flag_values_exit_2_with_one_line_before_anything_runs(case, tmp_path):
+    script, argv, fragment = BAD_FLAGS[case]
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *argv, "--model-dir",
+                             str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert_clean_failure(result, fragment)
+    assert not (tmp_path / "m").exists()
 
 
 def test_ds_store_files_are_not_images(oct_sample, tmp_path):

@@ -95,3 +95,18 @@ def test_no_data_and_no_kaggle_credentials(tmp_path):
                     *SMALL, env=env)
     line = assert_clean_failure(result)
     assert "no Kaggle credentials" in line and "kaggle.json" in line and "--data-dir" in line
+
+
+def test_a_synthetic_runs_export_predicts_and_a_resume_with_another_image_size_is_one_line(oct_sample, tmp_path):
+    model_dir = tmp_path / "model"
+    trained = script("train_oct.py", "--synthetic", "--model-dir", str(model_dir), "--max-steps", "2", *SMALL)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    scan = os.path.join(oct_sample, "DME", sorted(os.listdir(os.path.join(oct_sample, "DME")))[0])
+    predicted = script("predict.py", "--model", str(model_dir / "export"), "--json", scan)
+    assert predicted.returncode == 0, predicted.stderr[-2000:]
+    assert json.loads(predicted.stdout)["class"] in OCT_CLASSES
+
+    resumed = script("train_oct.py", "--synthetic", "--model-dir", str(model_dir), "--max-steps", "4",
+                     "--image-size", "64", "--weights", "none", "--batch-size", "8")
+    assert_clean_failure(resumed, f"the checkpoint model.ckpt-2 in {model_dir} does not fit the model these flags "
+                                  "build (weight shapes (512, 4), (2048, 4) differ)", "the same --image-size")
