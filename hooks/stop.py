@@ -22,3 +22,13 @@ class StopOnRequestHook(tf.estimator.SessionRunHook):
         if self._should_stop():
             self.stopped_at_step = int(run_context.session.run(self._global_step))
             run_context.request_stop()
+
+
+class SessionStartedHook(tf.estimator.SessionRunHook):
+    """Calls `callback()` once the training session exists (after its creation and restore)."""
+
+    def __init__(self, callback):
+        self._callback = callback
+
+    def after_create_session(self, session, coord):
+        self._callback()

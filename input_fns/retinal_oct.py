@@ -8,9 +8,13 @@ resized (`write_resized_shards`) through `make_records_input_fn`.
 """
 import contextlib
 import io
+import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
+import time
 import zipfile
 
 import tensorflow as tf
@@ -23,10 +27,14 @@ CLASS_NAMES = ("CNV", "DME", "DRUSEN", "NORMAL")
 DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "kermany2018")
 CLEAN_ROOT = "OCT2017"  # the archive's own folder is "OCT2017 ", with a trailing space
 DOWNLOAD_LOCK = ".download.lock"
+STALL_SECONDS = 120  # a download that writes nothing for this long has stalled
 IMAGE_PATTERN = "*.jpeg"  # skips .DS_Store and anything else that is not an image
 _CREDENTIALS_HELP = (
     "put kaggle.json (Kaggle > Settings > API > Create New Token) in ~/.kaggle/ or set "
     "KAGGLE_USERNAME and KAGGLE_KEY, or pass --data-dir with the OCT2017 folder already on disk")
+
+
+log = logging.getLogger(__name__)
 
 
 class DownloadError(InputDataError):
@@ -94,7 +102,47 @@ def _download_error(error):
         "or pass --data-dir with the OCT2017 folder already on disk")
 
 
-def ensure_dataset(data_dir, api_factory=kaggle_api):
+class _Stalled(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def watch_progress(folder, stall_seconds, every_seconds=10.0, report=None):
+    """Logs the bytes written under `folder` and their rate every `every_seconds` while the block
+    runs, and ends the block with _Stalled when none were written for `stall_seconds`.
+
+    The Kaggle client sets no timeout on its requests, so a network that accepts a
+    connection but never answers would hang it forever. This works by SIGALRM,
+    in the main thread only (elsewhere the block runs unwatched).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    report = report or log.info
+    start = last_change = time.monotonic()
+    state = {"bytes": 0}
+
+    def tick(signum, frame):
+        now = time.monotonic()
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files
+                   if os.path.exists(os.path.join(d, f)))
+        nonlocal last_change
+        if size > state["bytes"]:
+            state["bytes"], last_change = size, now
+            report(f"downloading {DATASET}: {size / 1e6:.0f} MB so far, {size / 1e6 / (now - start):.1f} MB/s")
+        elif now - last_change >= stall_seconds:
+            raise _Stalled()
+
+    previous = signal.signal(signal.SIGALRM, tick)
+    signal.setitimer(signal.ITIMER_REAL, every_seconds, every_seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def ensure_dataset(data_dir, api_factory=kaggle_api, stall_seconds=STALL_SECONDS):
     """Returns the dataset root (with train/ and test/) under `data_dir`, downloading it if absent.
 
     One process at a time downloads: the others (the tasks of a cluster, a
@@ -120,15 +168,20 @@ def ensure_dataset(data_dir, api_factory=kaggle_api):
             return root
         for stale in (d for d in os.listdir(data_dir) if d.startswith(".download-")):
             shutil.rmtree(os.path.join(data_dir, stale), ignore_errors=True)  # its owner is dead: we hold the lock
-        return _download(data_dir, api_factory)
+        return _download(data_dir, api_factory, stall_seconds)
 
 
-def _download(data_dir, api_factory):
+def _download(data_dir, api_factory, stall_seconds):
     staging = tempfile.mkdtemp(prefix=".download-", dir=data_dir)
     try:
-        api = api_factory()
         try:
-            api.dataset_download_files(DATASET, path=staging, quiet=False, unzip=False)
+            with watch_progress(staging, stall_seconds, every_seconds=min(10.0, stall_seconds / 2)):
+                api = api_factory()
+                api.dataset_download_files(DATASET, path=staging, quiet=True, unzip=False)
+        except _Stalled:
+            raise DownloadError(f"the download of {DATASET} from Kaggle made no progress for {stall_seconds:g} s; "
+                                "check the network (a proxy or firewall that holds connections open?), or pass "
+                                "--data-dir with the OCT2017 folder already on disk") from None
         except DownloadError:
             raise
         except Exception as e:  # requests' ConnectionError / HTTPError, kagglesdk errors

@@ -9,6 +9,7 @@ from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.stopping import Interrupted
 
+_DISK_FULL = ("No space left on device", "File too large", "Disk quota exceeded")
 # Runtime errors that come from the files a run reads or writes, not from a bug.
 _FILE_ERRORS = (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)
 
@@ -27,7 +28,14 @@ def main(task, argv=None):
     except USER_ERRORS as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # writing results, an export's assets, a download, a conversion
+        print(f"{parser.prog}: error: {_io_failure(e.strerror or str(e), e.filename, args.model_dir)}", file=sys.stderr)
+        return 1
     except tf.errors.OpError as e:
+        full = [line.strip() for line in e.message.splitlines() if any(words in line for words in _DISK_FULL)]
+        if full:
+            print(f"{parser.prog}: error: {_io_failure(full[0], None, args.model_dir)}", file=sys.stderr)
+            return 1
         if "Restoring from checkpoint failed" in e.message:  # Saver.restore's words for a graph mismatch
             detail = next((line for line in e.message.splitlines() if "shape" in line.lower()), "")
             print(f"{parser.prog}: error: the checkpoint in {args.model_dir} does not fit the model these flags "
@@ -42,6 +50,13 @@ def main(task, argv=None):
         print(f"{parser.prog}: {_interrupted_message(e, args.model_dir)}", file=sys.stderr)
         return e.exit_code
     return 0
+
+
+def _io_failure(what, filename, model_dir):
+    where = f" ({filename})" if filename else ""
+    return (f"a write failed: {what}{where}; free some space (or fix the folder) and run the same command: it "
+            f"resumes from the latest whole checkpoint in {model_dir}, and the next run removes what this one "
+            "left half-written")
 
 
 def _interrupted_message(interrupted, model_dir):

@@ -16,6 +16,7 @@ class ClusterTask:
     task_type: str
     index: int
     num_workers: int  # chief + workers: the processes that train
+    addresses: dict = dataclasses.field(default_factory=dict)  # job -> [host:port], as TF_CONFIG lists them
 
     @property
     def is_chief(self):
@@ -62,4 +63,4 @@ def read_tf_config(environ=None) -> Optional[ClusterTask]:
     if task_type != "evaluator" and not 0 <= index < len(cluster.get(task_type, [])):
         raise UsageError(f"TF_CONFIG's task {task_type} {index} is not in its cluster "
                          f"({len(cluster.get(task_type, []))} {task_type} address(es))")
-    return ClusterTask(task_type, index, 1 + len(cluster.get("worker", [])))
+    return ClusterTask(task_type, index, 1 + len(cluster.get("worker", [])), cluster)

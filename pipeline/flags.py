@@ -124,6 +124,9 @@ def build_parser(task):
                          help="'mirrored': one machine; 'multi_worker_mirrored' (synchronous) or "
                               "'parameter_server' (asynchronous): the cluster that TF_CONFIG describes "
                               "(see scripts/launch_local_cluster.py)")
+    devices.add_argument("--cluster-wait-secs", type=positive_int, default=600,
+                         help="in a cluster: give up, with one line naming the tasks that do not answer, when "
+                              "training has not started after this long")
     devices.add_argument("--eval-throttle-secs", type=positive_int, default=10,
                          help="in a cluster with an evaluator task: least seconds between its evaluations")
 

@@ -37,9 +37,11 @@ def locked(model_dir):
 
 
 def remove_leftovers(model_dir):
-    """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`),
-    export folders (`export/temp-*`) and temporary results files; returns the paths removed."""
+    """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`), files
+    TensorFlow writes under a temporary name (`*.tmp<hex>`), export folders (`export/temp-*`)
+    and temporary results files; returns the paths removed."""
     found = (glob.glob(os.path.join(model_dir, "*_temp")) + glob.glob(os.path.join(model_dir, "*_temp_*"))
+             + glob.glob(os.path.join(model_dir, "*.tmp[0-9a-f]*"))
              + glob.glob(os.path.join(model_dir, "export", "temp-*")) + glob.glob(os.path.join(model_dir, ".tmp-*")))
     for path in found:
         shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)

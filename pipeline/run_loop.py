@@ -13,11 +13,12 @@ import hooks as hooks_lib
 from hooks.checkpoint_timer import CheckpointTimer
 from hooks.learning_rate import LearningRateHook
 from hooks.loss_watch import DivergenceError, LossWatchHook
-from hooks.stop import StopOnRequestHook
+from hooks.stop import SessionStartedHook, StopOnRequestHook
 from models.learning_rate import ScheduledRate
 from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, results as results_lib
 from pipeline.metrics import classification_report
 from pipeline.cluster_config import read_tf_config
+from pipeline.cluster_watch import ClusterWatch
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import TrainingError, UsageError
 from pipeline.logs import configure_logging
@@ -104,6 +105,11 @@ def _run(task, args, cluster, stop):
         args.hooks, global_batch_size=global_batch, model_dir=args.model_dir, every_n_steps=args.log_steps,
         warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps, excluded_time=checkpoint_timer) \
         + [loss_watch, rate_hook]
+
+    if cluster is not None and cluster.task_type != "ps":
+        watch = ClusterWatch(cluster, args.cluster_wait_secs, args.model_dir,
+                             every_secs=min(10.0, args.cluster_wait_secs / 3)).start()
+        train_hooks.append(SessionStartedHook(watch.started))
 
     train_start = time.perf_counter()
     with stop.training():

@@ -1,5 +1,6 @@
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -163,3 +164,40 @@ def test_two_tasks_downloading_at_once_end_with_one_whole_dataset(oct_sample, tm
     scan = image_folder.scan_folder(retinal_oct.split_pattern(str(data_dir / "OCT2017"), "train"), OCT_CLASSES)
     assert scan.class_counts() == dict.fromkeys(OCT_CLASSES, 3) and not scan.problems
     assert sorted(os.listdir(data_dir)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]
+
+
+class HangingKaggleApi(FakeKaggleApi):
+    """A network that accepts the connection and then never answers."""
+
+    def dataset_download_files(self, dataset, path, quiet, unzip):
+        time.sleep(600)
+
+
+class TrickleKaggleApi(FakeKaggleApi):
+    """A slow network: the archive arrives in pieces, 0.3 s apart."""
+
+    def dataset_download_files(self, dataset, path, quiet, unzip):
+        with open(os.path.join(path, "partial"), "wb") as f:
+            for _ in range(8):
+                f.write(b"x" * 100_000)
+                f.flush()
+                time.sleep(0.3)
+        os.remove(os.path.join(path, "partial"))
+        super().dataset_download_files(dataset, path, quiet, unzip)
+
+
+def test_a_download_that_stalls_gives_up_with_one_clear_error(oct_sample, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(retinal_oct.DownloadError, match=r"made no progress for 1 s; check the network"):
+        retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: HangingKaggleApi(oct_sample), stall_seconds=1)
+    assert time.monotonic() - started < 30
+    assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]
+
+
+def test_a_slow_download_that_progresses_is_reported_and_finishes(oct_sample, tmp_path, caplog):
+    caplog.set_level("INFO")
+    root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: TrickleKaggleApi(oct_sample),
+                                      stall_seconds=1)
+    assert root == str(tmp_path / "OCT2017")
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("downloading paultimothymooney")]
+    assert progress and re.search(r"\d+ MB so far, [\d.]+ MB/s", progress[0])

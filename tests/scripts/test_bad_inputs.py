@@ -157,7 +157,8 @@ CASES = {
                             OCT_SMALL, {}, [f"{kind}.jpeg {message}", "--on-bad-image=skip"])
        for kind, message in (("cmyk", "is a CMYK JPEG"), ("12-bit", "is a 12-bit JPEG"),
                              ("lossless", "is a lossless or hierarchical JPEG"), ("empty", "is empty"))},
-    "oct-cache-dir-is-a-file": ("train_oct.py", oct_copy, OCT_SMALL + ["--cache", "{tmp}/file"], {},
+    "oct-cache-dir-is-a-file": ("train_oct.py", oct_copy, OCT_SMALL + ["--cache", "{tmp}/file", "--model-dir",
+                                                                       "{tmp}/fresh"], {},
                                 ["the cache dir", "is a file; pass --cache with a folder"]),
     "oct-class-ordered-shards": ("train_oct.py", oct_and_records_manifest({"image_size": [32, 32], "counts": {}}),
                                  OCT_SMALL + ["--records-dir", "{tmp}/records"], {},
@@ -195,7 +196,7 @@ CASES = {
     "negative-batch-size": ("train_oct.py", None, ["--synthetic", "--batch-size", "-4"], {},
                             ["--batch-size", "must be greater than 0"]),
     "zero-epochs": ("train_fashion.py", None, ["--synthetic", "--epochs", "0"], {},
-                    ["--epochs", "must be greater than 0"]),
+                    ["--epochs", "must be a finite number greater than 0"]),
     "negative-max-steps": ("train_oct.py", None, ["--synthetic", "--max-steps", "-1"], {},
                            ["--max-steps", "must be greater than 0"]),
     "unwritable-model-dir": ("train_fashion.py", None, ["--synthetic", "--model-dir", "{tmp}/file/model"], {},

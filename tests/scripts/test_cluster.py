@@ -5,9 +5,10 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_clean_failure
 
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local_cluster.py")
 TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
@@ -90,3 +91,19 @@ def test_an_evaluator_cluster_driven_by_epochs_finishes(fashion_data_dir, tmp_pa
     assert re.search(r"\[evaluator\] .*steps: +to global step 25,", result.stdout), result.stdout[-3000:]
     assert re.search(r"\[evaluator\] .*Saving dict for global step 25: accuracy", result.stdout)
     assert json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] == 25
+
+
+def test_a_task_whose_peers_never_start_names_them_and_gives_up(fashion_data_dir, tmp_path):
+    from pipeline.launcher import free_ports
+    chief_port, worker_port = free_ports(2)
+    tf_config = {"cluster": {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"]},
+                 "task": {"type": "chief", "index": 0}}
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, TRAIN, "--strategy", "multi_worker_mirrored", "--data-dir",
+                             fashion_data_dir, "--model-dir", str(tmp_path / "m"), "--max-steps", "10",
+                             "--cluster-wait-secs", "9"], env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and time.monotonic() - started < 60
+    assert f"waiting for the cluster to start: no answer from worker 0 at 127.0.0.1:{worker_port}" in result.stderr
+    assert_clean_failure(result, "the cluster did not start within 9 s", f"worker 0 at 127.0.0.1:{worker_port}",
+                         "raise --cluster-wait-secs")

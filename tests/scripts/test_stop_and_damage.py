@@ -3,6 +3,7 @@ checkpoints, two runs on one model dir, a diverging loss, leftovers of killed ru
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -162,3 +163,26 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
     result = subprocess.run(train, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert not (model_dir / "model.ckpt-25_temp").exists() and not (model_dir / "export" / "temp-1234567890").exists()
+
+
+def limit_file_size(limit):
+    """A child's preexec: files larger than `limit` bytes cannot be written (EFBIG), as on a full disk."""
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@pytest.mark.parametrize("limit,what", [(300_000, "graph.pbtxt"), (800_000, "checkpoint data")])
+def test_a_full_disk_is_one_line_loses_nothing_and_its_leftovers_go(two_checkpoints, limit, what):
+    model_dir, train = two_checkpoints
+    before = {f: (model_dir / f).read_bytes() for f in os.listdir(model_dir)
+              if f.startswith(("model.ckpt-", "results.json", "checkpoint"))}
+    full = subprocess.run(train, capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size(limit))
+    assert_clean_failure(full, "a write failed:", "File too large", "run the same command: it resumes")
+    assert {f: (model_dir / f).read_bytes() for f in before} == before  # every checkpoint and result intact
+    assert any("_temp" in f or ".tmp" in f for f in os.listdir(model_dir)), what  # half-written leftovers
+    again = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not any("_temp" in f or ".tmp" in f for f in os.listdir(model_dir))
+    assert json.loads((model_dir / "results.json").read_text())["global_step"] == 30
