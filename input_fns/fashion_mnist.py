@@ -141,6 +141,7 @@ def _reusable_splits(cache_dir, fingerprint):
 
 
 def _convert(data_dir, cache_dir, fingerprint):
+    records.remove_partial_shards(cache_dir)  # of a conversion that was killed; we hold the lock
     splits = {}
     for split in FILES:
         images, labels = load_split(data_dir, split)

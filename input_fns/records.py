@@ -54,6 +54,17 @@ def shard_pattern(directory, prefix):
     return os.path.join(directory, f"{prefix}-*-of-*.tfrecord")
 
 
+def remove_partial_shards(directory, prefixes=("train", "test")):
+    """Removes the temporary folders (`.<prefix>-*`) that write_shards calls killed midway left
+    in `directory`; returns them. Call it holding the directory's conversion lock."""
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    leftovers = [os.path.join(directory, d) for d in names if any(d.startswith(f".{p}-") for p in prefixes)
+                 and os.path.isdir(os.path.join(directory, d))]
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+    return leftovers
+
+
 def write_shards(serialized_records, directory, prefix, num_shards):
     """Writes records round-robin into `num_shards` TFRecord files; returns their paths.
 

@@ -1,27 +1,20 @@
 """The inspect_input command line: the task's own data flags, plus what to look at."""
-import argparse
 import json
 import os
 import sys
 
 from inspection import input_report
 from pipeline.errors import USER_ERRORS
-from pipeline.flags import build_parser, positive_int
+from pipeline.flags import positive_int
 from pipeline.logs import configure_logging
-from pipeline.tasks import fashion, oct as oct_task
-
-TASKS = {"fashion": fashion.TASK, "oct": oct_task.TASK}
+from pipeline.tasks.registry import parse_tool_args, tool_parser
 
 
 def build_inspect_parser():
     """Returns the parser of the inspection flags; the task's flags are parsed by its own parser."""
-    parser = argparse.ArgumentParser(
-        description="Show what a job's training input pipeline feeds the model: class counts per batch, the "
-                    "class mix against the dataset's, images/sec and a contact sheet of the first batch. Flags "
-                    "not listed here are the task's own data flags (e.g. --data-dir, --cache, --records-dir, "
-                    "--image-size, --synthetic, --batch-size, --seed); see train_fashion.py or train_oct.py --help.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--task", choices=sorted(TASKS), required=True, help="which job's input to inspect")
+    parser = tool_parser("Show what a job's training input pipeline feeds the model: class counts per batch, "
+                         "the class mix against the dataset's, images/sec and a contact sheet of the first batch.",
+                         task_help="which job's input to inspect")
     parser.add_argument("--batches", type=positive_int, default=10, help="batches to read")
     parser.add_argument("--workers", type=positive_int, default=1,
                         help="input pipelines (cluster workers) the files are shared between")
@@ -34,11 +27,9 @@ def build_inspect_parser():
 def main(argv=None):
     """Runs the inspect_input command line; returns the exit code."""
     parser = build_inspect_parser()
-    args, task_argv = parser.parse_known_args(argv)
+    args, task, task_args = parse_tool_args(parser, argv)
     if not 0 <= args.worker_index < args.workers:
         parser.error(f"--worker-index {args.worker_index} must be from 0 to --workers - 1 ({args.workers - 1})")
-    task = TASKS[args.task]
-    task_args = build_parser(task).parse_args(task_argv)
     configure_logging(task_args.verbose)
     try:
         data = task.prepare_data(task_args, task_args.batch_size)

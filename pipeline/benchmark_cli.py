@@ -8,11 +8,9 @@ import tensorflow as tf
 
 from pipeline import benchmark, benchmark_report
 from pipeline.errors import USER_ERRORS
-from pipeline.flags import build_parser, non_negative_int, positive_int
+from pipeline.flags import non_negative_int, positive_int
 from pipeline.logs import configure_logging
-from pipeline.tasks import fashion, oct as oct_task
-
-TASKS = {"fashion": fashion.TASK, "oct": oct_task.TASK}
+from pipeline.tasks.registry import parse_tool_args, tool_parser
 
 
 def int_list(text):
@@ -40,13 +38,9 @@ def choice_list(choices):
 
 def build_benchmark_parser():
     """Returns the parser of the sweep flags."""
-    parser = argparse.ArgumentParser(
-        description="Measure training throughput over replicas, batch sizes, data sources and engines "
-                    "(or the input pipeline alone) and write results.csv, results.json, report.md and plots. "
-                    "Flags not listed here go to the task's training script (e.g. --data-dir, --image-size, "
-                    "--weights).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--task", choices=sorted(TASKS), required=True, help="which job to measure")
+    parser = tool_parser("Measure training throughput over replicas, batch sizes, data sources and engines "
+                         "(or the input pipeline alone) and write results.csv, results.json, report.md and plots.",
+                         task_help="which job to measure")
     devices = parser.add_mutually_exclusive_group()
     devices.add_argument("--gpus", type=int_list, help="GPU counts to sweep, e.g. 1,2,4")
     devices.add_argument("--cpu-replicas", type=int_list, help="logical CPU replica counts to sweep (no GPU)")
@@ -70,9 +64,7 @@ def build_benchmark_parser():
 def main(argv=None):
     """Runs the benchmark command line; returns the exit code."""
     parser = build_benchmark_parser()
-    args, task_argv = parser.parse_known_args(argv)
-    task = TASKS[args.task]
-    task_args = build_parser(task).parse_args(task_argv)
+    args, task, task_args = parse_tool_args(parser, argv)
     variants = None
     if args.input_only:
         variants = choice_list(benchmark.INPUT_VARIANTS[task.name])(

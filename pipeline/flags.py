@@ -30,14 +30,29 @@ def non_negative_int(text):
     return value
 
 
-def positive_float(text):
-    """argparse type: a finite number > 0."""
+def _finite_float(text):
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_float(text):
+    """argparse type: a finite number > 0."""
+    value = _finite_float(text)
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a finite number greater than 0, got {text}")
+    return value
+
+
+def non_negative_float(text):
+    """argparse type: a finite number >= 0."""
+    value = _finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
 
 
@@ -52,17 +67,6 @@ def int_in_range(low, high):
             raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
         return value
     return parse
-
-
-def non_negative_float(text):
-    """argparse type: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
 
 
 def hook_names(text):

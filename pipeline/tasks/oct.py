@@ -4,7 +4,7 @@ import os
 
 import tensorflow as tf
 
-from input_fns import image_folder, records, retinal_oct, synthetic
+from input_fns import image_folder, locks, records, retinal_oct, synthetic
 from input_fns.errors import InputDataError
 from input_fns.files import write_json_atomically
 from models.vgg16_transfer import VGG16_BASE_LAYERS, build_vgg16_classifier
@@ -157,6 +157,13 @@ def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shar
     class counts, the order's seed, and the test labels in reading order.
     """
     root = retinal_oct.ensure_dataset(data_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    with locks.exclusive(os.path.join(out_dir, ".prepare.lock")):
+        records.remove_partial_shards(out_dir)  # of a run that was killed
+        return _write_records(root, out_dir, image_size, on_bad_image, num_shards, seed)
+
+
+def _write_records(root, out_dir, image_size, on_bad_image, num_shards, seed):
     manifest = {"version": RECORDS_VERSION, "image_size": [image_size, image_size], "source": root,
                 "train_order_seed": seed, "counts": {}, "skipped_files": []}
     for split, shards in zip(("train", "test"), num_shards):

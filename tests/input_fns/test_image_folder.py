@@ -158,6 +158,8 @@ def test_odd_jpegs_are_found_by_their_headers_before_tensorflow_fails_on_them(oc
         with pytest.raises(tf.errors.InvalidArgumentError):  # what the check spares a training run
             tf.io.decode_jpeg(data, channels=1)
     assert image_folder.jpeg_problem(str(tmp_path / "absent.jpeg")) == "cannot be read (No such file or directory)"
+    (tmp_path / "folder.jpeg").mkdir()  # unreadable as a file, as a chmod-000 file is for anyone but root
+    assert image_folder.jpeg_problem(str(tmp_path / "folder.jpeg")) == "cannot be read (Is a directory)"
 
 
 def test_rgb_and_progressive_jpegs_are_fine(oct_sample, tmp_path):

@@ -44,6 +44,7 @@ def test_a_second_run_resumes_from_the_checkpoint_and_stops_at_max_steps(fashion
     assert results["start_global_step"] == 5 and results["global_step"] == 9
     assert results["timed_steps"] == 3  # steps 6-9, less one warm-up step
     written = open(os.path.join(model_dir, "results.json"), "rb").read()
+    assert os.stat(os.path.join(model_dir, "results.json")).st_mode & 0o777 == 0o644  # readable, as files are
     again = run(TASK, fashion_args(*common, "--max-steps", "9"))  # finished: nothing to do, nothing changes
     assert again == results and again["train_images_per_sec"] > 0
     assert open(os.path.join(model_dir, "results.json"), "rb").read() == written

@@ -240,7 +240,7 @@ def test_bad_input_is_one_clear_line_and_harms_nothing(case, trained_model_dir, 
 BAD_FLAGS = {
     # id: (script, argv, fragment of the last line); each exits 2 before anything runs
     "negative-seed": ("train_fashion.py", ["--synthetic", "--seed", "-1"], "--seed: must be from 0 to 2147483647"),
-    "infinite-epochs": ("train_fashion.py", ["--synthetic", "--epochs", "inf"], "--epochs: must be a finite number"),
+    "infinite-epochs": ("train_fashion.py", ["--synthetic", "--epochs", "inf"], "--epochs: must be a finite number, got inf"),
     "negative-warm-up-epochs": ("train_fashion.py", ["--synthetic", "--warm-up-epochs", "-1"],
                                 "--warm-up-epochs: must be a finite number >= 0"),
     "unknown-lr-schedule": ("train_fashion.py", ["--synthetic", "--lr-schedule", "linear"], "--lr-schedule"),

@@ -105,6 +105,10 @@ def test_a_synthetic_runs_export_predicts_and_a_resume_with_another_image_size_i
     predicted = script("predict.py", "--model", str(model_dir / "export"), "--json", scan)
     assert predicted.returncode == 0, predicted.stderr[-2000:]
     assert json.loads(predicted.stdout)["class"] in OCT_CLASSES
+    exports, results = os.listdir(model_dir / "export"), (model_dir / "results.json").read_bytes()
+    again = script("train_oct.py", "--synthetic", "--model-dir", str(model_dir), "--max-steps", "2", *SMALL)
+    assert again.returncode == 0 and "already finished at global step 2" in again.stdout
+    assert os.listdir(model_dir / "export") == exports and (model_dir / "results.json").read_bytes() == results
 
     resumed = script("train_oct.py", "--synthetic", "--model-dir", str(model_dir), "--max-steps", "4",
                      "--image-size", "64", "--weights", "none", "--batch-size", "8")

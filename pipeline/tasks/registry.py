@@ -1,0 +1,26 @@
+"""Every job by name, and the command line of the tools that work on one job (--task NAME)."""
+import argparse
+
+from pipeline.flags import build_parser
+from pipeline.tasks import fashion, oct as oct_task
+
+TASKS = {task.name: task for task in (fashion.TASK, oct_task.TASK)}
+
+
+def tool_parser(description, task_help):
+    """Returns the parser of a tool that works on one job: its own flags are added to it, and
+    the flags it does not know go to the job's own parser (see parse_tool_args)."""
+    parser = argparse.ArgumentParser(
+        description=f"{description} Flags not listed here are the job's own (e.g. --data-dir, --image-size, "
+                    "--cache, --records-dir, --synthetic, --batch-size, --seed); see train_fashion.py or "
+                    "train_oct.py --help.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), required=True, help=task_help)
+    return parser
+
+
+def parse_tool_args(parser, argv=None):
+    """Returns (the tool's args, the task, the task's args) from `argv`."""
+    args, task_argv = parser.parse_known_args(argv)
+    task = TASKS[args.task]
+    return args, task, build_parser(task).parse_args(task_argv)
