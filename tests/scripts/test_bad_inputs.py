@@ -256,13 +256,16 @@ BAD_FLAGS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FLAGS))
-def test_bad_flag_values_exit_2_with_one_line_before_anything_runs(case, tmp_path):
+def test_bad_flag_values_exit_2_with_one_line_before_anything_runs(case, trained_model_dir, tmp_path):
     script, argv, fragment = BAD_FLAGS[case]
+    model_dir = tmp_path / "model"
+    shutil.copytree(trained_model_dir, model_dir)
+    before = snapshot(model_dir)
     result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *argv, "--model-dir",
-                             str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
+                             str(model_dir)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert_clean_failure(result, fragment)
-    assert not (tmp_path / "m").exists()
+    assert snapshot(model_dir) == before and sorted(os.listdir(model_dir)) == sorted(os.listdir(trained_model_dir))
 
 
 def test_ds_store_files_are_not_images(oct_sample, tmp_path):
