@@ -90,7 +90,8 @@ def build_parser(task):
     data.add_argument("--data-dir", default=d["data_dir"],
                       help="folder holding the dataset (downloaded there when absent)")
     data.add_argument("--synthetic", action="store_true",
-                      help="train and evaluate on generated data of the dataset's shapes (no download)")
+                      help="train and evaluate on generated data of the dataset's shapes (no download): one "
+                           "random batch repeated, so accuracy can reach 1.0; for smoke runs and benchmarks")
 
     train = parser.add_argument_group("training")
     train.add_argument("--batch-size", type=positive_int, default=d["batch_size"],
@@ -99,7 +100,8 @@ def build_parser(task):
     length.add_argument("--epochs", type=positive_float, default=d["epochs"],
                         help="passes over the training set, turned into a final global step")
     length.add_argument("--max-steps", type=positive_int, default=None,
-                        help="final global step (overrides --epochs); a resumed run stops exactly there")
+                        help="final global step, instead of --epochs (give one or the other); a resumed run stops "
+                            "exactly there")
     train.add_argument("--learning-rate", type=positive_float, default=d["learning_rate"],
                        help="learning rate at --reference-batch-size global images per step")
     train.add_argument("--lr-scaling", choices=batching.LR_SCALING_RULES, default="linear",

@@ -10,7 +10,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pipeline  # noqa: E402,F401  (quiets TensorFlow's start-up log)
 from input_fns import retinal_oct  # noqa: E402
 from pipeline.errors import USER_ERRORS  # noqa: E402
-from pipeline.tasks.oct import prepare_records  # noqa: E402
+from pipeline.flags import int_in_range  # noqa: E402
+from pipeline.tasks.oct import MAX_IMAGE_SIZE, prepare_records  # noqa: E402
 
 
 def main(argv=None):
@@ -19,7 +20,8 @@ def main(argv=None):
     parser.add_argument("--data-dir", default=retinal_oct.DEFAULT_DATA_DIR,
                         help="folder holding (or to download) the OCT2017 tree")
     parser.add_argument("--out", required=True, help="folder for the shards and their manifest.json")
-    parser.add_argument("--image-size", type=int, default=224, help="height and width of the stored images")
+    parser.add_argument("--image-size", type=int_in_range(32, MAX_IMAGE_SIZE), default=224,
+                        help="height and width of the stored images")
     parser.add_argument("--on-bad-image", choices=("fail", "skip"), default="fail",
                         help="what to do with files that are not whole JPEGs")
     args = parser.parse_args(argv)
