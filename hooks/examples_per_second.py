@@ -5,10 +5,12 @@ import time
 
 import tensorflow as tf
 
+from hooks.stepping import StepCountingHook
+
 log = logging.getLogger(__name__)
 
 
-class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
+class ExamplesPerSecondHook(StepCountingHook):
     """Times each training step and reports images/sec over the global batch.
 
     Unlike the design write-up's hook it skips `warm_up_steps` steps (graph
@@ -17,8 +19,7 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
     by the replica count. Every `every_n_steps` timed steps, and for the last
     steps at the end, it logs the window's throughput with its spread and,
     given `output_dir`, writes it as the TensorBoard scalar `images_per_sec`,
-    labelled with the exact global step (read once when the session starts,
-    then counted). A step is timed from this hook's before_run to its
+    labelled with the exact global step (see StepCountingHook). A step is timed from this hook's before_run to its
     after_run. The Estimator runs its own hooks' after_run first, its checkpoint
     saver among them: given `excluded_time` (an object whose `seconds` grows by
     the time spent elsewhere, such as a CheckpointTimer listening to that
@@ -32,6 +33,7 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
 
     def __init__(self, global_batch_size, every_n_steps=100, warm_up_steps=10,
                  output_dir=None, clock=time.perf_counter, cpu_clock=time.process_time, excluded_time=None):
+        super().__init__()
         if global_batch_size <= 0:
             raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
         self.global_batch_size = global_batch_size
@@ -44,20 +46,14 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
         self.step_times = []
         self.cpu_times = []
         self._steps_seen = 0
-        self._step = 0  # the global step after the last run
         self._reported = 0  # step_times[self._reported:] is the window not yet reported
         self._start = None
         self._writer = None
-        self._global_step = None
 
     def begin(self):
-        self._global_step = tf.compat.v1.train.get_global_step()
+        super().begin()
         if self.output_dir:
             self._writer = tf.compat.v1.summary.FileWriterCache.get(self.output_dir)
-
-    def after_create_session(self, session, coord):
-        if self._global_step is not None:
-            self._step = int(session.run(self._global_step))
 
     def _excluded(self):
         return self._excluded_time.seconds if self._excluded_time is not None else 0.0
@@ -71,8 +67,8 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
         excluded = self._excluded() - self._excluded_start
         elapsed = self._clock() - self._start - excluded
         cpu = max(0.0, self._cpu_clock() - self._cpu_start - excluded)
+        self.count_step()
         self._steps_seen += 1
-        self._step += 1
         if self._steps_seen <= self.warm_up_steps:
             return
         self.step_times.append(elapsed)
@@ -87,7 +83,7 @@ class ExamplesPerSecondHook(tf.estimator.SessionRunHook):
             self._writer.flush()
 
     def _report_window(self):
-        step_times, global_step = self.step_times[self._reported:], self._step
+        step_times, global_step = self.step_times[self._reported:], self.global_step
         self._reported = len(self.step_times)
         figures = throughput(step_times, self.global_batch_size)
         log.info("step %s: %.1f images/sec (+/- %.1f over %d steps, %.4f s/step)",

@@ -5,6 +5,8 @@ import statistics
 
 import tensorflow as tf
 
+from hooks.stepping import StepCountingHook
+
 log = logging.getLogger(__name__)
 
 
@@ -16,7 +18,7 @@ class DivergenceError(Exception):
         self.step, self.loss = step, loss
 
 
-class LossWatchHook(tf.estimator.SessionRunHook):
+class LossWatchHook(StepCountingHook):
     """Watches the training loss (the Estimator's, from the LOSSES collection) at every step.
 
     A NaN or infinite loss raises DivergenceError at once, before hooks after
@@ -28,29 +30,27 @@ class LossWatchHook(tf.estimator.SessionRunHook):
     """
 
     def __init__(self, window_steps=100, rise_factor=2.0):
+        super().__init__()
         self.window_steps, self.rise_factor = window_steps, rise_factor
         self.first_window_mean = None
         self.warnings = []
-        self._window, self._loss, self._global_step, self._step = [], None, None, None
+        self._window, self._loss = [], None
 
     def begin(self):
+        super().begin()
         losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
         self._loss = losses[0] if losses else None
-        self._global_step = tf.compat.v1.train.get_global_step()
-
-    def after_create_session(self, session, coord):
-        self._step = int(session.run(self._global_step))
 
     def before_run(self, run_context):
         return tf.estimator.SessionRunArgs(self._loss) if self._loss is not None else None
 
     def after_run(self, run_context, run_values):
-        self._step += 1
+        self.count_step()
         loss = run_values.results
         if loss is None:
             return
         if not math.isfinite(loss):
-            raise DivergenceError(self._step, loss)
+            raise DivergenceError(self.global_step, loss)
         self._window.append(float(loss))
         if len(self._window) < self.window_steps:
             return
@@ -59,8 +59,8 @@ class LossWatchHook(tf.estimator.SessionRunHook):
         if self.first_window_mean is None:
             self.first_window_mean = mean
         elif mean > self.rise_factor * self.first_window_mean:
-            warning = (f"the mean training loss of the {self.window_steps} steps to global step {self._step} is "
-                       f"{mean:.4g}, over {self.rise_factor:g}x its first window's {self.first_window_mean:.4g}: "
+            warning = (f"the mean training loss of the {self.window_steps} steps to global step "
+                       f"{self.global_step} is {mean:.4g}, over {self.rise_factor:g}x its first window's {self.first_window_mean:.4g}: "
                        "training may be diverging (a learning rate too high?)")
             log.warning(warning)
             self.warnings.append(warning)

@@ -60,8 +60,9 @@ def _io_failure(what, filename, model_dir):
 
 
 def _interrupted_message(interrupted, model_dir):
-    if str(interrupted) != f"stopped by {interrupted.name}":  # the run loop said what it saved
-        return str(interrupted)
+    if interrupted.saved_at_step is not None:
+        return (f"{interrupted} at global step {interrupted.saved_at_step}; checkpoint saved in {model_dir}: "
+                "run the same command to resume")
     latest = tf.train.latest_checkpoint(model_dir)  # stopped before or after training: nothing new to save
     if latest:
         return (f"{interrupted}; the latest checkpoint, {os.path.basename(latest)}, is kept in {model_dir}: "

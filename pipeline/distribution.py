@@ -51,10 +51,14 @@ def gpu_count(gpus=None):
     return gpus
 
 
-def replica_devices(gpus=None, cpu_replicas=None):
-    """Returns the devices one machine trains on for `--gpus` / `--cpu-replicas` (see build_distribution)."""
+def _check_one_device_flag(gpus, cpu_replicas):
     if gpus is not None and cpu_replicas is not None:
         raise UsageError("--gpus and --cpu-replicas exclude each other: pick one")
+
+
+def replica_devices(gpus=None, cpu_replicas=None):
+    """Returns the devices one machine trains on for `--gpus` / `--cpu-replicas` (see build_distribution)."""
+    _check_one_device_flag(gpus, cpu_replicas)
     if cpu_replicas is not None:
         return split_cpu(cpu_replicas)
     return [f"/gpu:{i}" for i in range(gpu_count(gpus))] or ["/cpu:0"]
@@ -97,11 +101,9 @@ def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=N
     if cpu_replicas is not None and cpu_replicas > 1:
         raise UsageError(f"--cpu-replicas {cpu_replicas}: in a cluster each worker trains one replica on its CPU "
                          "(TF's multi-worker strategies cannot split it); drop --cpu-replicas, or add workers")
-    if gpus is not None and cpu_replicas is not None:
-        raise UsageError("--gpus and --cpu-replicas exclude each other: pick one")
+    _check_one_device_flag(gpus, cpu_replicas)
     devices = use_first_gpus(0 if cpu_replicas is not None else gpu_count(gpus)) or ["/cpu:0"]
-    on_gpus = devices[0].startswith("/gpu")
-    per_worker = len(devices) if on_gpus else 1
+    on_gpus, per_worker = devices[0].startswith("/gpu"), len(devices)
     if strategy_name == "multi_worker_mirrored":
         replicas = per_worker * cluster.num_workers
         description = f"MultiWorkerMirroredStrategy over {cluster.num_workers} workers x {per_worker} replica(s)"

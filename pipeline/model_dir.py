@@ -135,11 +135,12 @@ def set_aside_diverged(model_dir, nan_step):
         if step >= nan_step - 1:
             bad.append((prefix, f"its weights give the NaN loss of step {nan_step}" if step == nan_step - 1
                         else "saved after the loss diverged"))
-        elif checkpoint_problem(prefix, finite=True):
-            bad.append((prefix, checkpoint_problem(prefix, finite=True)))
-        else:
+            continue
+        problem = checkpoint_problem(prefix, finite=True)
+        if problem is None:
             kept = prefix
             break
+        bad.append((prefix, problem))
     if bad:
         _set_aside(model_dir, kept, bad)
     return kept

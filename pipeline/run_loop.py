@@ -64,11 +64,10 @@ def run(task, args):
     cluster = read_tf_config()
     chief = cluster is None or cluster.is_chief
     with StopSignals() as stop, (model_dir_lib.locked(args.model_dir) if chief else contextlib.nullcontext()):
-        return _run(task, args, cluster, stop)
+        return _run(task, args, cluster, chief, stop)
 
 
-def _run(task, args, cluster, stop):
-    chief = cluster is None or cluster.is_chief
+def _run(task, args, cluster, chief, stop):
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
     plan = build_plan(args, cluster)
@@ -132,11 +131,8 @@ def _run(task, args, cluster, stop):
                 f"to resume from the last good checkpoint, {_describe_checkpoint(args.model_dir)}, or start afresh "
                 "with another --model-dir") from None
     if stop.requested():
-        raise Interrupted(stop.received, (
-            f"stopped by {Interrupted(stop.received).name} at global step {stop_hook.stopped_at_step}; "
-            f"checkpoint saved in {args.model_dir}: run the same command to resume")
-            if stop_hook.stopped_at_step is not None and chief else None)
-    if cluster is not None and not cluster.is_chief:
+        raise Interrupted(stop.received, stop_hook.stopped_at_step if chief else None)
+    if not chief:
         log.info("%s %d finished", cluster.task_type, cluster.index)
         return None
     train_seconds = time.perf_counter() - train_start

@@ -7,12 +7,13 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(Exception):
-    """The run was stopped by `signum`; the message says what was saved and how to resume."""
+    """The run was stopped by `signum`; `saved_at_step` is the global step of the checkpoint
+    written on the way out, or None when the stop came outside training."""
 
-    def __init__(self, signum, message=None):
-        self.signum = signum
+    def __init__(self, signum, saved_at_step=None):
+        self.signum, self.saved_at_step = signum, saved_at_step
         self.name = signal.Signals(signum).name
-        super().__init__(message or f"stopped by {self.name}")
+        super().__init__(f"stopped by {self.name}")
 
     @property
     def exit_code(self):

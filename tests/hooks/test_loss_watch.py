@@ -11,7 +11,7 @@ class Run:
 
 
 def feed(hook, losses, first_step=0):
-    hook._step = first_step  # as after_create_session reads it
+    hook.global_step = first_step  # as after_create_session reads it
     for loss in losses:
         hook.after_run(None, Run(loss))
 
