@@ -17,8 +17,9 @@ class ExamplesPerSecondHook(StepCountingHook):
     initialisation and autotuning would otherwise be counted) and multiplies
     the step rate by the global batch (every replica's images), never dividing
     by the replica count. Every `every_n_steps` timed steps, and for the last
-    steps at the end, it logs the window's throughput with its spread and,
-    given `output_dir`, writes it as the TensorBoard scalar `images_per_sec`,
+    steps at the end, it logs the window's throughput with its spread (at debug
+    level: hooks.progress gives a person the speed) and, given `output_dir`,
+    writes it as the TensorBoard scalar `images_per_sec`,
     labelled with the exact global step (see StepCountingHook). A step is timed from this hook's before_run to its
     after_run. The Estimator runs its own hooks' after_run first, its checkpoint
     saver among them: given `excluded_time` (an object whose `seconds` grows by
@@ -86,7 +87,7 @@ class ExamplesPerSecondHook(StepCountingHook):
         step_times, global_step = self.step_times[self._reported:], self.global_step
         self._reported = len(self.step_times)
         figures = throughput(step_times, self.global_batch_size)
-        log.info("step %s: %.1f images/sec (+/- %.1f over %d steps, %.4f s/step)",
+        log.debug("step %s: %.1f images/sec (+/- %.1f over %d steps, %.4f s/step)",
                  global_step, figures["images_per_sec"], figures["images_per_sec_std"],
                  len(step_times), figures["step_time_mean"])
         if self._writer is not None:

@@ -27,7 +27,9 @@ FILES = {
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
 }
 DOWNLOAD_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
-DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "fashion-mnist")
+# 1,000 real test images shipped with the project (see its README.md for the attribution).
+SHIPPED_SAMPLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "fashion-mnist-sample")
+SAMPLE_TRAIN_IMAGES = 800  # of the shipped sample's 1,000, when it stands in for the dataset
 # 24 training shards divide evenly among 2, 3, 4, 6 or 8 workers, each reading its own.
 NUM_SHARDS = {"train": 24, "test": 2}
 TRAIN_ORDER_SEED = 0
@@ -182,3 +184,36 @@ def write_split(data_dir, split, images, labels):
     os.makedirs(data_dir, exist_ok=True)
     return [idx.write_idx(os.path.join(data_dir, name), np.asarray(array, np.uint8))
             for name, array in zip(FILES[split], (images, labels))]
+
+
+def split_sample(source_dir, out_dir, num_train, seed=0):
+    """Splits the test-file sample in `source_dir` into train and test IDX pairs in `out_dir`.
+
+    A sample such as SHIPPED_SAMPLE_DIR holds only t10k files; this makes a data
+    dir the job can train on. Returns (train count, test count).
+    """
+    images, labels = load_split(source_dir, "test")
+    if not 0 < num_train < len(labels):
+        raise ValueError(f"num_train must be between 1 and {len(labels) - 1}, got {num_train}")
+    order = np.random.default_rng(seed).permutation(len(labels))
+    train, test = order[:num_train], order[num_train:]
+    os.makedirs(out_dir, exist_ok=True)
+    write_split(out_dir, "train", images[train], labels[train])
+    write_split(out_dir, "test", images[test], labels[test])
+    return len(train), len(test)
+
+
+def unpack_shipped_sample(out_dir):
+    """Makes `out_dir` a data dir of the shipped sample, SAMPLE_TRAIN_IMAGES training and the rest
+    test images (seed 0), unless it is one already; returns `out_dir`."""
+    os.makedirs(out_dir, exist_ok=True)
+    with locks.exclusive(os.path.join(out_dir, DOWNLOAD_LOCK)):
+        if missing_files(out_dir):
+            staging = tempfile.mkdtemp(prefix=".sample-", dir=out_dir)
+            try:
+                split_sample(SHIPPED_SAMPLE_DIR, staging, SAMPLE_TRAIN_IMAGES)
+                for name in os.listdir(staging):  # each file whole or absent
+                    os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return out_dir

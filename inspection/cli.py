@@ -1,12 +1,9 @@
 """The inspect_input command line: the task's own data flags, plus what to look at."""
 import json
 import os
-import sys
 
-from inspection import input_report
-from pipeline.errors import USER_ERRORS
+from pipeline.cli import run_command
 from pipeline.flags import positive_int
-from pipeline.logs import configure_logging
 from pipeline.tasks.registry import parse_tool_args, tool_parser
 
 
@@ -26,23 +23,29 @@ def build_inspect_parser():
 
 def main(argv=None):
     """Runs the inspect_input command line; returns the exit code."""
-    parser = build_inspect_parser()
+    return run_command(build_inspect_parser(), lambda parsed: _inspect(*parsed), argv, parse=_parse)
+
+
+def _parse(parser, argv):
     args, task, task_args = parse_tool_args(parser, argv)
     if not 0 <= args.worker_index < args.workers:
         parser.error(f"--worker-index {args.worker_index} must be from 0 to --workers - 1 ({args.workers - 1})")
+    return args, task, task_args
+
+
+def _inspect(args, task, task_args):
+    from inspection import input_report  # imports TensorFlow: only once the arguments are known good
+    from pipeline.logs import configure_logging
+
     configure_logging(task_args.verbose)
-    try:
-        data = task.prepare_data(task_args, task_args.batch_size)
-        report = input_report.inspect_batches(data.train_input_fn, args.batches, len(data.class_names),
-                                              input_report.input_context(args.workers, args.worker_index))
-        report.update(input_report.class_mix(report["class_counts_per_batch"], data.train_class_counts))
-        if args.sheet:
-            os.makedirs(os.path.dirname(os.path.abspath(args.sheet)), exist_ok=True)
-            input_report.write_contact_sheet(report["first_images"], report["first_labels"], data.class_names,
-                                             args.sheet)
-    except USER_ERRORS as e:
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
-        return 1
+    data = task.prepare_data(task_args, task_args.batch_size)
+    report = input_report.inspect_batches(data.train_input_fn, args.batches, len(data.class_names),
+                                          input_report.input_context(args.workers, args.worker_index))
+    report.update(input_report.class_mix(report["class_counts_per_batch"], data.train_class_counts))
+    if args.sheet:
+        os.makedirs(os.path.dirname(os.path.abspath(args.sheet)), exist_ok=True)
+        input_report.write_contact_sheet(report["first_images"], report["first_labels"], data.class_names,
+                                         args.sheet)
     first_labels = report.pop("first_labels")
     report.pop("first_images")
     report.update(task=task.name, data_source=data.source, class_names=list(data.class_names),

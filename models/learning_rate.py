@@ -3,7 +3,8 @@ import math
 
 import tensorflow as tf
 
-SCHEDULES = ("constant", "cosine", "step")
+from models import LR_SCHEDULES
+
 COLLECTION = "learning_rate"  # where each call leaves its tensor, for hooks that report the applied rate
 STEP_DECAY_AT = (0.5, 0.75)  # fractions of training after which 'step' multiplies the rate by 0.1
 
@@ -21,8 +22,8 @@ class ScheduledRate(tf.keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, base_rate, total_steps, kind="constant", warm_up_steps=0):
-        if kind not in SCHEDULES:
-            raise ValueError(f"unknown learning-rate schedule {kind!r}; known: {', '.join(SCHEDULES)}")
+        if kind not in LR_SCHEDULES:
+            raise ValueError(f"unknown learning-rate schedule {kind!r}; known: {', '.join(LR_SCHEDULES)}")
         self.base_rate, self.total_steps, self.kind = float(base_rate), int(total_steps), kind
         self.warm_up_steps = int(warm_up_steps)
 

@@ -3,14 +3,11 @@ import os
 
 import tensorflow as tf
 
+from models import VGG16_BASE_LAYERS, WeightsUnavailableError
+
 WEIGHTS_FILE = "vgg16_weights_tf_dim_ordering_tf_kernels_notop.h5"  # Keras's cache name
-VGG16_BASE_LAYERS = 18  # convolutions and poolings of VGG16 without its top (its input layer not counted)
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 VGG16_BGR_MEANS = (103.939, 116.779, 123.68)  # keras.applications.vgg16's ImageNet means
-
-
-class WeightsUnavailableError(Exception):
-    """Pretrained weights are neither cached nor downloadable; the message says what to do."""
 
 
 def _resolve_weights(weights):

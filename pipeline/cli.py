@@ -1,59 +1,82 @@
-"""The entry point the training scripts call: flags in, run loop, one-line errors out."""
+"""The one way a command line runs: arguments parsed first, then the work, and every known
+failure turned into one line and an exit code."""
 import os
 import sys
 
-import tensorflow as tf
-
-from pipeline import run_loop
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.stopping import Interrupted
 
 _DISK_FULL = ("No space left on device", "File too large", "Disk quota exceeded")
-# Runtime errors that come from the files a run reads or writes, not from a bug.
-_FILE_ERRORS = (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)
 
 
-def main(task, argv=None):
-    """Parses `argv` for `task`, runs it and returns the process exit code.
+def run_command(parser, work, argv=None, parse=None):
+    """Parses `argv` with `parser` (or `parse(parser, argv)`), calls `work(args)` and returns
+    the exit code: work's return value, or 0.
 
-    Bad input ends in one line on stderr naming the problem and exit code 1;
-    checkpoints and results already written are left as they are. SIGINT and
-    SIGTERM end in one line saying what was saved and exit code 130 or 143.
+    The parser and its types import no TensorFlow and `work` imports it, so --help
+    and a bad flag (exit 2) answer at once. Known errors end in one line on stderr
+    naming the problem and the fix, exit 1; SIGINT and SIGTERM in one line saying
+    what was saved, exit 130 or 143. Checkpoints and results already written stay.
     """
-    parser = build_parser(task)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv) if parse else parser.parse_args(argv)
+    # TensorFlow's C++ start-up chatter (in 2.15 even harmless "Unable to register cuDNN
+    # factory" errors) hides the job's own lines; read once, at its import.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    model_dir = getattr(args, "model_dir", None)
     try:
-        run_loop.run(task, args)
+        return work(args) or 0
     except USER_ERRORS as e:
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:  # writing results, an export's assets, a download, a conversion
-        print(f"{parser.prog}: error: {_io_failure(e.strerror or str(e), e.filename, args.model_dir)}", file=sys.stderr)
-        return 1
-    except tf.errors.OpError as e:
-        full = [line.strip() for line in e.message.splitlines() if any(words in line for words in _DISK_FULL)]
-        if full:
-            print(f"{parser.prog}: error: {_io_failure(full[0], None, args.model_dir)}", file=sys.stderr)
-            return 1
-        if "Restoring from checkpoint failed" in e.message:  # Saver.restore's words for a graph mismatch
-            detail = next((line for line in e.message.splitlines() if "shape" in line.lower()), "")
-            print(f"{parser.prog}: error: the checkpoint in {args.model_dir} does not fit the model these flags "
-                  f"build{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
-                  "with (the same --image-size, say), or pass another --model-dir", file=sys.stderr)
-            return 1
-        if not isinstance(e, _FILE_ERRORS):
-            raise
-        print(f"{parser.prog}: error: {e.message.splitlines()[0]}", file=sys.stderr)
-        return 1
+        message, code = str(e), 1
     except Interrupted as e:
-        print(f"{parser.prog}: {_interrupted_message(e, args.model_dir)}", file=sys.stderr)
+        print(f"{parser.prog}: {_interrupted_message(e, model_dir)}", file=sys.stderr)
         return e.exit_code
-    return 0
+    except KeyboardInterrupt:  # Ctrl-C in a tool that does not catch stop signals itself
+        print(f"{parser.prog}: stopped by SIGINT", file=sys.stderr)
+        return 130
+    except OSError as e:  # writing results, an export's assets, a download, a conversion
+        message, code = _io_failure(e.strerror or str(e), e.filename, model_dir), 1
+    except Exception as e:  # noqa: BLE001 - TensorFlow's errors, told apart below
+        message, code = _tensorflow_failure(e, model_dir), 1
+        if message is None:
+            raise
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    return code
+
+
+def train_main(task, argv=None):
+    """Runs a training script's command line for `task`; returns the exit code."""
+    return run_command(build_parser(task), lambda args: _train(task, args), argv)
+
+
+def _train(task, args):
+    from pipeline import run_loop  # imports TensorFlow: only once the arguments are known good
+    run_loop.run(task, args)
+
+
+def _tensorflow_failure(error, model_dir):
+    """Returns the one line for a TensorFlow runtime error that comes from the files a run reads
+    or writes (not from a bug), or None."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not isinstance(error, tf.errors.OpError):
+        return None
+    full = [line.strip() for line in error.message.splitlines() if any(words in line for words in _DISK_FULL)]
+    if full:
+        return _io_failure(full[0], None, model_dir)
+    if "Restoring from checkpoint failed" in error.message:  # Saver.restore's words for a graph mismatch
+        detail = next((line for line in error.message.splitlines() if "shape" in line.lower()), "")
+        return (f"the checkpoint in {model_dir} does not fit the model these flags build"
+                f"{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
+                "with (the same --image-size, say), or pass another --model-dir")
+    if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)):
+        return error.message.splitlines()[0]
+    return None
 
 
 def _io_failure(what, filename, model_dir):
     where = f" ({filename})" if filename else ""
+    if not model_dir:
+        return f"a file operation failed: {what}{where}; free some space (or fix the folder) and run it again"
     return (f"a write failed: {what}{where}; free some space (or fix the folder) and run the same command: it "
             f"resumes from the latest whole checkpoint in {model_dir}, and the next run removes what this one "
             "left half-written")
@@ -63,7 +86,8 @@ def _interrupted_message(interrupted, model_dir):
     if interrupted.saved_at_step is not None:
         return (f"{interrupted} at global step {interrupted.saved_at_step}; checkpoint saved in {model_dir}: "
                 "run the same command to resume")
-    latest = tf.train.latest_checkpoint(model_dir)  # stopped before or after training: nothing new to save
+    tf = sys.modules.get("tensorflow")
+    latest = tf.train.latest_checkpoint(model_dir) if tf and model_dir else None
     if latest:
         return (f"{interrupted}; the latest checkpoint, {os.path.basename(latest)}, is kept in {model_dir}: "
                 "run the same command to resume")

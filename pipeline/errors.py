@@ -1,6 +1,12 @@
-"""Errors the command lines turn into a one-line message and a non-zero exit."""
+"""Errors the command lines turn into a one-line message and a non-zero exit.
+
+Importable without TensorFlow: every room's error type is defined in a module
+that does not import it.
+"""
+from cluster.tf_config import ClusterConfigError
 from input_fns.errors import InputDataError
-from models.vgg16_transfer import WeightsUnavailableError
+from models import WeightsUnavailableError
+from serving import ExportNotFoundError
 
 
 class UsageError(Exception):
@@ -11,4 +17,5 @@ class TrainingError(Exception):
     """Training cannot go on (the loss diverged, say); the message says what to change."""
 
 
-USER_ERRORS = (UsageError, InputDataError, WeightsUnavailableError, TrainingError)
+USER_ERRORS = (UsageError, InputDataError, WeightsUnavailableError, TrainingError, ClusterConfigError,
+               ExportNotFoundError)

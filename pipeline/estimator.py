@@ -3,9 +3,11 @@ import re
 
 import tensorflow as tf
 
+from pipeline.metrics import per_class_metric_ops
+from serving.export import with_class_names
 
-def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, log_steps,
-                     keep_checkpoints=5, seed=None):
+
+def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_checkpoints=5, seed=None):
     """Returns the RunConfig: the plan's strategy for training, checkpoint and summary cadence.
 
     Evaluation runs on one device (eval_distribute=None): a mirrored evaluation
@@ -17,14 +19,19 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, log_steps
         tf_random_seed=seed,
         save_checkpoints_steps=checkpoint_steps,
         save_summary_steps=summary_steps,
-        log_step_count_steps=log_steps,
+        log_step_count_steps=None,  # the run loop's ProgressHook logs loss and speed, in one line
         keep_checkpoint_max=keep_checkpoints,
         train_distribute=plan.strategy,
         eval_distribute=None)
 
 
-def build_estimator(keras_model, run_config):
+def build_estimator(keras_model, run_config, class_names=None):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
+
+    With `class_names`, each evaluation also gives per-class precision and recall
+    and a confusion-matrix image, and its predictions and serving signature name
+    the predicted class (see serving.export.with_class_names). Training writes
+    its loss and accuracy under evaluation's tags (add_training_summaries).
 
     A model dir without a checkpoint starts from the Keras model's current
     weights; one with a checkpoint resumes from it. model_to_estimator's model_fn
@@ -39,10 +46,43 @@ def build_estimator(keras_model, run_config):
         if spec.scaffold is not None and spec.scaffold.saver is not None:
             spec.scaffold.saver._max_to_keep = keep
             spec.scaffold.saver.saver_def.max_to_keep = keep
+        if mode == tf.estimator.ModeKeys.TRAIN:
+            add_training_summaries(spec, labels)
+        if mode == tf.estimator.ModeKeys.EVAL and class_names:
+            probabilities = next(iter(spec.predictions.values()))
+            spec = spec._replace(eval_metric_ops={**spec.eval_metric_ops,
+                                                  **per_class_metric_ops(labels, probabilities, class_names)})
+        if mode == tf.estimator.ModeKeys.PREDICT and class_names:
+            spec = with_class_names(spec, class_names)
         return spec
 
     estimator._model_fn = model_fn  # TF 2.15, the last Estimator release: private, but frozen
     return estimator
+
+
+def add_training_summaries(spec, labels):
+    """Adds the training loss and the batch's accuracy to TensorBoard under the tags evaluation
+    uses, 'loss' and 'accuracy', so that both curves share a chart.
+
+    The Estimator would write the loss as 'loss_1' (Keras has taken the name scope
+    'loss'); it adds its own only when no summary op is named 'loss', which a
+    name scope ending in '/' can still create. Under a strategy the model_fn runs
+    once per replica: the first replica's figures are written, its loss times the
+    replicas (the Estimator divides each replica's loss by their number, so that
+    their sum is the mean).
+    """
+    graph = tf.compat.v1.get_default_graph()
+    try:
+        graph.get_operation_by_name("loss")
+        return  # written by an earlier replica
+    except KeyError:
+        pass
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync if tf.distribute.has_strategy() else 1
+    probabilities = next(iter(spec.predictions.values()))
+    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(probabilities, -1), tf.argmax(labels, -1)), tf.float32))
+    for tag, value in (("loss", spec.loss * replicas), ("accuracy", accuracy)):
+        summary = tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32), name=f"{tag}/")
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SUMMARIES, summary)
 
 
 def latest_global_step(model_dir):

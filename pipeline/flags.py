@@ -1,14 +1,26 @@
 """The command-line flags every training job shares, defined once.
 
 A task supplies its defaults (batch size, epochs, learning rate, ...) and may
-add flags of its own; `build_parser` returns the parser for its script.
+add flags of its own; `build_parser` returns the parser for its script. Nothing
+here imports TensorFlow, so `--help` and a bad flag answer at once.
 """
 import argparse
 
 import hooks
-from models.learning_rate import SCHEDULES
+from models import LR_SCHEDULES
 from pipeline import batching
-from pipeline.cluster_config import STRATEGIES
+
+STRATEGIES = ("mirrored", "multi_worker_mirrored", "parameter_server")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default, except where there is none to show (None, or off for a switch):
+    such flags say in their help what happens without them."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def positive_int(text):
@@ -79,16 +91,21 @@ def hook_names(text):
     return names
 
 
+def add_data_dir_flag(parser, default):
+    """Adds --data-dir, the dataset's folder, with `default`."""
+    parser.add_argument("--data-dir", default=default,
+                        help="folder holding the dataset (downloaded there when absent)")
+
+
 def build_parser(task):
     """Returns the argument parser for `task`: the shared flags with the task's defaults."""
     d = task.defaults
     parser = argparse.ArgumentParser(
         description=task.description,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
 
     data = parser.add_argument_group("data")
-    data.add_argument("--data-dir", default=d["data_dir"],
-                      help="folder holding the dataset (downloaded there when absent)")
+    add_data_dir_flag(data, d["data_dir"])
     data.add_argument("--synthetic", action="store_true",
                       help="train and evaluate on generated data of the dataset's shapes (no download): one "
                            "random batch repeated, so accuracy can reach 1.0; for smoke runs and benchmarks")
@@ -109,7 +126,7 @@ def build_parser(task):
                             "'none' uses --learning-rate as it is")
     train.add_argument("--reference-batch-size", type=positive_int, default=d["reference_batch_size"],
                        help="global batch at which --learning-rate was tuned")
-    train.add_argument("--lr-schedule", choices=SCHEDULES, default="constant",
+    train.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant",
                        help="the rate over training: 'constant', 'cosine' decay to 0 at the final step, or 'step' "
                             "decay (x0.1 at half and three quarters of the final step)")
     train.add_argument("--warm-up-epochs", type=non_negative_float, default=0.0,
@@ -145,9 +162,10 @@ def build_parser(task):
     output.add_argument("--keep-checkpoints", type=positive_int, default=5,
                         help="number of most recent checkpoints kept")
     output.add_argument("--summary-steps", type=positive_int, default=100,
-                        help="write TensorBoard summaries every N global steps")
+                        help="write TensorBoard summaries (training loss and accuracy, learning rate, "
+                             "images/sec) every N global steps")
     output.add_argument("--log-steps", type=positive_int, default=100,
-                        help="log loss and throughput every N global steps")
+                        help="log a progress line (step N/M, loss, images/sec, ETA) every N global steps")
     output.add_argument("--hooks", type=hook_names, default=["examples_per_second"],
                         help=f"comma-separated training hooks, from: {', '.join(sorted(hooks.HOOKS))}")
     output.add_argument("--warm-up-steps", type=non_negative_int, default=10,

@@ -8,7 +8,7 @@ import tensorflow as tf
 # TensorFlow's INFO lines worth a person's attention during a run; the rest
 # (graph building, hooks, session creation) shows with --verbose.
 _TF_PROGRESS = re.compile(
-    r"^(loss = |global_step/sec|Saving checkpoints for|Restoring parameters from|"
+    r"^(Saving checkpoints for|Restoring parameters from|"
     r"Loss for final step|Saving dict for global step|Skipping training)")
 
 

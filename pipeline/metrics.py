@@ -1,5 +1,6 @@
-"""Classification figures computed from predicted and true class indices."""
+"""Classification figures: from predicted and true class indices, and as evaluation metrics."""
 import numpy as np
+import tensorflow as tf
 
 
 def classification_report(true_labels, predicted_labels, class_names):
@@ -20,3 +21,26 @@ def classification_report(true_labels, predicted_labels, class_names):
             "support": int(actual),
         }
     return {"confusion_matrix": matrix.tolist(), "per_class": per_class}
+
+
+def per_class_metric_ops(labels, probabilities, class_names, cell_pixels=16):
+    """Returns Estimator eval_metric_ops over one-hot `labels` and softmax `probabilities`:
+    'precision/NAME' and 'recall/NAME' for each class, and 'confusion_matrix', an image of the
+    matrix summed over the evaluation (rows the true class, columns the predicted one, in
+    `class_names` order; a cell's brightness is its share of the row, `cell_pixels` wide)."""
+    true, predicted = tf.argmax(labels, -1), tf.argmax(probabilities, -1)
+    ops = {}
+    for i, name in enumerate(class_names):
+        is_true, is_predicted = tf.equal(true, i), tf.equal(predicted, i)
+        ops[f"precision/{name}"] = tf.compat.v1.metrics.precision(is_true, is_predicted)
+        ops[f"recall/{name}"] = tf.compat.v1.metrics.recall(is_true, is_predicted)
+    n = len(class_names)
+    counts = tf.compat.v1.Variable(tf.zeros([n, n]), trainable=False, name="confusion_matrix_counts",
+                                   collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
+                                                tf.compat.v1.GraphKeys.METRIC_VARIABLES])
+    update = counts.assign_add(tf.math.confusion_matrix(true, predicted, num_classes=n, dtype=tf.float32))
+    shares = tf.math.divide_no_nan(counts, tf.reduce_sum(counts, axis=1, keepdims=True))
+    pixels = tf.repeat(tf.repeat(shares, cell_pixels, axis=0), cell_pixels, axis=1)
+    image = tf.cast(tf.round(255.0 * pixels), tf.uint8)[None, :, :, None]
+    ops["confusion_matrix"] = (tf.compat.v1.summary.image("confusion_matrix", image, collections=[]), update)
+    return ops

@@ -10,19 +10,22 @@ import numpy as np
 import tensorflow as tf
 
 import hooks as hooks_lib
+from cluster.tf_config import read_tf_config
+from cluster.watch import ClusterWatch
 from hooks.checkpoint_timer import CheckpointTimer
+from hooks.examples_per_second import ExamplesPerSecondHook
 from hooks.learning_rate import LearningRateHook
 from hooks.loss_watch import DivergenceError, LossWatchHook
+from hooks.progress import ProgressHook
 from hooks.stop import SessionStartedHook, StopOnRequestHook
 from models.learning_rate import ScheduledRate
 from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, results as results_lib
 from pipeline.metrics import classification_report
-from pipeline.cluster_config import read_tf_config
-from pipeline.cluster_watch import ClusterWatch
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import TrainingError, UsageError
 from pipeline.logs import configure_logging
 from pipeline.stopping import Interrupted, StopSignals
+from serving.export import PROBABILITIES, export_model
 
 log = logging.getLogger(__name__)
 
@@ -90,20 +93,19 @@ def _run(task, args, cluster, chief, stop):
     if args.seed is not None:
         tf.keras.utils.set_random_seed(args.seed)
     config = estimator_lib.build_run_config(
-        args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.log_steps,
-        args.keep_checkpoints, args.seed)
+        args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed)
     keras_model = task.build_model(args, schedule)
     model_dir_lib.check_fits(args.model_dir, keras_model)
-    estimator = estimator_lib.build_estimator(keras_model, config)
+    estimator = estimator_lib.build_estimator(keras_model, config, data.class_names)
     stop_hook, loss_watch = StopOnRequestHook(stop.requested), LossWatchHook(args.log_steps)
     rate_hook = LearningRateHook(args.model_dir if chief else None, args.summary_steps)
     # The checkpoint timer measures each write of the Estimator's checkpoint saver, which
     # runs before every hook here: the throughput hook leaves that time out of its steps.
     checkpoint_timer = CheckpointTimer()
     train_hooks = [stop_hook] + hooks_lib.build_hooks(
-        args.hooks, global_batch_size=global_batch, model_dir=args.model_dir, every_n_steps=args.log_steps,
+        args.hooks, global_batch_size=global_batch, model_dir=args.model_dir, every_n_steps=args.summary_steps,
         warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps, excluded_time=checkpoint_timer) \
-        + [loss_watch, rate_hook]
+        + [loss_watch, rate_hook, ProgressHook(max_steps, global_batch, args.log_steps)]
 
     if cluster is not None and cluster.task_type != "ps":
         watch = ClusterWatch(cluster, args.cluster_wait_secs, args.model_dir,
@@ -180,7 +182,8 @@ def _run(task, args, cluster, chief, stop):
     if data.class_names and data.eval_labels is not None:
         results.update(_per_class_report(estimator, data))
     if data.serving_input_fn:
-        results["export_dir"] = _export(estimator, data, args.model_dir)
+        results["export_dir"] = export_model(estimator, data.serving_input_fn, data.class_names,
+                                             os.path.join(args.model_dir, "export"))
     results.update(data.report)
     results["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     path = results_lib.write_results(args.model_dir, results)
@@ -210,28 +213,15 @@ def _describe_checkpoint(model_dir):
 def _per_class_report(estimator, data):
     log.info("predicting the test images for per-class figures")
     batches = estimator.predict(data.eval_input_fn, yield_single_examples=False)
-    predicted = np.concatenate([next(iter(batch.values())).argmax(axis=-1) for batch in batches])
+    predicted = np.concatenate([batch[PROBABILITIES].argmax(axis=-1) for batch in batches])
     if len(predicted) != len(data.eval_labels):
         raise RuntimeError(f"{len(predicted)} predictions for {len(data.eval_labels)} test labels")
     return classification_report(data.eval_labels, predicted, data.class_names)
 
 
-def _export(estimator, data, model_dir):
-    """Exports a SavedModel (written to a temporary folder, then renamed) with the class names."""
-    with tempfile.TemporaryDirectory() as tmp:
-        names = os.path.join(tmp, "class_names.txt")
-        with open(names, "w") as f:
-            f.write("\n".join(data.class_names or []) + "\n")
-        path = estimator.export_saved_model(os.path.join(model_dir, "export"), data.serving_input_fn,
-                                            assets_extra={"class_names.txt": names})
-    path = path.decode() if isinstance(path, bytes) else path
-    log.info("exported the model to %s", path)
-    return os.path.abspath(path)
-
-
 def _throughput(train_hooks):
     for hook in train_hooks:
-        if isinstance(hook, hooks_lib.ExamplesPerSecondHook):
+        if isinstance(hook, ExamplesPerSecondHook):
             return hook.summary()
     return None
 

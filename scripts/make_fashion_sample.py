@@ -1,30 +1,38 @@
 #!/usr/bin/env python
-"""Split a t10k-only Fashion-MNIST sample (such as ../shared/data/fashion-mnist-sample)
-into train and test IDX files, making a --data-dir that train_fashion.py can use."""
+"""Split a t10k-only Fashion-MNIST sample (by default the 1,000 images shipped with the
+project) into train and test IDX files, making a --data-dir that train_fashion.py can use."""
 import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.errors import USER_ERRORS  # noqa: E402
-from pipeline.tasks.fashion import split_sample  # noqa: E402
+from pipeline.cli import run_command  # noqa: E402
+from pipeline.errors import UsageError  # noqa: E402
+from pipeline.flags import HelpFormatter, int_in_range, positive_int  # noqa: E402
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--source", required=True, help="folder with t10k-images/labels IDX .gz files")
+def build_parser():
+    """Returns the parser: source, output folder and the split."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--source", default=None,
+                        help="folder with t10k-images/labels IDX .gz files (default: input_fns/data/"
+                             "fashion-mnist-sample, shipped with the project)")
     parser.add_argument("--out", required=True, help="folder to write the four official IDX files into")
-    parser.add_argument("--train", type=int, default=800, help="images that go to the training split")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random split")
-    args = parser.parse_args(argv)
+    parser.add_argument("--train", type=positive_int, default=800, help="images that go to the training split")
+    parser.add_argument("--seed", type=int_in_range(0, 2 ** 31 - 1), default=0, help="seed of the random split")
+    return parser
+
+
+def make_sample(args):
+    from input_fns import fashion_mnist  # imports TensorFlow: only once the arguments are good
     try:
-        num_train, num_test = split_sample(args.source, args.out, args.train, args.seed)
-    except (ValueError,) + USER_ERRORS as e:
-        parser.exit(1, f"{parser.prog}: error: {e}\n")
+        num_train, num_test = fashion_mnist.split_sample(args.source or fashion_mnist.SHIPPED_SAMPLE_DIR,
+                                                         args.out, args.train, args.seed)
+    except ValueError as e:
+        raise UsageError(f"--train: {e}") from None
     print(f"wrote {num_train} training and {num_test} test images to {args.out}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(build_parser(), make_sample))

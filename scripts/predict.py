@@ -7,24 +7,24 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import pipeline  # noqa: E402,F401  (quiets TensorFlow's start-up log)
-from pipeline.errors import USER_ERRORS  # noqa: E402
-from pipeline.predict import classify_files, load_predictor  # noqa: E402
+from pipeline.cli import run_command  # noqa: E402
 
 
-def main(argv=None):
+def build_parser():
+    """Returns the parser: the export, the images, and the output form."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True,
                         help="export folder printed by the training run, or the <model dir>/export folder "
                              "above it (the newest export is used)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per line instead of text")
     parser.add_argument("images", nargs="+", help="JPEG files to classify")
-    args = parser.parse_args(argv)
-    try:
-        predictor = load_predictor(args.model)
-    except USER_ERRORS as e:
-        parser.exit(1, f"{parser.prog}: error: {e}\n")
-    results = classify_files(predictor, args.images)
+    return parser
+
+
+def predict(args):
+    """Prints each image's class (named by the export's signature) and probabilities; returns the exit code."""
+    from serving.predict import classify_files, load_predictor  # imports TensorFlow: once the arguments are good
+    results = classify_files(load_predictor(args.model), args.images)
     for r in results:
         if args.json:
             print(json.dumps(r))
@@ -37,4 +37,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(build_parser(), predict))

@@ -6,7 +6,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import pipeline  # noqa: E402,F401  (quiets TensorFlow's C++ log before it is imported)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as the command lines do, before TensorFlow starts
+
 import pytest  # noqa: E402
 
 from pipeline.distribution import split_cpu  # noqa: E402
@@ -52,7 +53,7 @@ def fashion_sample():
 @pytest.fixture(scope="session")
 def fashion_data_dir(fashion_sample, tmp_path_factory):
     """A Fashion-MNIST data dir made from the real sample: 800 train / 200 test images."""
-    from pipeline.tasks.fashion import split_sample
+    from input_fns.fashion_mnist import split_sample
     out = str(tmp_path_factory.mktemp("fashion-data"))
     split_sample(fashion_sample, out, num_train=800)
     return out
@@ -117,9 +118,9 @@ def full_oct_tree(oct_sample, tmp_path_factory):
 @pytest.fixture(scope="session")
 def full_oct_records(full_oct_tree, tmp_path_factory):
     """prepare_oct's shards of the full-size tree at 32 pixels (about 45 s of JPEG decoding)."""
-    from pipeline.tasks import oct as oct_task
+    from pipeline.tasks import oct_job
     out = str(tmp_path_factory.mktemp("oct-full-records"))
-    oct_task.prepare_records(os.path.dirname(full_oct_tree), out, 32)
+    oct_job.prepare_records(os.path.dirname(full_oct_tree), out, 32)
     return out
 
 

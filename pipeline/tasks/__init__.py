@@ -1,5 +1,11 @@
-"""Jobs the run loop can train: each task says how to get its data and build its model."""
+"""Jobs the run loop can train: each task says how to get its data and build its model.
+
+A task's module (fashion.py, oct.py) holds its command line, importable without
+TensorFlow; its job module (fashion_job.py, oct_job.py) gets the data and builds
+the model, and is imported only when the arguments are known good.
+"""
 import dataclasses
+import importlib
 from typing import Callable, Optional, Sequence
 
 FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
@@ -27,16 +33,19 @@ class TaskData:
 
 @dataclasses.dataclass
 class Task:
-    """A training job: its name, flag defaults, extra flags, data and model.
-
-    prepare_data(args, batch_size) returns TaskData whose input_fns yield
-    batches of `batch_size` (per replica); build_model(args, learning_rate)
-    returns a compiled Keras model whose input is named FEATURE_KEY.
-    """
+    """A training job: its name, flag defaults, extra flags, and the module (`job`) whose
+    prepare_data and build_model get its data and build its model."""
     name: str
     description: str
     full_train_examples: int  # the published dataset's training-set size
     defaults: dict
     add_flags: Callable
-    prepare_data: Callable
-    build_model: Callable
+    job: str
+
+    def prepare_data(self, args, batch_size):
+        """Returns TaskData whose input_fns yield batches of `batch_size` (per replica)."""
+        return importlib.import_module(self.job).prepare_data(args, batch_size)
+
+    def build_model(self, args, learning_rate):
+        """Returns the compiled Keras model (its input named FEATURE_KEY) trained at `learning_rate`."""
+        return importlib.import_module(self.job).build_model(args, learning_rate)

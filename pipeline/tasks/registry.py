@@ -1,7 +1,7 @@
 """Every job by name, and the command line of the tools that work on one job (--task NAME)."""
 import argparse
 
-from pipeline.flags import build_parser
+from pipeline.flags import HelpFormatter, build_parser
 from pipeline.tasks import fashion, oct as oct_task
 
 TASKS = {task.name: task for task in (fashion.TASK, oct_task.TASK)}
@@ -14,7 +14,7 @@ def tool_parser(description, task_help):
         description=f"{description} Flags not listed here are the job's own (e.g. --data-dir, --image-size, "
                     "--cache, --records-dir, --synthetic, --batch-size, --seed); see train_fashion.py or "
                     "train_oct.py --help.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     parser.add_argument("--task", choices=sorted(TASKS), required=True, help=task_help)
     return parser
 

@@ -62,7 +62,7 @@ def test_no_summary_before_the_warm_up_is_over():
 
 
 def test_it_logs_and_writes_tensorboard_summaries_in_a_real_session(tmp_path, caplog):
-    caplog.set_level("INFO")
+    caplog.set_level("DEBUG")  # the window lines; a person reads the speed in hooks.progress's lines
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         train_op = tf.compat.v1.assign_add(global_step, 1)

@@ -11,7 +11,7 @@ import pytest
 
 from input_fns import fashion_mnist, image_folder, retinal_oct
 from input_fns.errors import InputDataError
-from pipeline.tasks import oct as oct_task
+from pipeline.tasks import oct_job
 from tests.conftest import OCT2017_TRAIN_COUNTS, OCT_CLASSES, ROOT
 
 BATCHES, BATCH_SIZE, SIZE = 100, 32, (32, 32)
@@ -86,7 +86,7 @@ def test_a_file_cache_killed_in_its_first_epoch_is_rebuilt_and_a_live_writer_is_
 
 
 def test_prepared_shards_mix_classes_from_the_first_batch(full_oct_records):
-    manifest = oct_task.read_records_manifest(full_oct_records)
+    manifest = oct_job.read_records_manifest(full_oct_records)
     assert manifest["train_class_counts"] == list(OCT2017_TRAIN_COUNTS.values())
     input_fn = retinal_oct.make_records_input_fn(os.path.join(full_oct_records, "train-*-of-*.tfrecord"), SIZE,
                                                  BATCH_SIZE, training=True)

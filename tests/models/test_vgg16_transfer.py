@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from models import vgg16_transfer
-from models.vgg16_transfer import WeightsUnavailableError, build_vgg16_classifier
+from models import WeightsUnavailableError
+from models.vgg16_transfer import build_vgg16_classifier
 
 
 def trainable_layers(model):

@@ -32,7 +32,7 @@ def input_fn_for(batch_size):
 
 
 def train(model, model_dir, plan):
-    config = build_run_config(str(model_dir), plan, checkpoint_steps=100, summary_steps=100, log_steps=100)
+    config = build_run_config(str(model_dir), plan, checkpoint_steps=100, summary_steps=100)
     estimator = build_estimator(model, config)
     estimator.train(input_fn_for(GLOBAL_BATCH // plan.replicas), max_steps=STEPS)
     checkpoint = estimator.latest_checkpoint()

@@ -1,7 +1,7 @@
 import pytest
 import tensorflow as tf
 
-from pipeline.cluster_config import ClusterTask
+from cluster.tf_config import ClusterTask
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 

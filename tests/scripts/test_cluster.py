@@ -94,7 +94,7 @@ def test_an_evaluator_cluster_driven_by_epochs_finishes(fashion_data_dir, tmp_pa
 
 
 def test_a_task_whose_peers_never_start_names_them_and_gives_up(fashion_data_dir, tmp_path):
-    from pipeline.launcher import free_ports
+    from cluster.launcher import free_ports
     chief_port, worker_port = free_ports(2)
     tf_config = {"cluster": {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"]},
                  "task": {"type": "chief", "index": 0}}

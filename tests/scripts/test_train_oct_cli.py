@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 from tests.conftest import OCT_CLASSES, ROOT, assert_clean_failure, make_oct_tree
 
@@ -54,6 +55,14 @@ def test_train_evaluate_export_and_predict_on_two_replicas(tree, tmp_path):
     assert bad == {"file": truncated, "error": "is truncated (no JPEG end marker)"}
     text = script("predict.py", "--model", results["export_dir"], real_scan)
     assert text.returncode == 0 and text.stdout.startswith(f"{real_scan}: {good['class']}  (CNV ")
+
+    # What a TF Serving or saved_model_cli client gets: the probabilities and the class name.
+    serving = tf.saved_model.load(results["export_dir"]).signatures["serving_default"]
+    with open(real_scan, "rb") as f:
+        outputs = serving(jpeg_bytes=tf.constant([f.read()]))
+    assert set(outputs) == {"probabilities", "class_name"}
+    assert outputs["class_name"].numpy().tolist() == [good["class"].encode()]
+    assert outputs["probabilities"].numpy()[0].tolist() == pytest.approx(list(good["probabilities"].values()))
 
 
 def test_prepared_shards_train_through_the_same_script(tree, tmp_path):

@@ -4,7 +4,7 @@ import json
 import sys
 import time
 
-from pipeline.launcher import LocalCluster, cluster_tasks
+from cluster.launcher import LocalCluster, cluster_tasks
 
 # A stand-in task: reads its TF_CONFIG, prints it, then acts as ACTIONS says for its type.
 STAND_IN = """
@@ -12,8 +12,8 @@ import json, os, sys, time
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 print("I am", task["type"], task["index"], flush=True)
 action = json.loads(sys.argv[1]).get(task["type"], "ok")
-if action == "fail":
-    sys.exit(3)
+if action.startswith("exit "):
+    sys.exit(int(action.split()[1]))
 if action == "forever":
     time.sleep(600)
 """
@@ -47,9 +47,19 @@ def test_success_streams_prefixed_output_and_stops_the_parameter_servers():
 
 def test_a_failing_task_stops_the_others_and_fails_the_launch():
     out = io.StringIO()
-    cluster = LocalCluster(stand_in({"worker": "fail", "chief": "forever"}), workers=1, out=out)
+    cluster = LocalCluster(stand_in({"worker": "exit 3", "chief": "forever"}), workers=1, out=out)
     start = time.monotonic()
     assert cluster.run() == 1
     assert time.monotonic() - start < 30  # the chief was stopped, not waited for
-    assert "[launcher] worker 0 exited with code 3; stopping the cluster" in out.getvalue()
+    assert "[launcher] worker 0 exited with code 3; stopping the cluster. Run the same command again to resume" \
+        in out.getvalue()
     assert cluster.processes["chief"].poll() is not None
+
+
+def test_a_task_that_reported_bad_input_gets_no_resume_advice():
+    for code in (1, 2):  # the jobs' exit codes for bad data and for a bad flag
+        out = io.StringIO()
+        assert LocalCluster(stand_in({"chief": f"exit {code}", "worker": "forever"}), workers=1, out=out).run() == 1
+        assert (f"[launcher] chief exited with code {code}; stopping the cluster. Fix what its error line above "
+                "says, then run the command again") in out.getvalue()
+        assert "resume" not in out.getvalue()

@@ -4,10 +4,11 @@ import json
 import os
 from typing import Optional
 
-from pipeline.errors import UsageError
-
-STRATEGIES = ("mirrored", "multi_worker_mirrored", "parameter_server")
 _TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+
+
+class ClusterConfigError(Exception):
+    """TF_CONFIG that does not describe a usable cluster; the message names the fault."""
 
 
 @dataclasses.dataclass
@@ -30,7 +31,7 @@ class ClusterTask:
 def read_tf_config(environ=None) -> Optional[ClusterTask]:
     """Returns this process's ClusterTask from TF_CONFIG, or None when TF_CONFIG names no cluster.
 
-    Raises UsageError naming the fault when TF_CONFIG is not valid JSON or does
+    Raises ClusterConfigError naming the fault when TF_CONFIG is not valid JSON or does
     not describe a usable cluster (no chief, unknown task type, index out of range).
     """
     text = (environ if environ is not None else os.environ).get("TF_CONFIG", "").strip()
@@ -39,28 +40,28 @@ def read_tf_config(environ=None) -> Optional[ClusterTask]:
     try:
         config = json.loads(text)
     except ValueError as e:
-        raise UsageError(f"TF_CONFIG is not valid JSON ({e}); unset it for a single-machine run") from None
+        raise ClusterConfigError(f"TF_CONFIG is not valid JSON ({e}); unset it for a single-machine run") from None
     if not isinstance(config, dict):
-        raise UsageError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+        raise ClusterConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
     cluster, task = config.get("cluster") or {}, config.get("task") or {}
     if not isinstance(task, dict):
-        raise UsageError(f"TF_CONFIG's 'task' must be an object like {{\"type\": \"worker\", \"index\": 0}}, "
+        raise ClusterConfigError(f"TF_CONFIG's 'task' must be an object like {{\"type\": \"worker\", \"index\": 0}}, "
                          f"got {task!r}")
     if not cluster:
         return None
     if not isinstance(cluster, dict) or not all(isinstance(v, list) for v in cluster.values()):
-        raise UsageError("TF_CONFIG's 'cluster' must map job names to lists of host:port addresses")
+        raise ClusterConfigError("TF_CONFIG's 'cluster' must map job names to lists of host:port addresses")
     unknown = sorted(set(cluster) - set(_TASK_TYPES))
     if unknown:
-        raise UsageError(f"TF_CONFIG's cluster has unknown job(s) {', '.join(unknown)}; "
+        raise ClusterConfigError(f"TF_CONFIG's cluster has unknown job(s) {', '.join(unknown)}; "
                          f"known: {', '.join(_TASK_TYPES)}")
     if len(cluster.get("chief", [])) != 1:
-        raise UsageError("TF_CONFIG's cluster needs exactly one 'chief' address")
+        raise ClusterConfigError("TF_CONFIG's cluster needs exactly one 'chief' address")
     task_type, index = task.get("type"), task.get("index", 0)
     if task_type not in _TASK_TYPES or not isinstance(index, int):
-        raise UsageError(f"TF_CONFIG's task must have a 'type' among {', '.join(_TASK_TYPES)} and an integer "
+        raise ClusterConfigError(f"TF_CONFIG's task must have a 'type' among {', '.join(_TASK_TYPES)} and an integer "
                          f"'index', got {task!r}")
     if task_type != "evaluator" and not 0 <= index < len(cluster.get(task_type, [])):
-        raise UsageError(f"TF_CONFIG's task {task_type} {index} is not in its cluster "
+        raise ClusterConfigError(f"TF_CONFIG's task {task_type} {index} is not in its cluster "
                          f"({len(cluster.get(task_type, []))} {task_type} address(es))")
     return ClusterTask(task_type, index, 1 + len(cluster.get("worker", [])), cluster)

@@ -1,15 +1,12 @@
-"""The benchmark's command line: sweep flags here, task flags (--data-dir, --image-size, ...) passed on."""
+"""The benchmark's command line: sweep flags here, the job's flags (--data-dir, --image-size,
+--warm-up-steps, ...) passed on to the job's own parser."""
 import argparse
 import os
 import platform
-import sys
 
-import tensorflow as tf
-
-from pipeline import benchmark, benchmark_report
-from pipeline.errors import USER_ERRORS
-from pipeline.flags import non_negative_int, positive_int
-from pipeline.logs import configure_logging
+import benchmark
+from pipeline.cli import run_command
+from pipeline.flags import positive_int
 from pipeline.tasks.registry import parse_tool_args, tool_parser
 
 
@@ -44,7 +41,8 @@ def build_benchmark_parser():
     devices = parser.add_mutually_exclusive_group()
     devices.add_argument("--gpus", type=int_list, help="GPU counts to sweep, e.g. 1,2,4")
     devices.add_argument("--cpu-replicas", type=int_list, help="logical CPU replica counts to sweep (no GPU)")
-    parser.add_argument("--batch-size", type=int_list, default=[64], help="per-replica batch sizes to sweep")
+    parser.add_argument("--batch-size", type=int_list, default=None,
+                        help="per-replica batch sizes to sweep (default: the job's batch size)")
     parser.add_argument("--engines", type=choice_list(benchmark.ENGINES), default=list(benchmark.ENGINES),
                         help="'estimator' (this pipeline) and/or 'keras' (model.fit reference)")
     parser.add_argument("--data", type=choice_list(benchmark.DATA_SOURCES), default=list(benchmark.DATA_SOURCES),
@@ -54,7 +52,6 @@ def build_benchmark_parser():
     parser.add_argument("--variants", type=str, default=None,
                         help="input-only variants, comma-separated; default all of the task's: "
                              + "; ".join(f"{t}: {', '.join(v)}" for t, v in benchmark.INPUT_VARIANTS.items()))
-    parser.add_argument("--warm-up-steps", type=non_negative_int, default=5, help="untimed steps before each measurement")
     parser.add_argument("--timed-steps", type=positive_int, default=20, help="timed steps of each measurement")
     parser.add_argument("--repeats", type=positive_int, default=3, help="times the whole sweep runs, interleaved")
     parser.add_argument("--output", default=os.path.join("runs", "benchmark"), help="folder for the outputs")
@@ -63,30 +60,41 @@ def build_benchmark_parser():
 
 def main(argv=None):
     """Runs the benchmark command line; returns the exit code."""
-    parser = build_benchmark_parser()
+    return run_command(build_benchmark_parser(), lambda parsed: _benchmark(*parsed), argv, parse=_parse)
+
+
+def _parse(parser, argv):
+    """Returns (sweep args, task, the task's args, input-only variants or None)."""
     args, task, task_args = parse_tool_args(parser, argv)
     variants = None
     if args.input_only:
-        variants = choice_list(benchmark.INPUT_VARIANTS[task.name])(
-            args.variants or ",".join(benchmark.INPUT_VARIANTS[task.name]))
+        try:
+            variants = choice_list(benchmark.INPUT_VARIANTS[task.name])(
+                args.variants or ",".join(benchmark.INPUT_VARIANTS[task.name]))
+        except argparse.ArgumentTypeError as e:
+            parser.error(f"argument --variants: {e}")
+    return args, task, task_args, variants
+
+
+def _benchmark(args, task, task_args, variants):
+    import tensorflow as tf  # only once the arguments are known good
+    from benchmark import report as report_lib, sweep
+    from pipeline.logs import configure_logging
+
     configure_logging(task_args.verbose)
-    try:
-        use_gpus = args.gpus is not None
-        replica_counts = [1] if args.input_only else (args.gpus or args.cpu_replicas or [1])
-        plans = benchmark.build_plans(replica_counts, use_gpus)
-        configs = benchmark.plan_configs(args.engines, args.data, replica_counts, args.batch_size, variants)
-        devices = sorted({d for p in plans.values() for d in p.devices})
-        header = (f"{task.name}, {'input only' if variants else 'training'}, TF {tf.__version__}, "
-                  f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), devices: "
-                  f"{', '.join(devices)}; {len(configs)} configurations x {args.repeats} repeats, "
-                  f"{args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
-        print(f"benchmark: {header}", flush=True)
-        rows = benchmark.run_sweep(task, task_args, configs, plans, args.repeats, args.warm_up_steps,
-                                   args.timed_steps, log=lambda line: print(line, flush=True))
-        report = benchmark_report.write_outputs(rows, args.output, header)
-    except USER_ERRORS as e:
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
-        return 1
+    use_gpus = args.gpus is not None
+    batch_sizes = args.batch_size or [task_args.batch_size]
+    replica_counts = [1] if args.input_only else (args.gpus or args.cpu_replicas or [1])
+    plans = sweep.build_plans(replica_counts, use_gpus)
+    configs = sweep.plan_configs(args.engines, args.data, replica_counts, batch_sizes, variants)
+    devices = sorted({d for p in plans.values() for d in p.devices})
+    header = (f"{task.name}, {'input only' if variants else 'training'}, TF {tf.__version__}, "
+              f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), devices: "
+              f"{', '.join(devices)}; {len(configs)} configurations x {args.repeats} repeats, "
+              f"{task_args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
+    print(f"benchmark: {header}", flush=True)
+    rows = sweep.run_sweep(task, task_args, configs, plans, args.repeats, task_args.warm_up_steps,
+                           args.timed_steps, log=lambda line: print(line, flush=True))
+    report = report_lib.write_outputs(rows, args.output, header)
     print(report)
     print(f"outputs: {os.path.abspath(args.output)} (results.csv, results.json, report.md, plots)")
-    return 0

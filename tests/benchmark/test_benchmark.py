@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from pipeline import benchmark_report
-from pipeline.benchmark_cli import main
+from benchmark import report as benchmark_report
+from benchmark.cli import main
 
 
 def read_rows(out):

@@ -17,18 +17,13 @@ import numpy as np
 import tensorflow as tf
 
 from hooks.examples_per_second import ExamplesPerSecondHook, throughput
-from input_fns import baselines, fashion_mnist, image_folder, retinal_oct, synthetic
+from benchmark import baselines
+from input_fns import fashion_mnist, image_folder, retinal_oct, synthetic
 from pipeline import batching
 from pipeline.distribution import build_distribution, split_cpu
 from pipeline.estimator import build_estimator, build_run_config
-from pipeline.tasks import FEATURE_KEY, fashion as fashion_task, oct as oct_task
+from pipeline.tasks import FEATURE_KEY, fashion_job, oct_job
 
-ENGINES = ("estimator", "keras")
-DATA_SOURCES = ("real", "synthetic")
-INPUT_VARIANTS = {
-    "fashion": ("pipeline", "design", "synthetic"),
-    "oct": ("pipeline", "pipeline-reduced", "pipeline-cached", "records", "design", "bare"),
-}
 _NEVER = 10 ** 9  # a step count no benchmark reaches: no checkpoints or summaries while timing
 
 
@@ -70,8 +65,7 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
     data = task.prepare_data(task_args, batch_size)
     global_batch = batch_size * plan.replicas
     with tempfile.TemporaryDirectory() as model_dir:
-        config = build_run_config(model_dir, plan, checkpoint_steps=_NEVER, summary_steps=_NEVER,
-                                  log_steps=_NEVER)
+        config = build_run_config(model_dir, plan, checkpoint_steps=_NEVER, summary_steps=_NEVER)
         estimator = build_estimator(task.build_model(task_args, task_args.learning_rate), config)
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
         start = time.perf_counter()
@@ -138,7 +132,7 @@ class InputVariants:
         if variant == "pipeline":
             args = copy.copy(self.args)
             args.synthetic = False
-            return fashion_task.prepare_data(args, batch_size).train_input_fn
+            return fashion_job.prepare_data(args, batch_size).train_input_fn
         images, labels = fashion_mnist.load_split(self.args.data_dir, "train")
         return baselines.design_array_input_fn(
             (images[..., None] / 255.0).astype(np.float32),
@@ -155,7 +149,7 @@ class InputVariants:
         if variant == "records":
             records_dir = os.path.join(self.workdir, f"records-{size[0]}")
             if not os.path.isdir(records_dir):
-                oct_task.prepare_records(self.args.data_dir, records_dir, size[0], on_bad_image="skip")
+                oct_job.prepare_records(self.args.data_dir, records_dir, size[0], on_bad_image="skip")
             return retinal_oct.make_records_input_fn(os.path.join(records_dir, "train-*-of-*.tfrecord"), size,
                                                      batch_size, training=True, feature_key=FEATURE_KEY)
         return image_folder.make_input_fn(

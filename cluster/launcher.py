@@ -52,6 +52,14 @@ def _describe_exit(code):
     return f"exited with code {code}"
 
 
+def _advice(code):
+    """Returns what to do after a task ended with `code`: exit 1 and 2 are the jobs' own one-line
+    errors (a bad flag, bad data, a missing dataset), which running again does not fix."""
+    if code in (1, 2):
+        return "fix what its error line above says, then run the command again"
+    return "run the same command again to resume from the chief's latest checkpoint"
+
+
 class LocalCluster:
     """The processes of one local cluster; `run()` supervises them and returns the exit code."""
 
@@ -108,8 +116,7 @@ class LocalCluster:
                     code = process.poll()
                     if code not in (None, 0) or (code == 0 and label.startswith("ps")):
                         self.say("launcher", f"{label} {_describe_exit(code)}; stopping the cluster. "
-                                             "Run the same command again to resume from the chief's latest "
-                                             "checkpoint")
+                                             f"{_advice(code)[0].upper()}{_advice(code)[1:]}")
                         self.stop()
                         return 1
                 if all(self.processes[label].poll() == 0 for label in must_finish):

@@ -1,0 +1,63 @@
+"""The Fashion-MNIST job's data and model: the dataset (downloaded, or the shipped sample when
+that fails), converted to TFRecord shards, and the design's CNN. Its command line: fashion.py."""
+import logging
+
+from cluster.tf_config import read_tf_config
+from input_fns import fashion_mnist, synthetic
+from models.fashion_cnn import build_fashion_cnn
+from pipeline.tasks import FEATURE_KEY, TaskData
+from pipeline.tasks.fashion import DEFAULT_DATA_DIR
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC_SIZES = {"train": 60000, "test": 10000}  # the real dataset's, so --epochs means the same
+
+
+def prepare_data(args, batch_size):
+    """Returns TaskData over Fashion-MNIST, downloading and converting it first if needed."""
+    if args.synthetic:
+        def make(training, split):
+            return synthetic.make_input_fn(fashion_mnist.IMAGE_SHAPE, fashion_mnist.NUM_CLASSES,
+                                           batch_size, training, feature_key=FEATURE_KEY,
+                                           num_examples=SYNTHETIC_SIZES[split])
+        return TaskData(make(True, "train"), make(False, "test"),
+                        SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"], "synthetic",
+                        class_names=fashion_mnist.CLASS_NAMES)
+    data_dir, source = _dataset_or_sample(args)
+    splits = fashion_mnist.prepare_tfrecords(data_dir, args.cache_dir)
+    return TaskData(
+        fashion_mnist.make_input_fn(splits["train"]["pattern"], batch_size, training=True,
+                                    feature_key=FEATURE_KEY, seed=args.seed),
+        fashion_mnist.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
+                                    feature_key=FEATURE_KEY),
+        splits["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
+        train_class_counts=splits["train"]["class_counts"])
+
+
+def _dataset_or_sample(args):
+    """Returns (data dir, data source): the dataset, downloaded if absent, or, when that fails on
+    one machine with the default --data-dir, the sample shipped with the project."""
+    try:
+        fashion_mnist.download(args.data_dir, base_url=args.download_url or fashion_mnist.DOWNLOAD_URL)
+        return args.data_dir, "real"
+    except fashion_mnist.DownloadError as e:
+        files = ", ".join(n for pair in fashion_mnist.FILES.values() for n in pair)
+        advice = (f"Put the four files ({files}) in a folder and pass it as --data-dir, or run with "
+                  "--synthetic to try the job without the dataset")
+        # A cluster's tasks must all train on the same data: they never fall back.
+        if args.no_sample_fallback or args.data_dir != DEFAULT_DATA_DIR or read_tf_config() is not None:
+            raise fashion_mnist.DownloadError(f"{e}. {advice}") from None
+        sample_dir = fashion_mnist.unpack_shipped_sample(args.data_dir + "-sample")
+        log.warning("NOT THE FULL DATASET: %s, so this run trains on the 1,000-image Fashion-MNIST sample shipped "
+                    "with the project (%d train / %d test, in %s; small: try --batch-size 32 --epochs 20). %s; "
+                    "--no-sample-fallback makes this an error.",
+                    e, fashion_mnist.SAMPLE_TRAIN_IMAGES, 1000 - fashion_mnist.SAMPLE_TRAIN_IMAGES, sample_dir,
+                    advice)
+        return sample_dir, "real (shipped 1,000-image sample)"
+
+
+def build_model(args, learning_rate):
+    """Returns the compiled Fashion-MNIST CNN."""
+    return build_fashion_cnn(learning_rate, input_shape=fashion_mnist.IMAGE_SHAPE,
+                             num_classes=fashion_mnist.NUM_CLASSES, input_name=FEATURE_KEY)
+

@@ -1,0 +1,6 @@
+"""Serving a trained model: its export, whose signature answers with probabilities and class
+names, and a client that classifies image files with an export."""
+
+
+class ExportNotFoundError(Exception):
+    """No exported model where one was named; the message says where to find one."""

@@ -1,0 +1,107 @@
+"""Every script answers --help and a bad flag before TensorFlow is imported, and the Fashion
+job's first run works without network on the sample shipped with the project."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, assert_clean_failure
+
+# Runs a script as `python scripts/NAME ...` would, then reports whether TensorFlow was imported.
+PROBE = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+sys.stderr.write(f"\\nexit={code} tensorflow_imported={'tensorflow' in sys.modules}\\n")
+"""
+
+BAD_FLAGS = {
+    "train_fashion.py": ["--batch-size", "0"],
+    "train_oct.py": ["--image-size", "16"],
+    "prepare_oct.py": ["--out", "x", "--image-size", "huge"],
+    "predict.py": ["--model"],
+    "launch_local_cluster.py": ["--workers", "-1", "--", "true"],
+    "benchmark.py": ["--task", "oct", "--repeats", "0"],
+    "inspect_input.py": ["--task", "fashion", "--batches", "0"],
+    "make_fashion_sample.py": ["--out", "x", "--train", "none"],
+}
+
+
+def probe(script, *argv):
+    return subprocess.run([sys.executable, "-c", PROBE, os.path.join(ROOT, "scripts", script), *argv],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_every_script_is_probed():
+    assert set(BAD_FLAGS) == {name for name in os.listdir(os.path.join(ROOT, "scripts")) if name.endswith(".py")}
+
+
+@pytest.mark.parametrize("script", sorted(BAD_FLAGS))
+def test_help_and_a_bad_flag_answer_without_importing_tensorflow(script):
+    shown = probe(script, "--help")
+    assert shown.stderr.endswith("exit=0 tensorflow_imported=False\n"), shown.stderr[-2000:]
+    assert "usage:" in shown.stdout
+    refused = probe(script, *BAD_FLAGS[script])
+    assert refused.stderr.endswith("exit=2 tensorflow_imported=False\n"), refused.stderr[-2000:]
+    assert "error: " in refused.stderr and "Traceback" not in refused.stderr
+
+
+def refused_url():
+    """Returns an http URL on this machine where nothing listens: connections are refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/"
+
+
+def train_fashion(home, *argv):
+    env = dict(os.environ, HOME=str(home))  # the default data dir is under ~/.keras
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_fashion.py"),
+                           "--download-url", refused_url(), *argv],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_without_network_the_first_run_trains_on_the_shipped_sample_and_says_so(tmp_path):
+    model_dir = tmp_path / "model"
+    result = train_fashion(tmp_path, "--model-dir", str(model_dir), "--batch-size", "32", "--max-steps", "5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    loud = [line for line in result.stderr.splitlines() if "NOT THE FULL DATASET" in line]
+    assert len(loud) == 1 and "Connection refused" in loud[0] and "--no-sample-fallback" in loud[0]
+    assert "real (shipped 1,000-image sample) data, 800 training / 200 test images" in result.stdout
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["data_source"] == "real (shipped 1,000-image sample)"
+    assert results["train_examples"] == 800 and results["eval_examples"] == 200
+
+
+def test_no_sample_fallback_makes_the_failed_download_one_line(tmp_path):
+    result = train_fashion(tmp_path, "--model-dir", str(tmp_path / "model"), "--no-sample-fallback")
+    assert_clean_failure(result, "downloading http://127.0.0.1:", "Connection refused", "--data-dir",
+                         "--synthetic")
+    assert not (tmp_path / "model" / "results.json").exists()
+
+
+def test_another_data_dir_or_a_cluster_never_falls_back(tmp_path, monkeypatch):
+    from input_fns.fashion_mnist import DownloadError
+    from pipeline.flags import build_parser
+    from pipeline.tasks import fashion, fashion_job
+
+    monkeypatch.setattr(fashion_job, "DEFAULT_DATA_DIR", str(tmp_path / "default"))
+    args = build_parser(fashion.TASK).parse_args(["--data-dir", str(tmp_path / "other"), "--download-url",
+                                                  refused_url()])
+    with pytest.raises(DownloadError, match="Connection refused"):
+        fashion_job.prepare_data(args, 32)
+    args.data_dir = str(tmp_path / "default")
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["127.0.0.1:1"]},
+                                                "task": {"type": "chief", "index": 0}}))
+    with pytest.raises(DownloadError, match="Connection refused"):
+        fashion_job.prepare_data(args, 32)
+    monkeypatch.delenv("TF_CONFIG")
+    assert fashion_job.prepare_data(args, 32).source == "real (shipped 1,000-image sample)"
