@@ -12,12 +12,19 @@ _TF_PROGRESS = re.compile(
     r"Loss for final step|Saving dict for global step|Skipping training)")
 
 
+# Per-class figures in the Estimator's evaluation line: in TensorBoard and results.json instead.
+_PER_CLASS = re.compile(r", (precision|recall)/[^=]+= [-+.\deE]+")
+
+
 class _ProgressOnly(logging.Filter):
     """Keeps errors and progress; drops the rest, the TF 1 API deprecation warnings
     the Estimator itself triggers among them."""
 
     def filter(self, record):
-        return record.levelno >= logging.ERROR or bool(_TF_PROGRESS.match(record.getMessage()))
+        message = record.getMessage()
+        if message.startswith("Saving dict for global step"):
+            record.msg, record.args = _PER_CLASS.sub("", message), None
+        return record.levelno >= logging.ERROR or bool(_TF_PROGRESS.match(message))
 
 
 def configure_logging(verbose=False):
