@@ -1,14 +1,15 @@
 """The small CNN of the design write-up for 28x28 grayscale images."""
 import tensorflow as tf
 
+from models.optimizers import Adam
+
 
 def build_fashion_cnn(learning_rate, input_shape=(28, 28, 1), num_classes=10, input_name="image"):
     """Returns the compiled CNN: three 3x3 convolutions, two poolings, a 64-unit dense layer.
 
-    It is compiled with Adam, categorical cross-entropy on one-hot labels and
-    an accuracy metric. The optimizer is a legacy Keras one: model_to_estimator
-    needs a graph-mode optimizer, and unlike tf.compat.v1.train optimizers it
-    applies the same update on N mirrored replicas as on one at the same global batch.
+    It is compiled with Adam (models.optimizers: a legacy Keras one, see there),
+    categorical cross-entropy on one-hot labels and an accuracy metric, in the
+    Keras precision policy in force (see models.optimizers.precision).
     The input layer is named so that the Estimator's feature key is stable.
     """
     inputs = tf.keras.Input(shape=input_shape, name=input_name)
@@ -19,9 +20,10 @@ def build_fashion_cnn(learning_rate, input_shape=(28, 28, 1), num_classes=10, in
     x = tf.keras.layers.Conv2D(64, 3, activation="relu")(x)
     x = tf.keras.layers.Flatten()(x)
     x = tf.keras.layers.Dense(64, activation="relu")(x)
-    outputs = tf.keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    # float32 softmax (and loss) under a mixed-precision policy: 16-bit probabilities round to 0 or 1.
+    outputs = tf.keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(x)
     model = tf.keras.Model(inputs, outputs, name="fashion_cnn")
-    model.compile(optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=learning_rate),
+    model.compile(optimizer=Adam(learning_rate=learning_rate),
                   loss="categorical_crossentropy",
                   metrics=["accuracy"])
     return model

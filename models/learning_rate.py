@@ -18,7 +18,7 @@ class ScheduledRate(tf.keras.optimizers.schedules.LearningRateSchedule):
     Keras optimizers call it with their iteration count, which model_to_estimator
     ties to the global step; as a schedule, not a variable, the rate is never
     restored from a checkpoint: a resumed run applies the rate its flags give.
-    In graph mode each call adds its tensor to the collection COLLECTION.
+    In graph mode each call (outside a function's graph) adds its tensor to the collection COLLECTION.
     """
 
     def __init__(self, base_rate, total_steps, kind="constant", warm_up_steps=0):
@@ -40,7 +40,9 @@ class ScheduledRate(tf.keras.optimizers.schedules.LearningRateSchedule):
         if self.warm_up_steps:
             rate = rate * tf.minimum(1.0, (step + 1.0) / self.warm_up_steps)
         rate = tf.identity(rate, name="learning_rate")
-        if not tf.executing_eagerly():
+        # Not from inside a function's graph (fp16's loss-scaling optimizer applies the update in a
+        # tf.cond branch): a tensor there cannot be fetched from the session.
+        if not tf.executing_eagerly() and not tf.compat.v1.get_default_graph().building_function:
             tf.compat.v1.add_to_collection(COLLECTION, rate)
         return rate
 

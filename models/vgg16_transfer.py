@@ -4,6 +4,7 @@ import os
 import tensorflow as tf
 
 from models import VGG16_BASE_LAYERS, WeightsUnavailableError
+from models.optimizers import Adam
 
 WEIGHTS_FILE = "vgg16_weights_tf_dim_ordering_tf_kernels_notop.h5"  # Keras's cache name
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -64,7 +65,8 @@ def build_vgg16_classifier(num_classes, image_size=(224, 224), weights="imagenet
     and its pooling, as in the design). The base's layers are built on the
     preprocessed named input, so the model is flat and the Estimator's feature
     key is `input_name`.
-    Compiled with legacy Keras Adam and categorical cross-entropy.
+    Compiled with Adam (models.optimizers) and categorical cross-entropy, in the Keras
+    precision policy in force.
     """
     if not 0 <= trainable_layers <= VGG16_BASE_LAYERS:
         raise ValueError(f"trainable_layers must be from 0 to {VGG16_BASE_LAYERS}, got {trainable_layers}")
@@ -81,8 +83,9 @@ def build_vgg16_classifier(num_classes, image_size=(224, 224), weights="imagenet
     for layer in base.layers[len(base.layers) - trainable_layers:] if trainable_layers else []:
         layer.trainable = True
     x = tf.keras.layers.Flatten(name="flatten")(base.output)
-    outputs = tf.keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    # float32 softmax (and loss) under a mixed-precision policy: 16-bit probabilities round to 0 or 1.
+    outputs = tf.keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(x)
     model = tf.keras.Model(inputs, outputs, name="vgg16_transfer")
-    model.compile(optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=learning_rate),
+    model.compile(optimizer=Adam(learning_rate=learning_rate),
                   loss="categorical_crossentropy", metrics=["accuracy"])
     return model

@@ -20,9 +20,7 @@ def run_command(parser, work, argv=None, parse=None):
     what was saved, exit 130 or 143. Checkpoints and results already written stay.
     """
     args = parse(parser, argv) if parse else parser.parse_args(argv)
-    # TensorFlow's C++ start-up chatter (in 2.15 even harmless "Unable to register cuDNN
-    # factory" errors) hides the job's own lines; read once, at its import.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    _set_tensorflow_environment(args)
     model_dir = getattr(args, "model_dir", None)
     try:
         return work(args) or 0
@@ -42,6 +40,17 @@ def run_command(parser, work, argv=None, parse=None):
             raise
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     return code
+
+
+def _set_tensorflow_environment(args):
+    """Sets what TensorFlow reads from the environment once, when it is imported."""
+    # Its C++ start-up chatter (in 2.15 even harmless "Unable to register cuDNN factory"
+    # errors) hides the job's own lines.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    xla_flags = os.environ.get("TF_XLA_FLAGS", "")
+    if getattr(args, "xla", False) and "--tf_xla_cpu_global_jit" not in xla_flags:
+        # Without it XLA auto-clusters only GPU graphs (see pipeline.estimator.session_config).
+        os.environ["TF_XLA_FLAGS"] = f"{xla_flags} --tf_xla_cpu_global_jit".strip()
 
 
 def train_main(task, argv=None):

@@ -122,16 +122,23 @@ def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=N
     return DistributionPlan(strategy, replicas, devices, description)
 
 
-def build_distribution(gpus=None, cpu_replicas=None):
-    """Returns the DistributionPlan for `--gpus` / `--cpu-replicas`.
+def build_distribution(gpus=None, cpu_replicas=None, strategy="mirrored"):
+    """Returns the DistributionPlan for `--gpus` / `--cpu-replicas` / `--strategy` on one machine.
 
     gpus=None uses every visible GPU, or the CPU when there is none; gpus=N
     mirrors over the first N GPUs with NCCL all-reduce and is a UsageError when
     fewer are visible. cpu_replicas=N mirrors over N logical CPU devices with
     ReductionToOneDevice: the default all-reduce stalls on CPU devices inside
-    an Estimator. One device means no strategy at all.
+    an Estimator. One device means no strategy at all. strategy='central_storage'
+    keeps the variables on the CPU and mirrors the computation over the devices
+    (CentralStorageStrategy: gradients are summed where the variables are).
     """
     devices = replica_devices(gpus, cpu_replicas)
+    if strategy == "central_storage":
+        return DistributionPlan(
+            tf.distribute.experimental.CentralStorageStrategy(devices, parameter_device="/cpu:0"), len(devices),
+            devices, f"CentralStorageStrategy: variables on /cpu:0, compute over {len(devices)} "
+                     f"{'GPU' if devices[0].startswith('/gpu') else 'logical CPU device'}(s)")
     if devices[0].startswith("/cpu"):
         if len(devices) == 1:
             return DistributionPlan(None, 1, devices, "1 replica on the CPU" + ("" if cpu_replicas else " (no GPU)"))

@@ -2,13 +2,35 @@
 import re
 
 import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
 
 from pipeline.metrics import per_class_metric_ops
 from serving.export import with_class_names
 
 
-def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_checkpoints=5, seed=None):
-    """Returns the RunConfig: the plan's strategy for training, checkpoint and summary cadence.
+def session_config(xla=False, intra_op_threads=0, inter_op_threads=0):
+    """Returns the ConfigProto of the Estimator's sessions, or None for the Estimator's default.
+
+    It starts from that default (soft placement, one meta-optimizer pass); `xla`
+    turns on XLA auto-clustering of the whole graph (global_jit_level ON_1; on a
+    CPU it also needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit before TensorFlow is
+    imported, which pipeline.cli sets); thread counts of 0 leave TensorFlow's choice.
+    """
+    if not (xla or intra_op_threads or inter_op_threads):
+        return None
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)  # as the Estimator's default
+    config.graph_options.rewrite_options.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    config.intra_op_parallelism_threads = intra_op_threads
+    config.inter_op_parallelism_threads = inter_op_threads
+    if xla:
+        config.graph_options.optimizer_options.global_jit_level = tf.compat.v1.OptimizerOptions.ON_1
+    return config
+
+
+def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_checkpoints=5, seed=None,
+                     session=None):
+    """Returns the RunConfig: the plan's strategy for training, checkpoint and summary cadence, and
+    `session` (see session_config; None: the Estimator's default).
 
     Evaluation runs on one device (eval_distribute=None): a mirrored evaluation
     splits the last, partial batches between replicas and can drop some of
@@ -22,7 +44,8 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
         log_step_count_steps=None,  # the run loop's ProgressHook logs loss and speed, in one line
         keep_checkpoint_max=keep_checkpoints,
         train_distribute=plan.strategy,
-        eval_distribute=None)
+        eval_distribute=None,
+        session_config=session)
 
 
 def build_estimator(keras_model, run_config, class_names=None):

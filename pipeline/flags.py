@@ -7,10 +7,10 @@ here imports TensorFlow, so `--help` and a bad flag answer at once.
 import argparse
 
 import hooks
-from models import LR_SCHEDULES
+from models import LR_SCHEDULES, PRECISIONS
 from pipeline import batching
 
-STRATEGIES = ("mirrored", "multi_worker_mirrored", "parameter_server")
+STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -144,9 +144,21 @@ def build_parser(task):
                               "(tests the multi-replica path without a GPU)")
 
     devices.add_argument("--strategy", choices=STRATEGIES, default="mirrored",
-                         help="'mirrored': one machine; 'multi_worker_mirrored' (synchronous) or "
-                              "'parameter_server' (asynchronous): the cluster that TF_CONFIG describes "
-                              "(see scripts/launch_local_cluster.py)")
+                         help="one machine: 'mirrored' (a copy of the variables on each replica) or "
+                              "'central_storage' (variables on the CPU, compute mirrored over the replicas); "
+                              "'multi_worker_mirrored' (synchronous) or 'parameter_server' (asynchronous): the "
+                              "cluster that TF_CONFIG describes (see scripts/launch_local_cluster.py)")
+    devices.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                         help="'fp32'; or mixed precision, variables in float32 and math in 'bf16' (CPUs with "
+                              "AVX512_BF16 or AMX, GPUs from compute capability 8.0) or 'fp16' (GPUs, with "
+                              "dynamic loss scaling); the softmax and the loss stay float32")
+    devices.add_argument("--xla", action="store_true",
+                         help="compile the training graph with XLA (often faster on GPUs; slower on the CPUs "
+                              "measured, see docs/benchmarks.md)")
+    devices.add_argument("--intra-op-threads", type=non_negative_int, default=0,
+                         help="threads one operation may use (0: TensorFlow's choice, the cores)")
+    devices.add_argument("--inter-op-threads", type=non_negative_int, default=0,
+                         help="operations run at once (0: TensorFlow's choice)")
     devices.add_argument("--cluster-wait-secs", type=positive_int, default=600,
                          help="in a cluster: give up, with one line naming the tasks that do not answer, when "
                               "training has not started after this long")

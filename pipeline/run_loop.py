@@ -19,11 +19,13 @@ from hooks.loss_watch import DivergenceError, LossWatchHook
 from hooks.progress import ProgressHook
 from hooks.stop import SessionStartedHook, StopOnRequestHook
 from models.learning_rate import ScheduledRate
+from models.optimizers import precision
 from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, results as results_lib
 from pipeline.metrics import classification_report
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import TrainingError, UsageError
 from pipeline.logs import configure_logging
+from pipeline.machine import precision_warning
 from pipeline.stopping import Interrupted, StopSignals
 from serving.export import PROBABILITIES, export_model
 
@@ -44,10 +46,10 @@ def ensure_writable_dir(path):
 def build_plan(args, cluster):
     """Returns the DistributionPlan for `args`: one machine, or this task's part of a TF_CONFIG cluster."""
     if cluster is None:
-        if args.strategy != "mirrored":
+        if args.strategy not in ("mirrored", "central_storage"):
             raise UsageError(f"--strategy {args.strategy} needs a cluster in TF_CONFIG; start one with "
                              "scripts/launch_local_cluster.py, or use --strategy mirrored")
-        return build_distribution(gpus=args.gpus, cpu_replicas=args.cpu_replicas)
+        return build_distribution(gpus=args.gpus, cpu_replicas=args.cpu_replicas, strategy=args.strategy)
     # The Estimator's multi-worker runtime (the distribute coordinator) works in graph mode only.
     tf.compat.v1.disable_eager_execution()
     return build_cluster_distribution(args.strategy, cluster, gpus=args.gpus, cpu_replicas=args.cpu_replicas)
@@ -66,7 +68,8 @@ def run(task, args):
     ensure_writable_dir(args.model_dir)
     cluster = read_tf_config()
     chief = cluster is None or cluster.is_chief
-    with StopSignals() as stop, (model_dir_lib.locked(args.model_dir) if chief else contextlib.nullcontext()):
+    with StopSignals() as stop, (model_dir_lib.locked(args.model_dir) if chief else contextlib.nullcontext()), \
+            precision(args.precision):
         return _run(task, args, cluster, chief, stop)
 
 
@@ -89,11 +92,15 @@ def _run(task, args, cluster, chief, stop):
     schedule = ScheduledRate(learning_rate, max_steps, args.lr_schedule, batching.steps_for_epochs(
         args.warm_up_epochs, data.num_train_examples, global_batch) if args.warm_up_epochs else 0)
     _print_header(task, args, plan, data, global_batch, schedule, max_steps, start_step)
+    warning = precision_warning(args.precision, plan.devices[0].startswith("/gpu"))
+    if warning:
+        log.warning(warning)
 
     if args.seed is not None:
         tf.keras.utils.set_random_seed(args.seed)
     config = estimator_lib.build_run_config(
-        args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed)
+        args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed,
+        estimator_lib.session_config(args.xla, args.intra_op_threads, args.inter_op_threads))
     keras_model = task.build_model(args, schedule)
     model_dir_lib.check_fits(args.model_dir, keras_model)
     estimator = estimator_lib.build_estimator(keras_model, config, data.class_names)
@@ -156,6 +163,10 @@ def _run(task, args, cluster, chief, stop):
         "replicas": plan.replicas,
         "devices": plan.devices,
         "distribution": plan.description,
+        "precision": args.precision,
+        "xla": args.xla,
+        "intra_op_threads": args.intra_op_threads,
+        "inter_op_threads": args.inter_op_threads,
         "per_replica_batch_size": args.batch_size,
         "global_batch_size": global_batch,
         # The rate the optimizer applied at this run's last step, read back from the graph.
@@ -234,9 +245,18 @@ def _print_header(task, args, plan, data, global_batch, schedule, max_steps, sta
           f"{data.num_eval_examples} test images\n"
           f"  devices:       {plan.description}\n"
           f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {global_batch} global\n"
+          f"  precision:     {_describe_precision(args)}\n"
           f"  learning rate: {schedule.base_rate:g} ({scaling}), {schedule.describe()}\n"
           f"  steps:         to global step {max_steps}, {resume}\n"
           f"  model dir:     {args.model_dir}", flush=True)
+
+
+def _describe_precision(args):
+    described = {"fp32": "fp32", "bf16": "bf16 (float32 variables, bfloat16 math, float32 softmax and loss)",
+                 "fp16": "fp16 (float32 variables, float16 math, dynamic loss scaling)"}[args.precision]
+    extras = (["XLA"] if args.xla else []) + [f"{n} {kind}-op threads" for kind, n in
+                                              (("intra", args.intra_op_threads), ("inter", args.inter_op_threads)) if n]
+    return described + (f"; {', '.join(extras)}" if extras else "")
 
 
 def _print_summary(results, path):

@@ -1,0 +1,69 @@
+"""What this machine computes on: the CPU model and the flags that decide 16-bit speed, the GPUs,
+and whether a precision runs well on them."""
+import os
+import platform
+
+import tensorflow as tf
+
+# Instruction sets that decide how fast float32, bfloat16 and float16 math runs on a CPU.
+NOTABLE_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+
+
+def _cpuinfo(path="/proc/cpuinfo"):
+    """Returns (model name, set of flags) of the first CPU in `path` (empty where unknown)."""
+    model, flags = "", set()
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not model:
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), flags
+
+
+def describe_cpu(path="/proc/cpuinfo"):
+    """Returns e.g. 'AMD EPYC, 2 cores, avx2 fma avx512f avx512_vnni avx512_bf16, no amx_tile amx_bf16'."""
+    model, flags = _cpuinfo(path)
+    has = [f for f in NOTABLE_CPU_FLAGS if f in flags]
+    lacks = [f for f in NOTABLE_CPU_FLAGS if f not in flags and f.startswith(("avx512_bf16", "amx"))]
+    return f"{model}, {os.cpu_count()} cores, {' '.join(has) or 'no AVX'}" + (f", no {' '.join(lacks)}" if lacks else "")
+
+
+def describe_gpus():
+    """Returns 'NAME (compute capability X.Y)' for each visible GPU."""
+    described = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        capability = details.get("compute_capability")
+        described.append(f"{details.get('device_name', gpu.name)}"
+                         + (f" (compute capability {capability[0]}.{capability[1]})" if capability else ""))
+    return described
+
+
+def precision_warning(precision, uses_gpus, cpuinfo="/proc/cpuinfo"):
+    """Returns one line when `precision` will likely run no faster than fp32 (or slower) on this
+    machine's devices, else None: bf16 needs AVX512_BF16 or AMX on a CPU and compute capability
+    8.0 on a GPU; fp16 needs a GPU (tensor cores from 7.0)."""
+    if precision == "fp32":
+        return None
+    if uses_gpus:
+        needed = (8, 0) if precision == "bf16" else (7, 0)
+        slow = [gpu for gpu in tf.config.list_physical_devices("GPU")
+                if tuple(tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))) < needed]
+        if slow:
+            return (f"--precision {precision} runs best on GPUs of compute capability {needed[0]}.{needed[1]} or "
+                    f"newer; {len(slow)} of these GPUs are older, so expect little or no speed-up")
+        return None
+    _, flags = _cpuinfo(cpuinfo)
+    if precision == "fp16":
+        return ("--precision fp16 on a CPU: TensorFlow computes float16 there no faster than float32 (often "
+                "slower); use bf16 on a CPU with AVX512_BF16 or AMX, or fp32")
+    if not flags & {"avx512_bf16", "amx_bf16"}:
+        return ("--precision bf16 on a CPU without AVX512_BF16 or AMX: bfloat16 math is emulated, so expect it "
+                "to be slower than fp32")
+    return None
