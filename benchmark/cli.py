@@ -2,9 +2,9 @@
 --warm-up-steps, ...) passed on to the job's own parser."""
 import argparse
 import os
-import platform
 
 import benchmark
+from models import PRECISIONS
 from pipeline.cli import run_command
 from pipeline.flags import positive_int
 from pipeline.tasks.registry import parse_tool_args, tool_parser
@@ -44,7 +44,11 @@ def build_benchmark_parser():
     parser.add_argument("--batch-size", type=int_list, default=None,
                         help="per-replica batch sizes to sweep (default: the job's batch size)")
     parser.add_argument("--engines", type=choice_list(benchmark.ENGINES), default=list(benchmark.ENGINES),
-                        help="'estimator' (this pipeline) and/or 'keras' (model.fit reference)")
+                        help="'estimator' (this pipeline), 'keras' (model.fit), 'custom_loop' (a tf.function step "
+                             "with strategy.run over a distributed dataset) and 'limit' (that step on one batch "
+                             "held in memory): same model, optimizer, input and global batch")
+    parser.add_argument("--precision", type=choice_list(tuple(PRECISIONS)), default=["fp32"],
+                        help="precisions to sweep, e.g. fp32,bf16 (see train_fashion.py --help)")
     parser.add_argument("--data", type=choice_list(benchmark.DATA_SOURCES), default=list(benchmark.DATA_SOURCES),
                         help="'real' (file-pattern input_fn) and/or 'synthetic' (generated, same shapes)")
     parser.add_argument("--input-only", action="store_true",
@@ -80,18 +84,20 @@ def _benchmark(args, task, task_args, variants):
     import tensorflow as tf  # only once the arguments are known good
     from benchmark import report as report_lib, sweep
     from pipeline.logs import configure_logging
+    from pipeline.machine import describe_cpu, describe_gpus
 
     configure_logging(task_args.verbose)
     use_gpus = args.gpus is not None
     batch_sizes = args.batch_size or [task_args.batch_size]
     replica_counts = [1] if args.input_only else (args.gpus or args.cpu_replicas or [1])
-    plans = sweep.build_plans(replica_counts, use_gpus)
-    configs = sweep.plan_configs(args.engines, args.data, replica_counts, batch_sizes, variants)
+    plans = sweep.build_plans(replica_counts, use_gpus, task_args.strategy)
+    configs = sweep.plan_configs(args.engines, args.data, replica_counts, batch_sizes, variants, args.precision)
     devices = sorted({d for p in plans.values() for d in p.devices})
+    gpus = describe_gpus()
     header = (f"{task.name}, {'input only' if variants else 'training'}, TF {tf.__version__}, "
-              f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), devices: "
-              f"{', '.join(devices)}; {len(configs)} configurations x {args.repeats} repeats, "
-              f"{task_args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
+              f"CPU {describe_cpu()}{', GPUs ' + '; '.join(gpus) if gpus else ', no GPU'}; "
+              f"{task_args.strategy} over {', '.join(devices)}; {len(configs)} configurations x {args.repeats} "
+              f"repeats, {task_args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
     print(f"benchmark: {header}", flush=True)
     rows = sweep.run_sweep(task, task_args, configs, plans, args.repeats, task_args.warm_up_steps,
                            args.timed_steps, log=lambda line: print(line, flush=True))

@@ -5,7 +5,7 @@ import json
 import os
 import statistics
 
-COLUMNS = ("task", "mode", "engine", "data", "replicas", "per_replica_batch_size", "global_batch_size", "repeat",
+COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size", "repeat",
            "warm_up_steps", "timed_steps", "images_per_sec", "images_per_sec_std", "step_time_mean",
            "cpu_seconds_per_image", "total_seconds", "epoch_seconds", "scaling_efficiency", "devices",
            "tensorflow_version", "host_cpus")
@@ -21,9 +21,9 @@ def add_scaling_efficiency(rows):
     single = collections.defaultdict(list)
     for row in rows:
         if row["mode"] == "train" and row["replicas"] == 1:
-            single[_key(row, "engine", "data", "per_replica_batch_size")].append(row["images_per_sec"])
+            single[_key(row, "engine", "data", "precision", "per_replica_batch_size")].append(row["images_per_sec"])
     for row in rows:
-        base = single.get(_key(row, "engine", "data", "per_replica_batch_size"))
+        base = single.get(_key(row, "engine", "data", "precision", "per_replica_batch_size"))
         row["scaling_efficiency"] = (row["images_per_sec"] / (row["replicas"] * statistics.mean(base))
                                      if row["mode"] == "train" and base else None)
     return rows
@@ -33,13 +33,15 @@ def summarize(rows):
     """Returns one dict per configuration: mean and spread (min..max) of images/sec and CPU per image."""
     groups = collections.OrderedDict()
     for row in rows:
-        groups.setdefault(_key(row, "mode", "engine", "data", "replicas", "per_replica_batch_size"), []).append(row)
+        groups.setdefault(_key(row, "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size"),
+                          []).append(row)
     summary = []
-    for (mode, engine, data, replicas, batch), group in groups.items():
+    for (mode, engine, data, precision, replicas, batch), group in groups.items():
         rates = [r["images_per_sec"] for r in group]
         efficiencies = [r["scaling_efficiency"] for r in group if r.get("scaling_efficiency") is not None]
         summary.append({
-            "mode": mode, "engine": engine, "data": data, "replicas": replicas, "per_replica_batch_size": batch,
+            "mode": mode, "engine": engine, "data": data, "precision": precision, "replicas": replicas,
+            "per_replica_batch_size": batch,
             "global_batch_size": group[0]["global_batch_size"], "repeats": len(group),
             "images_per_sec": statistics.mean(rates), "images_per_sec_min": min(rates),
             "images_per_sec_max": max(rates),
@@ -51,25 +53,36 @@ def summarize(rows):
     return summary
 
 
+REFERENCES = (("keras", "Keras fit"), ("custom_loop", "custom loop"), ("limit", "limit"))
+
+
 def ratios(summary):
     """Returns (label, ratio of images/sec, ratio of CPU per image) comparisons measured in this run:
-    Estimator / Keras, real / synthetic data, and each input variant against the design's recipe."""
-    by_key = {(s["mode"], s["engine"], s["data"], s["replicas"], s["per_replica_batch_size"]): s for s in summary}
+    the Estimator against each reference engine, real / synthetic data, bf16 and fp16 against fp32,
+    and each input variant against the design's recipe."""
+    by_key = {(s["mode"], s["engine"], s["data"], s["precision"], s["replicas"], s["per_replica_batch_size"]): s
+              for s in summary}
     found = []
-    for (mode, engine, data, replicas, batch), s in by_key.items():
-        where = f"{replicas} replica(s), batch {batch}/replica"
+    for (mode, engine, data, precision, replicas, batch), s in by_key.items():
+        where = f"{precision}, {replicas} replica(s), batch {batch}/replica"
         if mode == "train" and engine == "estimator":
-            keras = by_key.get(("train", "keras", data, replicas, batch))
-            if keras:
-                found.append((f"Estimator / Keras fit, {data} data, {where}",
-                              s["images_per_sec"] / keras["images_per_sec"], None))
+            for reference, name in REFERENCES:
+                other = by_key.get(("train", reference, data, precision, replicas, batch))
+                if other:
+                    found.append((f"Estimator / {name}, {data} data, {where}",
+                                  s["images_per_sec"] / other["images_per_sec"], None))
             if data == "real":
-                synthetic = by_key.get(("train", "estimator", "synthetic", replicas, batch))
+                synthetic = by_key.get(("train", "estimator", "synthetic", precision, replicas, batch))
                 if synthetic:
                     found.append((f"real / synthetic data, Estimator, {where}",
                                   s["images_per_sec"] / synthetic["images_per_sec"], None))
+        if mode == "train" and precision != "fp32":
+            fp32 = by_key.get(("train", engine, data, "fp32", replicas, batch))
+            if fp32:
+                found.append((f"{precision} / fp32, {engine}, {data} data, {replicas} replica(s), batch {batch}/replica",
+                              s["images_per_sec"] / fp32["images_per_sec"], None))
         if mode == "input" and data != "design":
-            design = by_key.get(("input", "input", "design", replicas, batch))
+            design = by_key.get(("input", "input", "design", precision, replicas, batch))
             if design:
                 found.append((f"input '{data}' / design recipe, batch {batch}",
                               s["images_per_sec"] / design["images_per_sec"],
@@ -84,12 +97,13 @@ def _fmt(value, pattern):
 def markdown_report(summary, header):
     """Returns report.md: the header, a table of configurations and the ratios."""
     lines = [f"# Benchmark: {header}", "",
-             "| mode | engine | data | replicas | batch/replica | global batch | images/sec (mean) | min..max "
-             "| CPU ms/image | full epoch s | scaling eff. | repeats |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| mode | engine | data | precision | replicas | batch/replica | global batch | images/sec (mean) "
+             "| min..max | CPU ms/image | full epoch s | scaling eff. | repeats |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(
-            f"| {s['mode']} | {s['engine']} | {s['data']} | {s['replicas']} | {s['per_replica_batch_size']} "
+            f"| {s['mode']} | {s['engine']} | {s['data']} | {s['precision']} | {s['replicas']} "
+            f"| {s['per_replica_batch_size']} "
             f"| {s['global_batch_size']} | {s['images_per_sec']:.1f} "
             f"| {s['images_per_sec_min']:.1f}..{s['images_per_sec_max']:.1f} | {s['cpu_ms_per_image']:.2f} "
             f"| {_fmt(s['epoch_seconds'], '{:.1f}')} | {_fmt(s['scaling_efficiency'], '{:.2f}')} | {s['repeats']} |")
@@ -101,27 +115,61 @@ def markdown_report(summary, header):
     return "\n".join(lines) + "\n"
 
 
-def plot(summary, out_dir, title=""):
-    """Writes throughput.png (images/sec vs replicas) and time.png (epoch time vs replicas), one line
-    per engine, data source and batch size; returns the paths written (none for input-only runs)."""
-    train = [s for s in summary if s["mode"] == "train"]
-    if not train:
-        return []
+def _pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_input(summary, out_dir, title=""):
+    """Writes input.png, bars of images/sec and of CPU ms/image per input variant and batch size;
+    returns the paths written (none without input-only rows)."""
+    bars = [s for s in summary if s["mode"] == "input"]
+    if not bars:
+        return []
+    plt = _pyplot()
+    labels = [f"{s['data']}\nbatch {s['per_replica_batch_size']}" for s in bars]
+    figure, axes = plt.subplots(1, 2, figsize=(max(7, 1.3 * len(bars) + 2), 4.5))
+    for ax, field, label in ((axes[0], "images_per_sec", "images/sec (input alone)"),
+                             (axes[1], "cpu_ms_per_image", "CPU ms per image (all threads)")):
+        ax.bar(range(len(bars)), [s[field] for s in bars], color="tab:blue")
+        ax.errorbar([i for i in range(len(bars))], [s[field] for s in bars], fmt="none", ecolor="black",
+                    yerr=None if field != "images_per_sec" else
+                    [[s[field] - s["images_per_sec_min"] for s in bars],
+                     [s["images_per_sec_max"] - s[field] for s in bars]])
+        ax.set_xticks(range(len(bars)))
+        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3, axis="y")
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    path = os.path.join(out_dir, "input.png")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return [path]
+
+
+def plot(summary, out_dir, title=""):
+    """Writes throughput.png (images/sec vs replicas) and time.png (epoch time vs replicas), one line
+    per engine, data source, precision and batch size, and input.png for input-only rows (see
+    plot_input); returns the paths written."""
+    train = [s for s in summary if s["mode"] == "train"]
+    if not train:
+        return plot_input(summary, out_dir, title)
+    plt = _pyplot()
     lines = collections.defaultdict(list)
     for s in train:
-        lines[(s["engine"], s["data"], s["per_replica_batch_size"])].append(s)
+        lines[(s["engine"], s["data"], s["precision"], s["per_replica_batch_size"])].append(s)
     paths = []
     for name, field, label in (("throughput.png", "images_per_sec", "images/sec (all replicas)"),
                                ("time.png", "epoch_seconds",
                                 "time per epoch of the full training set, s\n(derived from images/sec)")):
         figure, axes = plt.subplots(figsize=(7, 4.5))
-        for (engine, data, batch), points in sorted(lines.items()):
+        for (engine, data, precision, batch), points in sorted(lines.items()):
             points = sorted(points, key=lambda s: s["replicas"])
             axes.plot([p["replicas"] for p in points], [p[field] for p in points], marker="o",
-                      label=f"{engine}, {data}, batch {batch}/replica")
+                      label=f"{engine}, {data}, {precision}, batch {batch}/replica")
         axes.set_xlabel("replicas")
         axes.set_ylabel(label)
         axes.set_xticks(sorted({s["replicas"] for s in train}))

@@ -8,6 +8,7 @@ project's ExamplesPerSecondHook (Estimator) or an equivalent Keras callback
 """
 import copy
 import dataclasses
+import functools
 import math
 import os
 import tempfile
@@ -18,9 +19,12 @@ import tensorflow as tf
 
 from hooks.examples_per_second import ExamplesPerSecondHook, throughput
 from benchmark import baselines
+from benchmark.custom_loop import measure_custom_loop
 from input_fns import fashion_mnist, image_folder, retinal_oct, synthetic
+from models.optimizers import precision
 from pipeline import batching
 from pipeline.distribution import build_distribution, split_cpu
+from pipeline.errors import UsageError
 from pipeline.estimator import build_estimator, build_run_config
 from pipeline.tasks import FEATURE_KEY, fashion_job, oct_job
 
@@ -30,17 +34,19 @@ _NEVER = 10 ** 9  # a step count no benchmark reaches: no checkpoints or summari
 @dataclasses.dataclass(frozen=True)
 class Config:
     """One measured configuration."""
-    engine: str  # 'estimator', 'keras' or 'input'
+    engine: str  # one of benchmark.ENGINES, or 'input'
     data: str  # 'real' / 'synthetic', or an input variant
     replicas: int
     batch_size: int  # per replica (input-only: per batch)
+    precision: str = "fp32"
 
 
-def plan_configs(engines, data_sources, replica_counts, batch_sizes, input_variants=None):
+def plan_configs(engines, data_sources, replica_counts, batch_sizes, input_variants=None, precisions=("fp32",)):
     """Returns the configurations of a sweep: training ones, or input-only ones if `input_variants`."""
     if input_variants:
         return [Config("input", v, 1, b) for b in batch_sizes for v in input_variants]
-    return [Config(e, d, r, b) for b in batch_sizes for r in replica_counts for d in data_sources for e in engines]
+    return [Config(e, d, r, b, p) for p in precisions for b in batch_sizes for r in replica_counts
+            for d in data_sources for e in engines]
 
 
 class _KerasStepTimer(tf.keras.callbacks.Callback):
@@ -158,12 +164,15 @@ class InputVariants:
             feature_key=FEATURE_KEY)
 
 
-def build_plans(replica_counts, use_gpus):
+def build_plans(replica_counts, use_gpus, strategy="mirrored"):
     """Returns the distribution plans of each replica count, splitting the CPU first if needed."""
+    if strategy not in ("mirrored", "central_storage"):
+        raise UsageError(f"the benchmark measures one machine: --strategy mirrored or central_storage, "
+                         f"not {strategy}")
     if not use_gpus:
         split_cpu(max(replica_counts))
-    return {r: build_distribution(gpus=r) if use_gpus else build_distribution(cpu_replicas=r)
-            for r in replica_counts}
+    return {r: build_distribution(gpus=r, strategy=strategy) if use_gpus
+            else build_distribution(cpu_replicas=r, strategy=strategy) for r in replica_counts}
 
 
 def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_steps, log=print):
@@ -176,7 +185,8 @@ def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_ste
             for config in configs:
                 rows.append(_measure(task, task_args, config, plans, variants, warm_up_steps, timed_steps, repeat))
                 row = rows[-1]
-                log(f"[{len(rows)}/{total}] {row['engine']:9s} {row['data']:16s} replicas {row['replicas']} "
+                log(f"[{len(rows)}/{total}] {row['engine']:11s} {row['precision']} {row['data']:16s} "
+                    f"replicas {row['replicas']} "
                     f"batch {row['per_replica_batch_size']:4d}/replica: {row['images_per_sec']:9.1f} images/sec "
                     f"(+/- {row['images_per_sec_std']:.1f}), {1000 * row['cpu_seconds_per_image']:.2f} ms CPU/image")
     return rows
@@ -194,14 +204,17 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         args.learning_rate = batching.scaled_learning_rate(
             task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
             task_args.lr_scaling)
-        measure = measure_estimator if config.engine == "estimator" else measure_keras
-        figures, seconds = measure(task, args, plan, config.batch_size, warm_up_steps, timed_steps)
+        measure = {"estimator": measure_estimator, "keras": measure_keras, "custom_loop": measure_custom_loop,
+                   "limit": functools.partial(measure_custom_loop, one_batch=True)}[config.engine]
+        with precision(config.precision):
+            figures, seconds = measure(task, args, plan, config.batch_size, warm_up_steps, timed_steps)
         warm = warm_up_steps
     return {
         "task": task.name,
         "mode": "input" if config.engine == "input" else "train",
         "engine": config.engine,
         "data": config.data,
+        "precision": config.precision,
         "replicas": config.replicas,
         "per_replica_batch_size": config.batch_size,
         "global_batch_size": config.batch_size * config.replicas,

@@ -16,7 +16,8 @@ def read_rows(out):
 def test_a_tiny_training_sweep_writes_well_formed_outputs(fashion_data_dir, tmp_path, capsys):
     out = str(tmp_path / "bench")
     code = main(["--task", "fashion", "--cpu-replicas", "1,2", "--batch-size", "8", "--repeats", "2",
-                 "--warm-up-steps", "1", "--timed-steps", "2", "--output", out, "--data-dir", fashion_data_dir])
+                 "--engines", "estimator,keras", "--warm-up-steps", "1", "--timed-steps", "2", "--output", out,
+                 "--data-dir", fashion_data_dir])
     assert code == 0
     printed = capsys.readouterr().out
     assert printed.startswith("benchmark: fashion, training") and "[16/16]" in printed
@@ -29,9 +30,10 @@ def test_a_tiny_training_sweep_writes_well_formed_outputs(fashion_data_dir, tmp_
     assert all(r["scaling_efficiency"] for r in rows)
     assert len(json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]) == 16
     report = (tmp_path / "bench" / "report.md").read_text()
-    assert "| train | estimator | real | 2 | 8 | 16 |" in report
-    assert "Estimator / Keras fit, real data, 2 replica(s)" in report
-    assert "real / synthetic data, Estimator, 1 replica(s)" in report
+    assert "| train | estimator | real | fp32 | 2 | 8 | 16 |" in report
+    assert "Estimator / Keras fit, real data, fp32, 2 replica(s)" in report
+    assert "real / synthetic data, Estimator, fp32, 1 replica(s)" in report
+    assert "avx" in printed.splitlines()[0].lower() or "no AVX" in printed.splitlines()[0]  # the CPU's flags
     for png in ("throughput.png", "time.png"):
         assert (tmp_path / "bench" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -50,6 +52,27 @@ def test_input_only_compares_the_oct_pipelines_with_the_design_recipe(oct_tree, 
     report = (tmp_path / "bench" / "report.md").read_text()
     assert "input 'records' / design recipe, batch 8" in report
     assert not (tmp_path / "bench" / "throughput.png").exists()
+    assert (tmp_path / "bench" / "input.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
+def test_the_reference_engines_and_precisions_write_well_formed_rows_and_ratios(tmp_path, capsys, strategy):
+    out = str(tmp_path / "bench")
+    code = main(["--task", "fashion", "--synthetic", "--cpu-replicas", "2", "--batch-size", "8", "--repeats", "1",
+                 "--data", "synthetic", "--precision", "fp32,bf16", "--warm-up-steps", "1", "--timed-steps", "2",
+                 "--strategy", strategy, "--output", out])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    rows = read_rows(out)
+    assert {(r["engine"], r["precision"]) for r in rows} == {
+        (e, p) for e in ("estimator", "keras", "custom_loop", "limit") for p in ("fp32", "bf16")}
+    assert all(float(r["images_per_sec"]) > 0 and int(r["timed_steps"]) == 2 and r["global_batch_size"] == "16"
+               for r in rows)
+    assert all(r["devices"] == "/cpu:0 /cpu:1" for r in rows)
+    report = (tmp_path / "bench" / "report.md").read_text()
+    for reference in ("Keras fit", "custom loop", "limit"):
+        assert f"Estimator / {reference}, synthetic data, bf16, 2 replica(s)" in report
+    assert "bf16 / fp32, estimator, synthetic data, 2 replica(s)" in report
+    assert strategy in report.splitlines()[0]
 
 
 def test_bad_sweep_flags_are_refused(capsys):
@@ -60,16 +83,20 @@ def test_bad_sweep_flags_are_refused(capsys):
 
 
 def test_scaling_efficiency_and_ratios_come_from_the_same_run():
-    def row(engine, data, replicas, rate):
-        return {"mode": "train", "engine": engine, "data": data, "replicas": replicas,
+    def row(engine, data, replicas, rate, precision="fp32"):
+        return {"mode": "train", "engine": engine, "data": data, "precision": precision, "replicas": replicas,
                 "per_replica_batch_size": 32, "global_batch_size": 32 * replicas, "images_per_sec": rate,
                 "cpu_seconds_per_image": 0.001, "epoch_seconds": 10.0}
     rows = [row("estimator", "real", 1, 100.0), row("estimator", "real", 1, 300.0),
             row("estimator", "real", 2, 300.0), row("keras", "real", 2, 250.0),
-            row("estimator", "synthetic", 2, 400.0)]
+            row("estimator", "synthetic", 2, 400.0), row("limit", "real", 2, 320.0),
+            row("estimator", "real", 2, 540.0, "bf16")]
     benchmark_report.add_scaling_efficiency(rows)
     assert rows[2]["scaling_efficiency"] == pytest.approx(300 / (2 * 200))
     assert rows[3]["scaling_efficiency"] is None  # no 1-replica Keras run to compare with
     found = {label: ratio for label, ratio, _ in benchmark_report.ratios(benchmark_report.summarize(rows))}
-    assert found["Estimator / Keras fit, real data, 2 replica(s), batch 32/replica"] == pytest.approx(1.2)
-    assert found["real / synthetic data, Estimator, 2 replica(s), batch 32/replica"] == pytest.approx(0.75)
+    assert found["Estimator / Keras fit, real data, fp32, 2 replica(s), batch 32/replica"] == pytest.approx(1.2)
+    assert found["Estimator / limit, real data, fp32, 2 replica(s), batch 32/replica"] == pytest.approx(300 / 320)
+    assert found["real / synthetic data, Estimator, fp32, 2 replica(s), batch 32/replica"] == pytest.approx(0.75)
+    assert found["bf16 / fp32, estimator, real data, 2 replica(s), batch 32/replica"] == pytest.approx(1.8)
+    assert "Estimator / limit, real data, bf16, 2 replica(s), batch 32/replica" not in found  # no bf16 limit run
