@@ -5,7 +5,7 @@ import os
 
 import benchmark
 from models import PRECISIONS
-from pipeline.cli import run_command
+from pipeline.cli import run_command, set_tensorflow_environment
 from pipeline.flags import positive_int
 from pipeline.tasks.registry import parse_tool_args, tool_parser
 
@@ -77,6 +77,7 @@ def _parse(parser, argv):
                 args.variants or ",".join(benchmark.INPUT_VARIANTS[task.name]))
         except argparse.ArgumentTypeError as e:
             parser.error(f"argument --variants: {e}")
+    set_tensorflow_environment(task_args)  # --xla
     return args, task, task_args, variants
 
 

@@ -8,8 +8,9 @@ import tensorflow as tf
 from hooks.examples_per_second import throughput
 
 
-def _train_step(model, strategy, global_batch):
-    """Returns a tf.function running one step of `model` on each replica's (features, labels)."""
+def _train_step(model, strategy, global_batch, xla=False):
+    """Returns a tf.function (XLA-compiled with `xla`) running one step of `model` on each
+    replica's (features, labels)."""
     optimizer = model.optimizer
     loss_scaled = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
 
@@ -25,7 +26,7 @@ def _train_step(model, strategy, global_batch):
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    @tf.function
+    @tf.function(jit_compile=xla or None)
     def step(features, labels):
         losses = strategy.run(replica_step, args=(features, labels))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
@@ -41,7 +42,7 @@ def measure_custom_loop(task, task_args, plan, batch_size, warm_up_steps, timed_
     data = task.prepare_data(task_args, global_batch)
     with strategy.scope():
         model = task.build_model(task_args, task_args.learning_rate)
-    step = _train_step(model, strategy, global_batch)
+    step = _train_step(model, strategy, global_batch, task_args.xla)
     iterator = iter(strategy.experimental_distribute_dataset(data.train_input_fn()))
     batch = next(iterator)
     step_times, cpu_times = [], []

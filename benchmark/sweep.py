@@ -25,7 +25,7 @@ from models.optimizers import precision
 from pipeline import batching
 from pipeline.distribution import build_distribution, split_cpu
 from pipeline.errors import UsageError
-from pipeline.estimator import build_estimator, build_run_config
+from pipeline.estimator import build_estimator, build_run_config, session_config
 from pipeline.tasks import FEATURE_KEY, fashion_job, oct_job
 
 _NEVER = 10 ** 9  # a step count no benchmark reaches: no checkpoints or summaries while timing
@@ -71,7 +71,9 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
     data = task.prepare_data(task_args, batch_size)
     global_batch = batch_size * plan.replicas
     with tempfile.TemporaryDirectory() as model_dir:
-        config = build_run_config(model_dir, plan, checkpoint_steps=_NEVER, summary_steps=_NEVER)
+        config = build_run_config(model_dir, plan, checkpoint_steps=_NEVER, summary_steps=_NEVER,
+                                  session=session_config(task_args.xla, task_args.intra_op_threads,
+                                                         task_args.inter_op_threads))
         estimator = build_estimator(task.build_model(task_args, task_args.learning_rate), config)
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
         start = time.perf_counter()
@@ -86,6 +88,7 @@ def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
     data = task.prepare_data(task_args, global_batch)
     with (plan.strategy or tf.distribute.get_strategy()).scope():
         model = task.build_model(task_args, task_args.learning_rate)
+    model.jit_compile = task_args.xla
     timer = _KerasStepTimer(warm_up_steps)
     start = time.perf_counter()
     model.fit(data.train_input_fn(), steps_per_epoch=warm_up_steps + timed_steps, epochs=1, verbose=0,

@@ -20,7 +20,7 @@ def run_command(parser, work, argv=None, parse=None):
     what was saved, exit 130 or 143. Checkpoints and results already written stay.
     """
     args = parse(parser, argv) if parse else parser.parse_args(argv)
-    _set_tensorflow_environment(args)
+    set_tensorflow_environment(args)
     model_dir = getattr(args, "model_dir", None)
     try:
         return work(args) or 0
@@ -42,8 +42,9 @@ def run_command(parser, work, argv=None, parse=None):
     return code
 
 
-def _set_tensorflow_environment(args):
-    """Sets what TensorFlow reads from the environment once, when it is imported."""
+def set_tensorflow_environment(args):
+    """Sets what TensorFlow reads from the environment once, when it is imported, for a job's
+    `args` (run_command calls it; a tool whose parsed arguments hold a job's calls it too)."""
     # Its C++ start-up chatter (in 2.15 even harmless "Unable to register cuDNN factory"
     # errors) hides the job's own lines.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
