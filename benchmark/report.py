@@ -129,8 +129,8 @@ def plot_input(summary, out_dir, title=""):
     if not bars:
         return []
     plt = _pyplot()
-    labels = [f"{s['data']}\nbatch {s['per_replica_batch_size']}" for s in bars]
-    figure, axes = plt.subplots(1, 2, figsize=(max(7, 1.3 * len(bars) + 2), 4.5))
+    labels = [f"{s['data']}, batch {s['per_replica_batch_size']}" for s in bars]
+    figure, axes = plt.subplots(1, 2, figsize=(max(8, 1.4 * len(bars) + 2), 5))
     for ax, field, label in ((axes[0], "images_per_sec", "images/sec (input alone)"),
                              (axes[1], "cpu_ms_per_image", "CPU ms per image (all threads)")):
         ax.bar(range(len(bars)), [s[field] for s in bars], color="tab:blue")
@@ -139,8 +139,10 @@ def plot_input(summary, out_dir, title=""):
                     [[s[field] - s["images_per_sec_min"] for s in bars],
                      [s["images_per_sec_max"] - s[field] for s in bars]])
         ax.set_xticks(range(len(bars)))
-        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_xticklabels(labels, fontsize=7, rotation=30, ha="right")
         ax.set_ylabel(label)
+        if field == "images_per_sec":
+            ax.set_yscale("log")  # a cache's reads are orders of magnitude above decoding
         ax.grid(alpha=0.3, axis="y")
     figure.suptitle(title, fontsize=9)
     figure.tight_layout()
