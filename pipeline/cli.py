@@ -8,6 +8,7 @@ from pipeline.flags import build_parser
 from pipeline.stopping import Interrupted
 
 _DISK_FULL = ("No space left on device", "File too large", "Disk quota exceeded")
+_MISMATCH = ("Restoring from checkpoint failed", "not in the checkpoint", "not found in checkpoint")
 
 
 def run_command(parser, work, argv=None, parse=None):
@@ -73,13 +74,15 @@ def _tensorflow_failure(error, model_dir):
     full = [line.strip() for line in error.message.splitlines() if any(words in line for words in _DISK_FULL)]
     if full:
         return _io_failure(full[0], None, model_dir)
-    if "Restoring from checkpoint failed" in error.message:  # Saver.restore's words for a graph mismatch
+    # Saver.restore's words for a checkpoint of another graph: other shapes, or other variables
+    # (a loss-scaling optimizer's under --precision fp16, say).
+    if any(words in error.message for words in _MISMATCH):
         detail = next((line for line in error.message.splitlines() if "shape" in line.lower()), "")
         return (f"the checkpoint in {model_dir} does not fit the model these flags build"
                 f"{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
-                "with (the same --image-size, say), or pass another --model-dir")
+                "with (the same --image-size or --precision, say), or pass another --model-dir")
     if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)):
-        return error.message.splitlines()[0]
+        return next(line.strip() for line in error.message.splitlines() + [type(error).__name__] if line.strip())
     return None
 
 

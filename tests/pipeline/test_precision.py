@@ -64,3 +64,21 @@ def test_precisions_a_cpu_runs_slowly_are_warned_about(tmp_path):
     assert "fp16 on a CPU" in precision_warning("fp16", False, with_bf16)
     assert describe_cpu(with_bf16).startswith("Test CPU 9000, ")
     assert "avx512f avx512_bf16, no amx_tile amx_bf16" in describe_cpu(with_bf16)
+
+
+def test_resuming_with_another_precision_that_changes_the_variables_is_one_line(tmp_path, capsys):
+    from pipeline.cli import train_main
+    from pipeline.tasks.fashion import TASK
+
+    common = ["--synthetic", "--batch-size", "16", "--model-dir", str(tmp_path), "--warm-up-steps", "0"]
+    assert train_main(TASK, common + ["--max-steps", "3"]) == 0
+    checkpoint = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("model.ckpt-3")}
+    capsys.readouterr()
+    # fp16 adds the loss-scaling optimizer's variables, which an fp32 checkpoint lacks.
+    assert train_main(TASK, common + ["--max-steps", "6", "--precision", "fp16"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert ": error: the checkpoint in " in last
+    assert "--precision" in last and "Traceback" not in last
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("model.ckpt-3")} == checkpoint
+    # bf16 keeps every variable float32: the same checkpoint resumes.
+    assert train_main(TASK, common + ["--max-steps", "6", "--precision", "bf16"]) == 0
