@@ -38,8 +38,7 @@ class LossWatchHook(StepCountingHook):
 
     def begin(self):
         super().begin()
-        losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
-        self._loss = losses[0] if losses else None
+        self._loss = self.training_loss()
 
     def before_run(self, run_context):
         return tf.estimator.SessionRunArgs(self._loss) if self._loss is not None else None

@@ -43,8 +43,7 @@ class ProgressHook(StepCountingHook):
 
     def begin(self):
         super().begin()
-        losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
-        self._loss = losses[0] if losses else None
+        self._loss = self.training_loss()
 
     def _reports_at(self, step):
         return step % self.every_n_steps == 0 or step >= self.max_steps

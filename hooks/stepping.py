@@ -18,6 +18,12 @@ class StepCountingHook(tf.estimator.SessionRunHook):
         if self._global_step_tensor is not None:
             self.global_step = int(session.run(self._global_step_tensor))
 
+    @staticmethod
+    def training_loss():
+        """Returns the Estimator's training loss tensor (its LOSSES collection), or None outside one."""
+        losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
+        return losses[0] if losses else None
+
     def count_step(self):
         """Counts one run; call it first thing in after_run."""
         self.global_step += 1

@@ -66,25 +66,25 @@ def build_estimator(keras_model, run_config, class_names=None):
 
     def model_fn(features, labels, mode):
         spec = keras_model_fn(features, labels, mode)
+        probabilities = next(iter(spec.predictions.values()))  # the models' one softmax output
         if spec.scaffold is not None and spec.scaffold.saver is not None:
             spec.scaffold.saver._max_to_keep = keep
             spec.scaffold.saver.saver_def.max_to_keep = keep
         if mode == tf.estimator.ModeKeys.TRAIN:
-            add_training_summaries(spec, labels)
+            add_training_summaries(spec.loss, probabilities, labels)
         if mode == tf.estimator.ModeKeys.EVAL and class_names:
-            probabilities = next(iter(spec.predictions.values()))
             spec = spec._replace(eval_metric_ops={**spec.eval_metric_ops,
                                                   **per_class_metric_ops(labels, probabilities, class_names)})
         if mode == tf.estimator.ModeKeys.PREDICT and class_names:
-            spec = with_class_names(spec, class_names)
+            spec = with_class_names(spec, probabilities, class_names)
         return spec
 
     estimator._model_fn = model_fn  # TF 2.15, the last Estimator release: private, but frozen
     return estimator
 
 
-def add_training_summaries(spec, labels):
-    """Adds the training loss and the batch's accuracy to TensorBoard under the tags evaluation
+def add_training_summaries(loss, probabilities, labels):
+    """Adds the training `loss` and the batch's accuracy to TensorBoard under the tags evaluation
     uses, 'loss' and 'accuracy', so that both curves share a chart.
 
     The Estimator would write the loss as 'loss_1' (Keras has taken the name scope
@@ -101,9 +101,8 @@ def add_training_summaries(spec, labels):
     except KeyError:
         pass
     replicas = tf.distribute.get_strategy().num_replicas_in_sync if tf.distribute.has_strategy() else 1
-    probabilities = next(iter(spec.predictions.values()))
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(probabilities, -1), tf.argmax(labels, -1)), tf.float32))
-    for tag, value in (("loss", spec.loss * replicas), ("accuracy", accuracy)):
+    for tag, value in (("loss", loss * replicas), ("accuracy", accuracy)):
         summary = tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32), name=f"{tag}/")
         tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SUMMARIES, summary)
 

@@ -14,11 +14,10 @@ CLASS_NAME = "class_name"
 CLASS_NAMES_FILE = "class_names.txt"  # in the export's assets.extra, for readers of the folder
 
 
-def with_class_names(spec, class_names):
-    """Returns the PREDICT EstimatorSpec `spec` (of a one-output softmax model) answering with
-    PROBABILITIES and CLASS_NAME, the name of the most probable class, in its predictions
-    and in its serving signature."""
-    probabilities = next(iter(spec.predictions.values()))
+def with_class_names(spec, probabilities, class_names):
+    """Returns the PREDICT EstimatorSpec `spec` of a softmax model whose output is `probabilities`,
+    answering with PROBABILITIES and CLASS_NAME, the name of the most probable class, in its
+    predictions and in its serving signature."""
     names = tf.gather(tf.constant(list(class_names)), tf.argmax(probabilities, axis=-1))
     predictions = {PROBABILITIES: probabilities, CLASS_NAME: names}
     return spec._replace(predictions=predictions, export_outputs={

@@ -6,11 +6,11 @@ from cluster.tf_config import read_tf_config
 from input_fns import fashion_mnist, synthetic
 from models.fashion_cnn import build_fashion_cnn
 from pipeline.tasks import FEATURE_KEY, TaskData
-from pipeline.tasks.fashion import DEFAULT_DATA_DIR
+from pipeline.tasks.fashion import DEFAULT_DATA_DIR, TRAIN_EXAMPLES
 
 log = logging.getLogger(__name__)
 
-SYNTHETIC_SIZES = {"train": 60000, "test": 10000}  # the real dataset's, so --epochs means the same
+SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 10000}  # the real dataset's, so --epochs means the same
 
 
 def prepare_data(args, batch_size):

@@ -11,9 +11,10 @@ from input_fns.files import write_json_atomically
 from models.vgg16_transfer import build_vgg16_classifier
 from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, TaskData
+from pipeline.tasks.oct import TRAIN_EXAMPLES
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
-SYNTHETIC_SIZES = {"train": 83484, "test": 968}  # TRAIN_EXAMPLES in oct.py
+SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 968}
 RECORDS_MANIFEST = "manifest.json"
 RECORDS_VERSION = 2  # 2: training records in shuffled order
 _MANIFEST_KEYS = ("image_size", "counts", "train_class_counts", "test_labels_in_order")
