@@ -3,8 +3,9 @@
 Every configuration runs a fixed number of warm-up steps, then timed steps;
 the sweep repeats all configurations `repeats` times, interleaved, so that
 drifts of a shared machine spread over all of them. Training is timed by the
-project's ExamplesPerSecondHook (Estimator) or an equivalent Keras callback
-(the reference engine): graph building and checkpoint writing fall outside.
+project's ExamplesPerSecondHook (Estimator), an equivalent Keras callback
+(model.fit) or around each step (custom_loop.py's engines): graph building and
+checkpoint writing fall outside.
 """
 import copy
 import dataclasses
@@ -88,7 +89,8 @@ def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
     data = task.prepare_data(task_args, global_batch)
     with (plan.strategy or tf.distribute.get_strategy()).scope():
         model = task.build_model(task_args, task_args.learning_rate)
-    model.jit_compile = task_args.xla
+    if task_args.xla:
+        model.jit_compile = True
     timer = _KerasStepTimer(warm_up_steps)
     start = time.perf_counter()
     model.fit(data.train_input_fn(), steps_per_epoch=warm_up_steps + timed_steps, epochs=1, verbose=0,
