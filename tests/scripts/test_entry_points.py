@@ -32,6 +32,7 @@ BAD_FLAGS = {
     "benchmark.py": ["--task", "oct", "--repeats", "0"],
     "inspect_input.py": ["--task", "fashion", "--batches", "0"],
     "make_fashion_sample.py": ["--out", "x", "--train", "none"],
+    "make_oct_sample.py": ["--out", "x", "--test-per-class", "0"],
 }
 
 
