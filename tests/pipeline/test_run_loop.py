@@ -112,7 +112,7 @@ def test_warm_up_and_cosine_decay_follow_the_global_step(fashion_data_dir, tmp_p
                                      "16", "--lr-scaling", "none", "--learning-rate", "0.01", "--max-steps", "50",
                                      "--lr-schedule", "cosine", "--warm-up-epochs", "0.2", "--summary-steps", "1"))
     rates = learning_rates_in_tensorboard(str(tmp_path))
-    assert results["learning_rate_schedule"]["warm_up_steps"] == 10  # 0.2 x 800 images / 16
+    assert results["learning_rate_schedule"]["warm_up_images"] == 160  # 0.2 x 800 images: 10 steps of 16
     assert rates[0] == pytest.approx(0.001, rel=1e-6) and rates[4] == pytest.approx(0.005, rel=1e-6)  # (step+1)/10
     assert rates[9] == pytest.approx(0.01, rel=1e-6) and rates[30] == pytest.approx(0.005, rel=1e-6)  # cosine 1/2
     assert results["learning_rate"] == pytest.approx(rates[49]) and rates[49] < 1e-4
