@@ -78,6 +78,8 @@ def _run(task, args, cluster, chief, stop):
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
     plan = build_plan(args, cluster)
+    if cluster is not None and cluster.task_type == "ps":
+        return _serve_variables(args, plan)
     global_batch = args.batch_size * plan.replicas
     learning_rate = batching.scaled_learning_rate(
         args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
@@ -158,8 +160,7 @@ def _run(task, args, cluster, chief, stop):
     train_seconds = time.perf_counter() - train_start
     throughput = _throughput(train_hooks)
     if throughput is None and start_step < max_steps:
-        log.warning("no throughput measured: %d steps ran, not more than --warm-up-steps %d",
-                    max_steps - start_step, args.warm_up_steps)
+        log.warning("no throughput measured: %s", _why_untimed(args, max_steps - start_step))
 
     log.info("evaluating on %d %s test images", data.num_eval_examples, data.source)
     evaluation = estimator.evaluate(data.eval_input_fn)
@@ -218,6 +219,27 @@ def _run(task, args, cluster, chief, stop):
     return results
 
 
+def _serve_variables(args, plan):
+    """Runs this parameter server for the cluster, until it is stopped; returns None.
+
+    A parameter server holds the variables the workers train, so it reads no data and builds no
+    model: the Estimator's distributed runtime only uses the RunConfig to start its server.
+    """
+    config = estimator_lib.build_run_config(args.model_dir, plan, args.checkpoint_steps, args.summary_steps,
+                                            args.keep_checkpoints, args.seed)
+    estimator = tf.estimator.Estimator(model_fn=_no_model, config=config)
+    tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(_no_input), tf.estimator.EvalSpec(_no_input))
+    return None
+
+
+def _no_model(features, labels, mode):
+    raise RuntimeError("a parameter server builds no model")
+
+
+def _no_input():
+    raise RuntimeError("a parameter server reads no data")
+
+
 def _finished_results(model_dir, step):
     """Returns the results of the run that finished at `step` in `model_dir` (re-printed), or None."""
     try:
@@ -244,6 +266,14 @@ def _per_class_report(estimator, data):
     if len(predicted) != len(data.eval_labels):
         raise RuntimeError(f"{len(predicted)} predictions for {len(data.eval_labels)} test labels")
     return classification_report(data.eval_labels, predicted, data.class_names)
+
+
+def _why_untimed(args, steps_run):
+    if "examples_per_second" not in args.hooks:
+        return "--hooks leaves out examples_per_second, the hook that times the steps"
+    return (f"{steps_run} steps ran, and the first {args.warm_up_steps} (--warm-up-steps) are never timed; a figure "
+            f"needs at least {args.warm_up_steps + 1} steps in one run (--max-steps or --epochs), or a lower "
+            "--warm-up-steps")
 
 
 def _throughput(train_hooks):
