@@ -50,8 +50,15 @@ class Plan:
         return self.images_at_start + (self.max_steps - self.start_step) * self.global_batch
 
 
+@dataclasses.dataclass
+class Record:
+    """A model dir's training record: each run's segment (oldest first) and the data trained on."""
+    segments: list
+    data: Optional[dict] = None  # {"synthetic": bool, "train_examples": int} of the data its epochs count
+
+
 def read(model_dir, task_name):
-    """Returns the model dir's recorded segments (oldest first; [] when there is no record).
+    """Returns the model dir's Record (no segments when there is none).
 
     Raises UsageError when the model dir holds another job's run (by its record, or by the
     results.json of a run that kept none): its checkpoints cannot be this job's.
@@ -59,17 +66,34 @@ def read(model_dir, task_name):
     path = os.path.join(model_dir, PROGRESS_FILE)
     try:
         with open(path) as f:
-            record = json.load(f)
-        owner, segments = record["task"], [Segment(**s) for s in record["runs"]]
+            saved = json.load(f)
+        owner, record = saved["task"], Record([Segment(**s) for s in saved["runs"]], saved.get("data"))
     except FileNotFoundError:
-        owner, segments = _results_task(model_dir), []
+        owner, record = _results_task(model_dir), Record([])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"cannot read {path} ({getattr(e, 'strerror', None) or e}); it records the images "
                          "trained so far: restore it, or pass another --model-dir") from None
     if owner is not None and owner != task_name:
         raise UsageError(f"the model dir {model_dir} holds a run of the {owner} job, not {task_name}; pass "
                          f"another --model-dir (or resume it with the {owner} job)")
-    return segments
+    return record
+
+
+def describe_data(synthetic, train_examples):
+    """Returns the record's description of a run's training data."""
+    return {"synthetic": bool(synthetic), "train_examples": int(train_examples)}
+
+
+def check_same_data(record, data, model_dir):
+    """Raises UsageError when `data` (describe_data's) is not the data the model dir's epochs were
+    counted on: generated instead of real data, or another number of training images (the
+    shipped sample against the full dataset, say)."""
+    if record.data is None or not record.segments or record.data == data:
+        return
+    def words(d):
+        return f"{'generated' if d['synthetic'] else 'real'} data of {d['train_examples']:,} training images"
+    raise UsageError(f"the model dir {model_dir} was trained on {words(record.data)}, and this run's is "
+                     f"{words(data)}: its epochs and figures would mix two datasets; pass another --model-dir")
 
 
 def _results_task(model_dir):
@@ -100,9 +124,9 @@ def plan(segments, start_step, global_batch, num_train_examples, epochs=None, ma
     return Plan(start_step, max(1, start_step + steps_left), images, global_batch, target, assumed)
 
 
-def record_start(model_dir, task_name, segments, plan_):
+def record_start(model_dir, task_name, record, plan_, data):
     """Writes this run's segment to the model dir's record, before its first step; returns the path."""
-    kept = [s for s in segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
+    kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch))
     return write_json_atomically(os.path.join(model_dir, PROGRESS_FILE),
-                                 {"task": task_name, "runs": [dataclasses.asdict(s) for s in kept]})
+                                 {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

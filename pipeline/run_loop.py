@@ -83,16 +83,18 @@ def _run(task, args, cluster, chief, stop):
     global_batch = args.batch_size * plan.replicas
     learning_rate = batching.scaled_learning_rate(
         args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
-    segments = progress.read(args.model_dir, task.name)
+    record = progress.read(args.model_dir, task.name)
     data = task.prepare_data(args, args.batch_size)
+    trained_on = progress.describe_data(data.source == "synthetic", data.num_train_examples)
+    progress.check_same_data(record, trained_on, args.model_dir)
     if chief:
         model_dir_lib.restorable_checkpoint(args.model_dir)
     start_step = estimator_lib.latest_global_step(args.model_dir)
-    steps = progress.plan(segments, start_step, global_batch, data.num_train_examples,
+    steps = progress.plan(record.segments, start_step, global_batch, data.num_train_examples,
                           epochs=None if args.max_steps else args.epochs, max_steps=args.max_steps)
     max_steps = steps.max_steps
     if chief and start_step >= max_steps:
-        finished = _finished_results(args.model_dir, start_step)
+        finished = _finished_results(args.model_dir, start_step, max_steps)
         if finished:
             return finished
     schedule = ScheduledRate(learning_rate, steps.images_at_end, args.lr_schedule,
@@ -104,7 +106,7 @@ def _run(task, args, cluster, chief, stop):
                     "counted as %d steps of this run's %d-image global batch", args.model_dir, start_step,
                     start_step, global_batch)
     if chief and start_step < max_steps:
-        progress.record_start(args.model_dir, task.name, segments, steps)
+        progress.record_start(args.model_dir, task.name, record, steps, trained_on)
     warning = precision_warning(args.precision, plan.devices[0].startswith("/gpu"))
     if warning:
         log.warning(warning)
@@ -165,8 +167,8 @@ def _run(task, args, cluster, chief, stop):
     log.info("evaluating on %d %s test images", data.num_eval_examples, data.source)
     evaluation = estimator.evaluate(data.eval_input_fn)
 
-    images_trained = progress.images_at(progress.read(args.model_dir, task.name), int(evaluation["global_step"]),
-                                        global_batch)[0]
+    images_trained = progress.images_at(progress.read(args.model_dir, task.name).segments,
+                                        int(evaluation["global_step"]), global_batch)[0]
     results = {
         "task": task.name,
         "data_source": data.source,
@@ -240,7 +242,7 @@ def _no_input():
     raise RuntimeError("a parameter server reads no data")
 
 
-def _finished_results(model_dir, step):
+def _finished_results(model_dir, step, max_steps):
     """Returns the results of the run that finished at `step` in `model_dir` (re-printed), or None."""
     try:
         results = results_lib.read_results(model_dir)
@@ -248,7 +250,8 @@ def _finished_results(model_dir, step):
         return None
     if results.get("global_step") != step:
         return None
-    print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}); "
+    past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""
+    print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}){past}; "
           "nothing to do. Its results:", flush=True)
     _print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results

@@ -34,22 +34,36 @@ def test_a_run_whose_epochs_are_done_plans_no_step():
 
 
 def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
-    model_dir = str(tmp_path)
+    model_dir, data = str(tmp_path), progress.describe_data(False, 800)
     first = progress.plan([], 0, 32, 800, epochs=2)
-    progress.record_start(model_dir, "fashion", [], first)
-    segments = progress.read(model_dir, "fashion")
-    second = progress.plan(segments, 30, 64, 800, epochs=2)  # resumed at step 30: 960 images
-    progress.record_start(model_dir, "fashion", segments, second)
-    segments = progress.read(model_dir, "fashion")
-    assert progress.images_at(segments, 20, 16) == (640, False)
-    assert progress.images_at(segments, 35, 16) == (960 + 5 * 64, False)
+    progress.record_start(model_dir, "fashion", progress.Record([]), first, data)
+    record = progress.read(model_dir, "fashion")
+    second = progress.plan(record.segments, 30, 64, 800, epochs=2)  # resumed at step 30: 960 images
+    progress.record_start(model_dir, "fashion", record, second, data)
+    record = progress.read(model_dir, "fashion")
+    assert progress.images_at(record.segments, 20, 16) == (640, False)
+    assert progress.images_at(record.segments, 35, 16) == (960 + 5 * 64, False)
     # The checkpoint at 35 was damaged and set aside: a third run resumes from 30 with another batch, and
     # the second run's record, whose later checkpoints are gone, is replaced.
-    third = progress.plan(segments, 30, 16, 800, epochs=2)
-    progress.record_start(model_dir, "fashion", segments, third)
-    record = json.loads((tmp_path / progress.PROGRESS_FILE).read_text())
-    assert record == {"task": "fashion", "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32},
-                                                  {"start_step": 30, "images_at_start": 960, "global_batch": 16}]}
+    third = progress.plan(record.segments, 30, 16, 800, epochs=2)
+    progress.record_start(model_dir, "fashion", record, third, data)
+    saved = json.loads((tmp_path / progress.PROGRESS_FILE).read_text())
+    assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
+                     "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32},
+                              {"start_step": 30, "images_at_start": 960, "global_batch": 16}]}
+
+
+def test_a_resume_on_other_data_is_refused(tmp_path):
+    model_dir = str(tmp_path)
+    progress.record_start(model_dir, "fashion", progress.Record([]), progress.plan([], 0, 32, 800, epochs=1),
+                          progress.describe_data(False, 800))
+    record = progress.read(model_dir, "fashion")
+    progress.check_same_data(record, progress.describe_data(False, 800), model_dir)  # the same data: fine
+    with pytest.raises(UsageError, match="trained on real data of 800 training images, and this run's is real "
+                                         "data of 60,000 training images: .* pass another --model-dir"):
+        progress.check_same_data(record, progress.describe_data(False, 60000), model_dir)
+    with pytest.raises(UsageError, match="this run's is generated data of 800"):
+        progress.check_same_data(record, progress.describe_data(True, 800), model_dir)
 
 
 def test_a_model_dir_without_a_record_counts_its_steps_at_this_batch():
@@ -58,7 +72,8 @@ def test_a_model_dir_without_a_record_counts_its_steps_at_this_batch():
 
 
 def test_another_jobs_model_dir_is_refused(tmp_path):
-    progress.record_start(str(tmp_path), "fashion", [], progress.plan([], 0, 32, 800, epochs=1))
+    progress.record_start(str(tmp_path), "fashion", progress.Record([]), progress.plan([], 0, 32, 800, epochs=1),
+                          progress.describe_data(False, 800))
     with pytest.raises(UsageError, match="holds a run of the fashion job, not oct; pass another --model-dir"):
         progress.read(str(tmp_path), "oct")
 
@@ -67,7 +82,7 @@ def test_another_jobs_results_are_refused_where_no_record_was_kept(tmp_path):
     (tmp_path / "results.json").write_text('{"task": "fashion", "global_step": 3}')
     with pytest.raises(UsageError, match="holds a run of the fashion job, not oct"):
         progress.read(str(tmp_path), "oct")
-    assert progress.read(str(tmp_path), "fashion") == []
+    assert progress.read(str(tmp_path), "fashion") == progress.Record([])
 
 
 def test_a_damaged_record_is_one_line_naming_it(tmp_path):
