@@ -267,6 +267,12 @@ BAD_FLAGS = {
                             "--shuffle-buffer: must be greater than 0"),
     "too-many-trainable-layers": ("train_oct.py", ["--synthetic", "--trainable-layers", "19"],
                                   "--trainable-layers: must be from 0 to 18, got 19"),
+    "augment-unknown-transform": ("train_fashion.py", ["--synthetic", "--augment", "flip,blur"],
+                                  "--augment: unknown transform 'blur'; known: flip, rotate, zoom, translate, contrast"),
+    "augment-bad-value": ("train_fashion.py", ["--synthetic", "--augment", "rotate=abc"],
+                          "--augment: rotate=abc: expected a number, got 'abc'"),
+    "augment-forbidden-by-the-job": ("train_oct.py", ["--synthetic", "--augment", "flip=vertical"],
+                                     "--augment: flip=vertical is not allowed for this job: an upside-down B-scan"),
     "benchmark-zero-timed-steps": ("benchmark.py", ["--task", "fashion", "--timed-steps", "0"],
                                    "--timed-steps: must be greater than 0"),
 }
