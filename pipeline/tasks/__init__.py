@@ -9,6 +9,7 @@ import importlib
 from typing import Callable, Optional, Sequence
 
 FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
+FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
 
 
 @dataclasses.dataclass
@@ -41,6 +42,9 @@ class Task:
     defaults: dict
     add_flags: Callable
     job: str
+    # A regular expression whose first group, searched in an evaluation image's file name,
+    # names its group (a patient): the test report's bootstrap then resamples groups.
+    group_pattern: Optional[str] = None
 
     def prepare_data(self, args, batch_size):
         """Returns TaskData whose input_fns yield batches of `batch_size` (per replica)."""
