@@ -20,8 +20,9 @@ class TaskData:
     num_train_examples: int
     num_eval_examples: int
     source: str  # 'real' or 'synthetic'
-    # With both, the run loop adds per-class precision/recall and a confusion
-    # matrix: eval_labels are the class indices in the eval input's order.
+    # With class names (and real data) the run loop adds the test report (see
+    # pipeline.test_report); eval_labels, the class indices of the eval input in
+    # its order when known, check that report's labels.
     class_names: Optional[Sequence[str]] = None
     eval_labels: Optional[Sequence[int]] = None
     # The training set's examples per class (in class_names order), when known:
