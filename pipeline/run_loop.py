@@ -190,11 +190,12 @@ def _run(task, args, cluster, chief, stop):
     }
     if cluster is not None:
         results["cluster"] = {"strategy": args.strategy, "training_workers": cluster.num_workers}
-    if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
-        results.update(test_report.write_report(task, args, data, scores, args.model_dir, results["global_step"]))
     if data.serving_input_fn:
         results["export_dir"] = export_model(estimator, data.serving_input_fn, data.class_names,
                                              os.path.join(args.model_dir, "export"))
+    if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
+        results.update(test_report.write_report(task, args, data, scores, args.model_dir, results["global_step"],
+                                                results.get("export_dir")))
     results.update(data.report)
     results["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     path = results_lib.write_results(args.model_dir, results)

@@ -8,10 +8,12 @@ image was counted once and writes results.json's per-class figures and
 test_scores.csv (see reporting/).
 """
 import collections
+import io
 import logging
 import os
 import struct
 
+import numpy as np
 import tensorflow as tf
 
 from hooks.scores import ScoreCollectorHook
@@ -21,6 +23,7 @@ from reporting import clinical, files as report_files
 
 log = logging.getLogger(__name__)
 EVAL_SUMMARY_DIR = "eval"  # where the Estimator writes its evaluation's summaries
+EXAMPLES_PER_KIND = 8  # right and wrong test images shown with their heatmaps in TensorBoard
 
 
 def check_positive_classes(args, class_names):
@@ -49,10 +52,11 @@ def _check_counted_once(collector, data):
         raise RuntimeError("the evaluation scored some test images more than once")
 
 
-def write_report(task, args, data, collector, model_dir, step):
-    """Returns results.json's per-class figures ('confusion_matrix', 'per_class') and 'clinical',
-    from the scores `collector` gathered; writes the report files into `model_dir` and the
-    plots to its TensorBoard evaluation folder at global step `step`."""
+def write_report(task, args, data, collector, model_dir, step, export_dir=None):
+    """Returns results.json's per-class figures ('confusion_matrix', 'per_class'), 'clinical' and
+    'test_examples', from the scores `collector` gathered; writes the report files into
+    `model_dir` and the plots to its TensorBoard evaluation folder at global step `step`, with
+    heatmaps of up to 8 right and 8 wrong test images from `export_dir` (see write_examples)."""
     _check_counted_once(collector, data)
     probabilities, labels, keys = collector.probabilities, collector.labels, collector.keys
     groups, pattern = None, None
@@ -69,7 +73,45 @@ def write_report(task, args, data, collector, model_dir, step):
     write_images(os.path.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
     results = classification_report(labels, probabilities.argmax(axis=1), data.class_names)
     results["clinical"] = report
+    if export_dir and os.path.isfile(keys[0]):  # the test images are files (not Fashion-MNIST's records)
+        results["test_examples"] = write_examples(export_dir, collector, model_dir, step, args.bootstrap_seed)
     return results
+
+
+def write_examples(export_dir, collector, model_dir, step, seed, per_kind=EXAMPLES_PER_KIND, max_side=256):
+    """Writes to TensorBoard up to `per_kind` right and `per_kind` wrong test images (drawn with
+    `seed`), each with the Grad-CAM heatmap of its predicted class from the export at
+    `export_dir`; returns [{'file', 'label', 'predicted', 'tag'}] of them."""
+    from PIL import Image
+    from serving.gradcam import GradCam, overlay
+    predicted = collector.probabilities.argmax(axis=1)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for kind, mask in (("right", predicted == collector.labels), ("wrong", predicted != collector.labels)):
+        found = np.flatnonzero(mask)
+        chosen += [(kind, int(i)) for i in sorted(rng.choice(found, min(per_kind, len(found)), replace=False))]
+    if not chosen:
+        return []
+    gradcam = GradCam(export_dir)
+    contents = []
+    for _, i in chosen:
+        with open(collector.keys[i], "rb") as f:
+            contents.append(f.read())
+    _, _, heatmaps = gradcam.explain(contents)
+    gradcam.close()
+    pngs, examples = {}, []
+    for (kind, i), heatmap in zip(chosen, heatmaps):
+        label, guess = gradcam.class_names[collector.labels[i]], gradcam.class_names[predicted[i]]
+        with Image.open(collector.keys[i]) as image:
+            image.thumbnail((max_side, max_side))
+            buffer = io.BytesIO()
+            Image.fromarray(overlay(image, heatmap)).save(buffer, "PNG")
+        tag = f"{kind}/{len(examples):02d}_{label}_as_{guess}"
+        pngs[tag] = buffer.getvalue()
+        examples.append({"file": collector.keys[i], "label": label, "predicted": guess,
+                         "tag": f"test_report/examples/{tag}"})
+    write_images(os.path.join(model_dir, EVAL_SUMMARY_DIR), pngs, step, prefix="test_report/examples/")
+    return examples
 
 
 def png_size(png):
@@ -83,7 +125,8 @@ def write_images(summary_dir, pngs, step, prefix="test_report/"):
     for name, png in pngs.items():
         width, height = png_size(png)
         image = tf.compat.v1.Summary.Image(encoded_image_string=png, height=height, width=width, colorspace=4)
-        values.append(tf.compat.v1.Summary.Value(tag=prefix + os.path.splitext(name)[0], image=image))
+        tag = prefix + (os.path.splitext(name)[0] if name.endswith(".png") else name)
+        values.append(tf.compat.v1.Summary.Value(tag=tag, image=image))
     with tf.Graph().as_default():  # the v1 writer refuses eager mode
         writer = tf.compat.v1.summary.FileWriter(summary_dir)
         writer.add_summary(tf.compat.v1.Summary(value=values), step)

@@ -64,6 +64,11 @@ def test_the_report_comes_from_every_test_image_once_and_is_written_beside_the_r
         for event in tf.compat.v1.train.summary_iterator(events):
             tags |= {v.tag for v in event.summary.value if v.HasField("image")}
     assert {"test_report/confusion_matrix", "test_report/roc_curves"} <= tags
+    right = round(results["eval_accuracy"] * 24)
+    examples = results["test_examples"]  # with their heatmaps, up to 8 right and 8 wrong
+    assert len(examples) == min(8, right) + min(8, 24 - right) and {e["tag"] for e in examples} <= tags
+    assert all((e["label"] == e["predicted"]) == e["tag"].startswith("test_report/examples/right/")
+               and e["file"] in test_files for e in examples)
 
 
 def test_the_collected_scores_are_predict_py_s_scores_and_it_explains_them(oct_run, tmp_path):
