@@ -35,6 +35,28 @@ def resample_weights(num_images, resamples=DEFAULT_RESAMPLES, rng=None, groups=N
     return _counts(rng.integers(0, num_groups, size=(resamples, num_groups)), num_groups)[:, groups]
 
 
+class Resamples:
+    """`resamples` bootstrap resamples of `num_images` images (of `groups`, if given), drawn with
+    `seed`, in chunks of rows so that memory stays bounded (about 32 MB of weights at a time)
+    however many images there are. The same object gives the same resamples to every statistic."""
+
+    def __init__(self, num_images, resamples=DEFAULT_RESAMPLES, seed=DEFAULT_SEED, groups=None,
+                 chunk_values=4_000_000):
+        self.num_images, self.resamples, self.seed, self.groups = num_images, resamples, seed, groups
+        self._chunk_values = chunk_values
+
+    def apply(self, statistic, repeat=1):
+        """Returns [resamples] values of `statistic(weights)`, its weights [rows, num_images * repeat]
+        (each image's weight repeated `repeat` times in a row, for pooled one-against-rest problems)."""
+        rows = max(1, self._chunk_values // max(1, self.num_images * repeat))
+        values = []
+        for index, start in enumerate(range(0, self.resamples, rows)):
+            rng = np.random.default_rng([self.seed, index])
+            weights = resample_weights(self.num_images, min(rows, self.resamples - start), rng, self.groups)
+            values.append(statistic(np.repeat(weights, repeat, axis=1) if repeat > 1 else weights))
+        return np.concatenate(values)
+
+
 def percentile_interval(values, confidence=CONFIDENCE):
     """Returns [low, high], the central `confidence` percentile interval of the resampled `values`
     (NaN for resamples where the statistic is undefined are left out), or None if all are NaN."""

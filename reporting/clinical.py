@@ -39,10 +39,12 @@ def group_ids(files, pattern):
     return np.asarray(ids, np.int64), len(names), unmatched
 
 
-def _figure(values, weights):
-    """Returns {'value', 'ci'} from a statistic's values under the point weights [1, n] and the
-    bootstrap weights: value is None where undefined, ci None when no resample defines it."""
-    point, resampled = values(weights[0]), values(weights[1])
+def _figure(values, weights, repeat=1):
+    """Returns {'value', 'ci'} of a statistic, `values(weights)`, under `weights` = (the point
+    weights [1, n], the bootstrap.Resamples): value is None where undefined, ci None when no
+    resample defines it. `repeat` repeats each image's weight (see Resamples.apply)."""
+    point = values(np.repeat(weights[0], repeat, axis=1))
+    resampled = weights[1].apply(values, repeat)
     value = None if np.isnan(point[0]) else float(point[0])
     return {"value": value, "ci": bootstrap.percentile_interval(resampled) if value is not None else None}
 
@@ -116,10 +118,10 @@ def _averages(per_class, weights, probabilities, labels, predicted, num_classes)
     # sensitivity, precision and F1 all equal the accuracy.
     onehot = (labels[:, None] == np.arange(num_classes)).ravel()
     chosen = (predicted[:, None] == np.arange(num_classes)).ravel()
-    micro_weights = tuple(np.repeat(w, num_classes, axis=1) for w in weights)  # an image weighs on its k problems
-    micro = {"sensitivity": _figure(lambda w: bootstrap.weighted_rate(w, chosen, onehot), micro_weights),
-             "specificity": _figure(lambda w: bootstrap.weighted_rate(w, ~chosen, ~onehot), micro_weights),
-             "auc": _figure(lambda w: bootstrap.weighted_auc(w, probabilities.ravel(), onehot), micro_weights)}
+    k = num_classes  # an image weighs on each of its k problems
+    micro = {"sensitivity": _figure(lambda w: bootstrap.weighted_rate(w, chosen, onehot), weights, k),
+             "specificity": _figure(lambda w: bootstrap.weighted_rate(w, ~chosen, ~onehot), weights, k),
+             "auc": _figure(lambda w: bootstrap.weighted_auc(w, probabilities.ravel(), onehot), weights, k)}
     micro["precision"] = micro["f1"] = micro["sensitivity"]["value"]
     return macro, micro
 
@@ -137,8 +139,7 @@ def clinical_report(probabilities, labels, class_names, groups=None, positive_cl
     labels = np.asarray(labels, np.int64)
     predicted = probabilities.argmax(axis=1)
     n, num_classes = probabilities.shape
-    rng = np.random.default_rng(seed)
-    weights = (np.ones((1, n)), bootstrap.resample_weights(n, resamples, rng, groups))
+    weights = (np.ones((1, n)), bootstrap.Resamples(n, resamples, seed, groups))
     matrix = np.zeros((num_classes, num_classes), np.int64)
     np.add.at(matrix, (labels, predicted), 1)
     per_class = {name: _per_class(weights, probabilities, labels, predicted, i) for i, name in enumerate(class_names)}

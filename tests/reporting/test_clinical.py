@@ -121,3 +121,13 @@ def test_grouped_resampling_gives_wider_intervals_when_a_group_s_images_agree():
     report = clinical_report(np.eye(2)[correct.astype(int)], np.ones(500, int), ["a", "b"],
                              groups=groups, resamples=200)
     assert report["bootstrap"]["unit"] == "group" and report["bootstrap"]["groups"] == 100
+
+
+def test_resamples_come_in_bounded_chunks_and_are_the_same_for_every_statistic():
+    resamples = bootstrap.Resamples(300, 1000, seed=4, chunk_values=300 * 64)  # 64 rows at a time
+    sizes = []
+    first = resamples.apply(lambda w: sizes.append(w.shape) or w.sum(1))
+    assert len(first) == 1000 and set(sizes) == {(64, 300), (1000 % 64, 300)} and (first == 300).all()
+    correct = np.random.default_rng(0).random(300) < 0.7
+    rates = [resamples.apply(lambda w: bootstrap.weighted_rate(w, correct, np.ones(300))) for _ in range(2)]
+    assert (rates[0] == rates[1]).all() and rates[0].std() > 0
