@@ -23,13 +23,15 @@ class ScoreCollectorHook(tf.estimator.SessionRunHook):
     They come from the same session run as the metrics' updates, so they belong to
     the batches the metrics counted. After the evaluation, `probabilities` [n,
     classes], `labels` [n] (class indices) and `keys` [n] (the input's file names, or
-    'image N' in reading order when it has none) hold them; n counts what the
-    evaluation scored, so a caller can check that every test image was scored once.
+    'image N' in reading order when it has none: then `named` is False) hold them; n
+    counts what the evaluation scored, so a caller can check that every test image was
+    scored once.
     """
 
     def __init__(self):
         self._fetches, self._parts = {}, []
         self.probabilities = self.labels = self.keys = None
+        self.named = False
 
     def begin(self):
         graph = tf.compat.v1.get_default_graph()
@@ -51,7 +53,8 @@ class ScoreCollectorHook(tf.estimator.SessionRunHook):
         labels = [l for part in self._parts for l in part[LABELS]]
         self.probabilities = np.concatenate(probabilities).astype(np.float64) if probabilities else np.zeros((0, 0))
         self.labels = np.concatenate([np.argmax(l, axis=-1) for l in labels]) if labels else np.zeros(0, int)
-        if self._fetches[KEYS]:
+        self.named = bool(self._fetches[KEYS])
+        if self.named:
             self.keys = [k.decode() for part in self._parts for batch in part[KEYS] for k in batch]
         else:
             self.keys = [f"image {i}" for i in range(len(self.labels))]

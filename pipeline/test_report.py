@@ -41,7 +41,7 @@ def evaluate(estimator, input_fn, checkpoint_path=None):
 
 
 def _check_counted_once(collector, data):
-    n = 0 if collector.labels is None else len(collector.labels)
+    n = len(collector.labels)
     if n != data.num_eval_examples:
         raise RuntimeError(f"the evaluation scored {n} images of the {data.num_eval_examples} test images")
     if data.eval_labels is not None:
@@ -60,7 +60,7 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None):
     _check_counted_once(collector, data)
     probabilities, labels, keys = collector.probabilities, collector.labels, collector.keys
     groups, pattern = None, None
-    if task.group_pattern and not keys[0].startswith("image "):
+    if task.group_pattern and collector.named:
         pattern = task.group_pattern
         groups, num_groups, unmatched = clinical.group_ids(keys, pattern)
         if unmatched:
@@ -73,7 +73,7 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None):
     write_images(os.path.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
     results = classification_report(labels, probabilities.argmax(axis=1), data.class_names)
     results["clinical"] = report
-    if export_dir and os.path.isfile(keys[0]):  # the test images are files (not Fashion-MNIST's records)
+    if export_dir and collector.named:  # the test images are files (not Fashion-MNIST's records)
         results["test_examples"] = write_examples(export_dir, collector, model_dir, step, args.bootstrap_seed)
     return results
 
@@ -92,7 +92,11 @@ def write_examples(export_dir, collector, model_dir, step, seed, per_kind=EXAMPL
         chosen += [(kind, int(i)) for i in sorted(rng.choice(found, min(per_kind, len(found)), replace=False))]
     if not chosen:
         return []
-    gradcam = GradCam(export_dir)
+    try:
+        gradcam = GradCam(export_dir)
+    except ValueError as e:  # a model without a convolution
+        log.warning("no heatmaps of test images in TensorBoard: %s", e)
+        return []
     contents = []
     for _, i in chosen:
         with open(collector.keys[i], "rb") as f:
