@@ -5,6 +5,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 from hooks.scores import add_scores_to_collection
+from input_fns import augmentation
 from pipeline.metrics import per_class_metric_ops
 from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
@@ -50,7 +51,7 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
         session_config=session)
 
 
-def build_estimator(keras_model, run_config, class_names=None):
+def build_estimator(keras_model, run_config, class_names=None, augment=(), augment_seed=0):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     Each evaluation leaves each replica's probabilities, labels and file names (the
@@ -64,6 +65,9 @@ def build_estimator(keras_model, run_config, class_names=None):
     weights; one with a checkpoint resumes from it. model_to_estimator's model_fn
     saves through a Saver of its own that keeps 5 checkpoints whatever the
     RunConfig says; its model_fn is wrapped here so that keep_checkpoint_max holds.
+
+    `augment` (input_fns.augmentation's transforms) is applied to training batches
+    only, drawn from (`augment_seed`, the global step, the replica).
     """
     estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config)
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
@@ -73,6 +77,8 @@ def build_estimator(keras_model, run_config, class_names=None):
         if isinstance(features, dict) and FILE_KEY in features:  # the file names, not a model input
             features = dict(features)
             keys = features.pop(FILE_KEY)
+        if mode == tf.estimator.ModeKeys.TRAIN and augment:
+            features = augmented(features, augment, augment_seed)
         spec = keras_model_fn(features, labels, mode)
         probabilities = next(iter(spec.predictions.values()))  # the models' one softmax output
         if spec.scaffold is not None and spec.scaffold.saver is not None:
@@ -91,6 +97,17 @@ def build_estimator(keras_model, run_config, class_names=None):
 
     estimator._model_fn = model_fn  # TF 2.15, the last Estimator release: private, but frozen
     return estimator
+
+
+def augmented(features, transforms, seed):
+    """Returns the features (the models' one image input, alone or in a dict) with `transforms` drawn
+    for this step and replica (see input_fns.augmentation)."""
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group if tf.distribute.has_strategy() else 0
+    step = tf.compat.v1.train.get_global_step()
+    if isinstance(features, dict):
+        (key, images), = features.items()
+        return {key: augmentation.augment(images, transforms, seed, step, replica)}
+    return augmentation.augment(features, transforms, seed, step, replica)
 
 
 def add_training_summaries(loss, probabilities, labels):

@@ -10,6 +10,8 @@ from typing import Callable, Optional, Sequence
 
 FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
 FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
+# --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
+AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}
 
 
 @dataclasses.dataclass
@@ -46,6 +48,10 @@ class Task:
     # A regular expression whose first group, searched in an evaluation image's file name,
     # names its group (a patient): the test report's bootstrap then resamples groups.
     group_pattern: Optional[str] = None
+    # --augment: each transform's value when named alone, and what the task forbids ('name' or
+    # 'name=value') with the reason, said in the one-line refusal.
+    augment_defaults: dict = dataclasses.field(default_factory=lambda: dict(AUGMENT_DEFAULTS))
+    augment_forbidden: dict = dataclasses.field(default_factory=dict)
 
     def prepare_data(self, args, batch_size):
         """Returns TaskData whose input_fns yield batches of `batch_size` (per replica)."""
