@@ -37,23 +37,32 @@ def resample_weights(num_images, resamples=DEFAULT_RESAMPLES, rng=None, groups=N
 
 class Resamples:
     """`resamples` bootstrap resamples of `num_images` images (of `groups`, if given), drawn with
-    `seed`, in chunks of rows so that memory stays bounded (about 32 MB of weights at a time)
-    however many images there are. The same object gives the same resamples to every statistic."""
+    `seed`, handed to statistics in chunks of rows so that memory stays bounded (about 32 MB of
+    weights at a time) however many images there are. Every statistic gets the same resamples:
+    they are drawn once and kept (as float32 counts, up to `cache_values` of them), or drawn
+    again, identically, for each statistic."""
 
     def __init__(self, num_images, resamples=DEFAULT_RESAMPLES, seed=DEFAULT_SEED, groups=None,
-                 chunk_values=4_000_000):
+                 chunk_values=4_000_000, cache_values=50_000_000):
         self.num_images, self.resamples, self.seed, self.groups = num_images, resamples, seed, groups
-        self._chunk_values = chunk_values
+        self._rows = max(1, chunk_values // max(1, num_images))
+        self._cache = (list(self._draw_all()) if num_images * resamples <= cache_values else None)
+
+    def _draw_all(self):
+        for index, start in enumerate(range(0, self.resamples, self._rows)):
+            rng = np.random.default_rng([self.seed, index])
+            rows = min(self._rows, self.resamples - start)
+            yield resample_weights(self.num_images, rows, rng, self.groups).astype(np.float32)
 
     def apply(self, statistic, repeat=1):
         """Returns [resamples] values of `statistic(weights)`, its weights [rows, num_images * repeat]
         (each image's weight repeated `repeat` times in a row, for pooled one-against-rest problems)."""
-        rows = max(1, self._chunk_values // max(1, self.num_images * repeat))
+        rows = max(1, self._rows // repeat)
         values = []
-        for index, start in enumerate(range(0, self.resamples, rows)):
-            rng = np.random.default_rng([self.seed, index])
-            weights = resample_weights(self.num_images, min(rows, self.resamples - start), rng, self.groups)
-            values.append(statistic(np.repeat(weights, repeat, axis=1) if repeat > 1 else weights))
+        for chunk in self._cache if self._cache is not None else self._draw_all():
+            for start in range(0, len(chunk), rows):
+                weights = chunk[start:start + rows].astype(np.float64)
+                values.append(statistic(np.repeat(weights, repeat, axis=1) if repeat > 1 else weights))
         return np.concatenate(values)
 
 
