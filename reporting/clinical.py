@@ -9,7 +9,8 @@ specificity and AUC, resampling groups (patients) when the images have them.
 
 The AUC is exact: the Mann-Whitney statistic over all the scores, ties counted
 as half. A figure that needs positive images a class does not have is None
-(JSON null) beside "undefined": "no positive images".
+(JSON null) beside "undefined": "no positive images" (or negative ones: "no
+negative images").
 """
 import os
 import re
@@ -19,6 +20,7 @@ import numpy as np
 from reporting import bootstrap
 
 NO_POSITIVES = "no positive images"
+NO_NEGATIVES = "no negative images"
 
 
 def group_ids(files, pattern):
@@ -72,6 +74,8 @@ def _binary_figures(weights, truth, decision, scores):
                           if negatives else None)
     figures["specificity"] = (_figure(lambda w: bootstrap.weighted_rate(w, ~decision, ~truth), weights)
                               if negatives else None)
+    if not negatives:
+        figures.setdefault("undefined", NO_NEGATIVES)
     return figures
 
 

@@ -55,7 +55,7 @@ def markdown(report, title="Test evaluation"):
              "| Class | Images | Sensitivity (95% CI) | Specificity (95% CI) | Precision | F1 | ROC AUC (95% CI) |",
              "|---|---:|---|---|---:|---:|---|"]
     for name, f in report["per_class"].items():
-        note = " (no positive images)" if f.get("undefined") else ""
+        note = f" ({f['undefined']})" if f.get("undefined") else ""
         lines.append(f"| {name}{note} | {f['positives']} | {_percent(f['sensitivity'])} | "
                      f"{_percent(f['specificity'])} | {_percent(f['precision'])} | {_percent(f['f1'])} | "
                      f"{_auc(f['auc'])} |")

@@ -77,6 +77,8 @@ def test_a_class_without_positive_images_is_null_and_says_why():
     text = json.dumps(report, allow_nan=False)  # never NaN
     assert "null" in text
     assert "NORMAL (no positive images)" in markdown(report)
+    every = clinical_report(probabilities, np.zeros(60, int), CLASSES, resamples=20)["per_class"]["CNV"]
+    assert every["specificity"] is None and every["auc"] is None and every["undefined"] == "no negative images"
 
 
 def test_the_operating_point_is_the_best_sensitivity_at_the_target_specificity():
