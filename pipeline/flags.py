@@ -91,7 +91,10 @@ def fraction(text):
 
 
 def name_list(text):
-    """argparse type: a comma-separated list of names (classes, say), none empty; returns a tuple."""
+    """argparse type: a comma-separated list of names (classes, say), none empty; returns a tuple,
+    or None for 'none'."""
+    if text.strip().lower() == "none":
+        return None
     names = tuple(n.strip() for n in text.split(","))
     if not text.strip() or not all(names):
         raise argparse.ArgumentTypeError(f"expected comma-separated names such as CNV,DME, got {text!r}")
@@ -256,7 +259,7 @@ def build_parser(task):
                         metavar="NAME,NAME",
                         help="classes that make up the referral decision reported against all others "
                              "(sensitivity, specificity and ROC AUC of their summed probability); "
-                             "without it no referral decision is reported")
+                             "'none' (or no default) reports no referral decision")
     report.add_argument("--at-specificity", type=fraction, default=0.95,
                         help="the referral decision's operating point: the highest sensitivity among the "
                              "thresholds whose specificity is at least this")
