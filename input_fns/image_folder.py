@@ -197,7 +197,7 @@ def decode_and_resize(contents, image_size, channels=1, fast=False):
 
 def make_input_fn(file_pattern, class_names, image_size, batch_size, training, scan=None,
                   on_bad_image="fail", channels=1, fast_decode=False,
-                  cache=None, shuffle_buffer=2048, feature_key="image", seed=None):
+                  cache=None, shuffle_buffer=2048, feature_key="image", seed=None, file_key=None):
     """Returns an Estimator input_fn(input_context=None) over the images matching `file_pattern`.
 
     Batches are ({feature_key: uint8 [batch, h, w, channels]}, one-hot float32 labels).
@@ -212,7 +212,8 @@ def make_input_fn(file_pattern, class_names, image_size, batch_size, training, s
     hold (see cache.prepare_cache_file), None not at all. The files are then
     shuffled once before the cache, and the cached images again each epoch in a
     buffer of `shuffle_buffer`. Evaluation input yields each good file once, in
-    sorted order.
+    sorted order; with `file_key` its features also hold each image's path under
+    that key (the evaluation's per-image report names the files).
     """
     scan = scan or scan_folder(file_pattern, class_names, channels)
     check_bad_files(scan, on_bad_image)
@@ -222,12 +223,15 @@ def make_input_fn(file_pattern, class_names, image_size, batch_size, training, s
         table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(tf.constant(class_names), tf.range(num_classes)), -1)
 
+        with_paths = file_key is not None and not training
+
         def load(path):
             image = decode_and_resize(tf.io.read_file(path), image_size, channels, fast_decode)
-            return image, table.lookup(tf.strings.split(path, os.sep)[-2])
+            return (image, path) if with_paths else image, table.lookup(tf.strings.split(path, os.sep)[-2])
 
         def finish(images, labels):  # on whole batches: fewer, larger ops
-            return {feature_key: images}, tf.one_hot(labels, num_classes)
+            features = {feature_key: images[0], file_key: images[1]} if with_paths else {feature_key: images}
+            return features, tf.one_hot(labels, num_classes)
 
         files = pipeline_files(file_pattern, scan.num_good, input_context, training, seed,
                                reshuffle_each_epoch=cache is None, exclude=scan.bad_files)

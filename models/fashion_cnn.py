@@ -4,16 +4,22 @@ import tensorflow as tf
 from models.optimizers import Adam
 
 
-def build_fashion_cnn(learning_rate, input_shape=(28, 28, 1), num_classes=10, input_name="image"):
+def build_fashion_cnn(learning_rate, input_shape=(28, 28, 1), num_classes=10, input_name="image",
+                      input_dtype="float32"):
     """Returns the compiled CNN: three 3x3 convolutions, two poolings, a 64-unit dense layer.
+
+    It takes images of any `input_shape` (height, width, channels). With `input_dtype`
+    'uint8' it takes the image folders' and JPEG exports' uint8 pixels and scales them
+    to [0, 1] itself; with 'float32', pixels already scaled (Fashion-MNIST's input).
 
     It is compiled with Adam (models.optimizers: a legacy Keras one, see there),
     categorical cross-entropy on one-hot labels and an accuracy metric, in the
     Keras precision policy in force (see models.optimizers.precision).
     The input layer is named so that the Estimator's feature key is stable.
     """
-    inputs = tf.keras.Input(shape=input_shape, name=input_name)
-    x = tf.keras.layers.Conv2D(32, 3, activation="relu")(inputs)
+    inputs = tf.keras.Input(shape=input_shape, name=input_name, dtype=input_dtype)
+    x = tf.keras.layers.Rescaling(1 / 255, name="scale_pixels")(inputs) if input_dtype == "uint8" else inputs
+    x = tf.keras.layers.Conv2D(32, 3, activation="relu")(x)
     x = tf.keras.layers.MaxPooling2D(pool_size=2, strides=2)(x)
     x = tf.keras.layers.Conv2D(64, 3, activation="relu")(x)
     x = tf.keras.layers.MaxPooling2D(pool_size=2, strides=2)(x)

@@ -26,7 +26,7 @@ def run_command(parser, work, argv=None, parse=None):
     try:
         return work(args) or 0
     except USER_ERRORS as e:
-        message, code = str(e), 1
+        message, code = str(e), getattr(e, "exit_code", 1)
     except Interrupted as e:
         print(f"{parser.prog}: {_interrupted_message(e, model_dir)}", file=sys.stderr)
         return e.exit_code

@@ -13,6 +13,12 @@ class UsageError(Exception):
     """A flag value or environment that the job cannot run with; the message says what to change."""
 
 
+class FlagError(UsageError):
+    """A flag value that only the data shows to be wrong (a class the data does not have, say):
+    exit 2, as argparse gives a bad flag."""
+    exit_code = 2
+
+
 class TrainingError(Exception):
     """Training cannot go on (the loss diverged, say); the message says what to change."""
 

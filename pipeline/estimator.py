@@ -4,8 +4,10 @@ import re
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from hooks.scores import add_scores_to_collection
 from input_fns import augmentation
 from pipeline.metrics import per_class_metric_ops
+from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
 
 
@@ -52,6 +54,8 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
 def build_estimator(keras_model, run_config, class_names=None, augment=(), augment_seed=0):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
+    Each evaluation leaves each replica's probabilities, labels and file names (the
+    input's FILE_KEY feature, when it has one) for a hooks.scores.ScoreCollectorHook.
     With `class_names`, each evaluation also gives per-class precision and recall
     and a confusion-matrix image, and its predictions and serving signature name
     the predicted class (see serving.export.with_class_names). Training writes
@@ -69,6 +73,10 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
 
     def model_fn(features, labels, mode):
+        keys = None
+        if isinstance(features, dict) and FILE_KEY in features:  # the file names, not a model input
+            features = dict(features)
+            keys = features.pop(FILE_KEY)
         if mode == tf.estimator.ModeKeys.TRAIN and augment:
             features = augmented(features, augment, augment_seed)
         spec = keras_model_fn(features, labels, mode)
@@ -78,6 +86,8 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
             spec.scaffold.saver.saver_def.max_to_keep = keep
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
+        if mode == tf.estimator.ModeKeys.EVAL:  # for a hooks.scores.ScoreCollectorHook, if evaluate has one
+            add_scores_to_collection(probabilities, labels, keys)
         if mode == tf.estimator.ModeKeys.EVAL and class_names:
             spec = spec._replace(eval_metric_ops={**spec.eval_metric_ops,
                                                   **per_class_metric_ops(labels, probabilities, class_names)})

@@ -82,6 +82,25 @@ def int_in_range(low, high):
     return parse
 
 
+def fraction(text):
+    """argparse type: a number from 0 to 1."""
+    value = _finite_float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
+    return value
+
+
+def name_list(text):
+    """argparse type: a comma-separated list of names (classes, say), none empty; returns a tuple,
+    or None for 'none'."""
+    if text.strip().lower() == "none":
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if not text.strip() or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names such as CNV,DME, got {text!r}")
+    return names
+
+
 def hook_names(text):
     """argparse type: a comma-separated list of hook names from the hooks registry."""
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -234,6 +253,20 @@ def build_parser(task):
     output.add_argument("--warm-up-steps", type=non_negative_int, default=10,
                         help="first steps left out of the throughput figures")
     output.add_argument("--verbose", action="store_true", help="show all of TensorFlow's log lines")
+
+    report = parser.add_argument_group("test report")
+    report.add_argument("--positive-classes", type=name_list, default=d.get("positive_classes"),
+                        metavar="NAME,NAME",
+                        help="classes that make up the referral decision reported against all others "
+                             "(sensitivity, specificity and ROC AUC of their summed probability); "
+                             "'none' (or no default) reports no referral decision")
+    report.add_argument("--at-specificity", type=fraction, default=0.95,
+                        help="the referral decision's operating point: the highest sensitivity among the "
+                             "thresholds whose specificity is at least this")
+    report.add_argument("--bootstrap-resamples", type=positive_int, default=1000,
+                        help="resamples of the percentile bootstrap behind the report's 95%% intervals")
+    report.add_argument("--bootstrap-seed", type=int_in_range(0, 2 ** 31 - 1), default=0,
+                        help="seed of the bootstrap's resampling")
 
     task.add_flags(parser)
     return parser

@@ -6,7 +6,6 @@ import os
 import tempfile
 import time
 
-import numpy as np
 import tensorflow as tf
 
 import hooks as hooks_lib
@@ -22,13 +21,13 @@ from models.learning_rate import ScheduledRate
 from models.optimizers import precision
 from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, progress, \
     results as results_lib
-from pipeline.metrics import classification_report
+from pipeline import test_report
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import TrainingError, UsageError
 from pipeline.logs import configure_logging
 from pipeline.machine import precision_warning
 from pipeline.stopping import Interrupted, StopSignals
-from serving.export import PROBABILITIES, export_model
+from serving.export import export_model
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +84,7 @@ def _run(task, args, cluster, chief, stop):
         args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
     record = progress.read(args.model_dir, task.name)
     data = task.prepare_data(args, args.batch_size)
+    test_report.check_positive_classes(args, data.class_names)
     trained_on = progress.describe_data(data.source == "synthetic", data.num_train_examples)
     progress.check_same_data(record, trained_on, args.model_dir)
     if chief:
@@ -166,7 +166,7 @@ def _run(task, args, cluster, chief, stop):
         log.warning("no throughput measured: %s", _why_untimed(args, max_steps - start_step))
 
     log.info("evaluating on %d %s test images", data.num_eval_examples, data.source)
-    evaluation = estimator.evaluate(data.eval_input_fn)
+    evaluation, scores = test_report.evaluate(estimator, data.eval_input_fn)
 
     images_trained = progress.images_at(progress.read(args.model_dir, task.name).segments,
                                         int(evaluation["global_step"]), global_batch)[0]
@@ -211,15 +211,17 @@ def _run(task, args, cluster, chief, stop):
     }
     if cluster is not None:
         results["cluster"] = {"strategy": args.strategy, "training_workers": cluster.num_workers}
-    if data.class_names and data.eval_labels is not None:
-        results.update(_per_class_report(estimator, data))
     if data.serving_input_fn:
         results["export_dir"] = export_model(estimator, data.serving_input_fn, data.class_names,
                                              os.path.join(args.model_dir, "export"))
+    if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
+        results.update(test_report.write_report(task, args, data, scores, args.model_dir, results["global_step"],
+                                                results.get("export_dir")))
     results.update(data.report)
     results["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     path = results_lib.write_results(args.model_dir, results)
     _print_summary(results, path)
+    test_report.print_headline(results, args.model_dir)
     return results
 
 
@@ -262,15 +264,6 @@ def _finished_results(model_dir, step, max_steps):
 def _describe_checkpoint(model_dir):
     checkpoint = tf.train.latest_checkpoint(model_dir)
     return os.path.basename(checkpoint) if checkpoint else "none yet (the run starts from scratch)"
-
-
-def _per_class_report(estimator, data):
-    log.info("predicting the test images for per-class figures")
-    batches = estimator.predict(data.eval_input_fn, yield_single_examples=False)
-    predicted = np.concatenate([batch[PROBABILITIES].argmax(axis=-1) for batch in batches])
-    if len(predicted) != len(data.eval_labels):
-        raise RuntimeError(f"{len(predicted)} predictions for {len(data.eval_labels)} test labels")
-    return classification_report(data.eval_labels, predicted, data.class_names)
 
 
 def _why_untimed(args, steps_run):

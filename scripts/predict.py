@@ -17,14 +17,24 @@ def build_parser():
                         help="export folder printed by the training run, or the <model dir>/export folder "
                              "above it (the newest export is used)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per line instead of text")
+    parser.add_argument("--explain", metavar="OUT_DIR", default=None,
+                        help="also write a Grad-CAM heatmap over each image, as OUT_DIR/<image>.gradcam.png: "
+                             "where the model's last convolution looked for the predicted class")
+    parser.add_argument("--explain-class", metavar="NAME", default=None,
+                        help="with --explain: explain this class (one of the export's) instead of the predicted one")
     parser.add_argument("images", nargs="+", help="JPEG files to classify")
     return parser
 
 
 def predict(args):
     """Prints each image's class (named by the export's signature) and probabilities; returns the exit code."""
+    if args.explain_class is not None and not args.explain:
+        from pipeline.errors import FlagError
+        raise FlagError("--explain-class needs --explain OUT_DIR, the folder the heatmaps go to")
     from serving.predict import classify_files, load_predictor  # imports TensorFlow: once the arguments are good
     results = classify_files(load_predictor(args.model), args.images)
+    if args.explain:
+        _explain(args, results)
     for r in results:
         if args.json:
             print(json.dumps(r))
@@ -32,8 +42,21 @@ def predict(args):
             print(f"{r['file']}: error: {r['error']}")
         else:
             spread = "  ".join(f"{n} {p:.3f}" for n, p in r["probabilities"].items())
-            print(f"{r['file']}: {r['class']}  ({spread})")
+            heatmap = f"  heatmap of {r['explained_class']}: {r['heatmap']}" if "heatmap" in r else ""
+            print(f"{r['file']}: {r['class']}  ({spread}){heatmap}")
     return 1 if any("error" in r for r in results) else 0
+
+
+def _explain(args, results):
+    from pipeline.errors import FlagError
+    from serving.gradcam import GradCam, explain_files
+    gradcam = GradCam(args.model)
+    if args.explain_class is not None and args.explain_class not in gradcam.class_names:
+        raise FlagError(f"--explain-class {args.explain_class} is not a class of this model; "
+                        f"its classes are {', '.join(gradcam.class_names)}")
+    class_index = None if args.explain_class is None else gradcam.class_names.index(args.explain_class)
+    explain_files(gradcam, results, args.explain, class_index)
+    gradcam.close()
 
 
 if __name__ == "__main__":

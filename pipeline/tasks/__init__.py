@@ -9,6 +9,7 @@ import importlib
 from typing import Callable, Optional, Sequence
 
 FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
+FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
 # --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
 AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}
 
@@ -21,8 +22,9 @@ class TaskData:
     num_train_examples: int
     num_eval_examples: int
     source: str  # 'real' or 'synthetic'
-    # With both, the run loop adds per-class precision/recall and a confusion
-    # matrix: eval_labels are the class indices in the eval input's order.
+    # With class names (and real data) the run loop adds the test report (see
+    # pipeline.test_report); eval_labels, the class indices of the eval input in
+    # its order when known, check that report's labels.
     class_names: Optional[Sequence[str]] = None
     eval_labels: Optional[Sequence[int]] = None
     # The training set's examples per class (in class_names order), when known:
@@ -43,6 +45,9 @@ class Task:
     defaults: dict
     add_flags: Callable
     job: str
+    # A regular expression whose first group, searched in an evaluation image's file name,
+    # names its group (a patient): the test report's bootstrap then resamples groups.
+    group_pattern: Optional[str] = None
     # --augment: each transform's value when named alone, and what the task forbids ('name' or
     # 'name=value') with the reason, said in the one-line refusal.
     augment_defaults: dict = dataclasses.field(default_factory=lambda: dict(AUGMENT_DEFAULTS))

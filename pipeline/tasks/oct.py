@@ -9,6 +9,10 @@ from pipeline.tasks import Task
 DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "kermany2018")
 TRAIN_EXAMPLES = 83484  # OCT2017's training split
 MAX_IMAGE_SIZE = 2048  # OCT2017's widest scans are 1536 pixels: larger sizes only upsample
+# Kermany et al. 2018's urgent referrals: choroidal neovascularization and diabetic macular edema.
+REFERRAL_CLASSES = ("CNV", "DME")
+# OCT2017's file names are <CLASS>-<patient id>-<n>.jpeg: the patient is the test report's bootstrap group.
+PATIENT_PATTERN = r"(?:CNV|DME|DRUSEN|NORMAL)-(\d+)-\d+\.jpe?g$"
 
 
 def cache_argument(text):
@@ -56,9 +60,10 @@ TASK = Task(
                 "NORMAL) through a Keras-made Estimator, evaluate it on the test folder and export it.",
     full_train_examples=TRAIN_EXAMPLES,
     defaults={"data_dir": DEFAULT_DATA_DIR, "batch_size": 32, "epochs": 1.0, "learning_rate": 1e-4, "reference_batch_size": 64,
-              "model_dir": os.path.join("runs", "oct")},
+              "model_dir": os.path.join("runs", "oct"), "positive_classes": ",".join(REFERRAL_CLASSES)},
     add_flags=add_flags,
     job="pipeline.tasks.oct_job",
+    group_pattern=PATIENT_PATTERN,
     # A horizontal flip is a scan of the other eye; upside down, the retina's layers come in an order no
     # scan shows, and their order is what the classes differ in.
     augment_forbidden={"flip=vertical": "an upside-down B-scan shows the retina's layers in an order no scan has",

@@ -10,7 +10,7 @@ from input_fns.errors import InputDataError
 from input_fns.files import write_json_atomically
 from models.vgg16_transfer import build_vgg16_classifier
 from pipeline.errors import UsageError
-from pipeline.tasks import FEATURE_KEY, TaskData
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, TaskData
 from pipeline.tasks.oct import TRAIN_EXAMPLES
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
@@ -63,7 +63,7 @@ def prepare_data(args, batch_size):
             retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES, size, batch_size, training,
             scan=scans[split], on_bad_image=args.on_bad_image, channels=CHANNELS,
             fast_decode=args.decode == "reduced", cache=args.cache if training else None,
-            shuffle_buffer=args.shuffle_buffer, feature_key=FEATURE_KEY, seed=args.seed)
+            shuffle_buffer=args.shuffle_buffer, feature_key=FEATURE_KEY, seed=args.seed, file_key=FILE_KEY)
 
     train_input_fn, eval_input_fn = make("train", True), make("test", False)
     skipped = scans["train"].bad_files + scans["test"].bad_files

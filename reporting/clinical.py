@@ -1,0 +1,193 @@
+"""The clinical figures of a test evaluation, from each image's class probabilities and label.
+
+Per class (one against the rest): sensitivity (recall), specificity, precision,
+F1 and ROC AUC; their macro averages (the mean over classes where defined) and
+micro averages (pooled over the one-against-rest problems); a referral decision
+(`positive_classes` against the rest, as Kermany et al. 2018 report urgent
+referrals); and 95% percentile-bootstrap intervals for accuracy, sensitivity,
+specificity and AUC, resampling groups (patients) when the images have them.
+
+The AUC is exact: the Mann-Whitney statistic over all the scores, ties counted
+as half. A figure that needs positive images a class does not have is None
+(JSON null) beside "undefined": "no positive images" (or negative ones: "no
+negative images").
+"""
+import os
+import re
+
+import numpy as np
+
+from reporting import bootstrap
+
+NO_POSITIVES = "no positive images"
+NO_NEGATIVES = "no negative images"
+
+
+def group_ids(files, pattern):
+    """Returns (integer group id per file, number of groups, files whose name `pattern` does not match).
+
+    The group is the first capture group of `pattern` (or its whole match) searched in
+    each file's base name; a file it does not match is a group of its own.
+    """
+    regex, names, ids, unmatched = re.compile(pattern), {}, [], 0
+    for i, path in enumerate(files):
+        match = regex.search(os.path.basename(path))
+        if match is None:
+            unmatched += 1
+            key = ("file", i)
+        else:
+            key = ("group", match.group(1) if regex.groups else match.group(0))
+        ids.append(names.setdefault(key, len(names)))
+    return np.asarray(ids, np.int64), len(names), unmatched
+
+
+def _figure(values, weights, repeat=1):
+    """Returns {'value', 'ci'} of a statistic, `values(weights)`, under `weights` = (the point
+    weights [1, n], the bootstrap.Resamples): value is None where undefined, ci None when no
+    resample defines it. `repeat` repeats each image's weight (see Resamples.apply)."""
+    point = values(np.repeat(weights[0], repeat, axis=1))
+    resampled = weights[1].apply(values, repeat)
+    value = None if np.isnan(point[0]) else float(point[0])
+    return {"value": value, "ci": bootstrap.percentile_interval(resampled) if value is not None else None}
+
+
+def _ratio(numerator, denominator):
+    return float(numerator / denominator) if denominator else None
+
+
+def _f1(precision, recall):
+    if precision is None or recall is None:
+        return None
+    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+
+def _binary_figures(weights, truth, decision, scores):
+    """Returns sensitivity, specificity and AUC (each {'value', 'ci'}) and the counts of a binary problem."""
+    positives, negatives = int(truth.sum()), int((~truth).sum())
+    figures = {"positives": positives, "negatives": negatives,
+               "true_positives": int((truth & decision).sum()), "false_positives": int((~truth & decision).sum())}
+    if positives == 0:
+        figures.update(sensitivity=None, auc=None, undefined=NO_POSITIVES)
+    else:
+        figures["sensitivity"] = _figure(lambda w: bootstrap.weighted_rate(w, decision, truth), weights)
+        figures["auc"] = (_figure(lambda w: bootstrap.weighted_auc(w, scores, truth), weights)
+                          if negatives else None)
+    figures["specificity"] = (_figure(lambda w: bootstrap.weighted_rate(w, ~decision, ~truth), weights)
+                              if negatives else None)
+    if not negatives:
+        figures.setdefault("undefined", NO_NEGATIVES)
+    return figures
+
+
+def _per_class(weights, probabilities, labels, predicted, name_index):
+    truth, decision = labels == name_index, predicted == name_index
+    figures = _binary_figures(weights, truth, decision, probabilities[:, name_index])
+    recall = figures["sensitivity"]["value"] if figures["sensitivity"] else None
+    precision = _ratio(figures["true_positives"], int(decision.sum()))
+    figures["precision"], figures["f1"] = precision, _f1(precision, recall)
+    return figures
+
+
+def at_specificity(scores, truth, target):
+    """Returns {'target', 'threshold', 'sensitivity', 'specificity'}: the highest sensitivity among the
+    thresholds t (calling score >= t positive) whose specificity is at least `target`, and that t
+    (None when only calling nothing positive reaches the target; figures None without positives
+    or negatives)."""
+    scores, truth = np.asarray(scores, np.float64), np.asarray(truth, bool)
+    result = {"target": target, "threshold": None, "sensitivity": None, "specificity": None}
+    negatives, positives = np.sort(scores[~truth]), scores[truth]
+    if not len(negatives) or not len(positives):
+        return result
+    candidates = np.r_[np.unique(scores), np.inf]
+    specificity = np.searchsorted(negatives, candidates, side="left") / len(negatives)
+    # Sensitivity falls as the threshold rises: the lowest threshold meeting the target is the best.
+    chosen = candidates[np.argmax(specificity >= target - 1e-12)]
+    result["threshold"] = None if np.isinf(chosen) else float(chosen)
+    result["sensitivity"] = float(np.mean(positives >= chosen))
+    result["specificity"] = float(np.mean(negatives < chosen))
+    return result
+
+
+def _averages(per_class, weights, probabilities, labels, predicted, num_classes):
+    def mean(key):
+        values = [f[key]["value"] if isinstance(f[key], dict) else f[key]
+                  for f in per_class.values() if f.get(key) is not None]
+        values = [v for v in values if v is not None]
+        return float(np.mean(values)) if values else None
+
+    macro = {key: mean(key) for key in ("sensitivity", "specificity", "precision", "f1", "auc")}
+    macro["classes_averaged"] = {key: sum(1 for f in per_class.values() if f.get(key) is not None)
+                                 for key in ("sensitivity", "auc")}
+    # Micro: the one-against-rest problems pooled. In single-label classification pooled
+    # sensitivity, precision and F1 all equal the accuracy.
+    onehot = (labels[:, None] == np.arange(num_classes)).ravel()
+    chosen = (predicted[:, None] == np.arange(num_classes)).ravel()
+    k = num_classes  # an image weighs on each of its k problems
+    micro = {"sensitivity": _figure(lambda w: bootstrap.weighted_rate(w, chosen, onehot), weights, k),
+             "specificity": _figure(lambda w: bootstrap.weighted_rate(w, ~chosen, ~onehot), weights, k),
+             "auc": _figure(lambda w: bootstrap.weighted_auc(w, probabilities.ravel(), onehot), weights, k)}
+    micro["precision"] = micro["f1"] = micro["sensitivity"]["value"]
+    return macro, micro
+
+
+def clinical_report(probabilities, labels, class_names, groups=None, positive_classes=None,
+                    at_specificity_target=0.95, resamples=bootstrap.DEFAULT_RESAMPLES, seed=bootstrap.DEFAULT_SEED,
+                    group_pattern=None):
+    """Returns the clinical report of a test evaluation (a JSON-ready dict; see the module docstring).
+
+    `probabilities` [n, classes] and `labels` [n] (class indices) come from the evaluation;
+    `groups` (an integer id per image, see group_ids) makes the bootstrap resample groups;
+    `positive_classes` (names) adds the 'referral' decision, scored by their summed probability.
+    """
+    probabilities = np.asarray(probabilities, np.float64)
+    labels = np.asarray(labels, np.int64)
+    predicted = probabilities.argmax(axis=1)
+    n, num_classes = probabilities.shape
+    weights = (np.ones((1, n)), bootstrap.Resamples(n, resamples, seed, groups))
+    matrix = np.zeros((num_classes, num_classes), np.int64)
+    np.add.at(matrix, (labels, predicted), 1)
+    per_class = {name: _per_class(weights, probabilities, labels, predicted, i) for i, name in enumerate(class_names)}
+    macro, micro = _averages(per_class, weights, probabilities, labels, predicted, num_classes)
+    report = {
+        "class_names": list(class_names),
+        "test_images": int(n),
+        "confidence_level": bootstrap.CONFIDENCE,
+        "bootstrap": {"method": "percentile", "resamples": int(resamples), "seed": int(seed),
+                      "unit": "image" if groups is None else "group",
+                      "groups": int(n if groups is None else np.max(groups) + 1),
+                      "group_pattern": group_pattern},
+        "accuracy": _figure(lambda w: bootstrap.weighted_rate(w, predicted == labels, np.ones(n)), weights),
+        "confusion_matrix": matrix.tolist(),
+        "per_class": per_class,
+        "macro": macro,
+        "micro": micro,
+    }
+    if positive_classes:
+        report["referral"] = referral_report(probabilities, labels, predicted, class_names, positive_classes,
+                                             weights, at_specificity_target)
+    return report
+
+
+def referral_report(probabilities, labels, predicted, class_names, positive_classes, weights, target):
+    """Returns the binary decision `positive_classes` against the rest: sensitivity and specificity
+    at the argmax decision, AUC of the summed positive probabilities, and the operating point
+    at specificity `target` (see at_specificity)."""
+    index = [list(class_names).index(name) for name in positive_classes]
+    truth, decision = np.isin(labels, index), np.isin(predicted, index)
+    scores = probabilities[:, index].sum(axis=1)
+    figures = {"positive_classes": list(positive_classes), "decision": "argmax",
+               "score": "sum of the positive classes' probabilities"}
+    figures.update(_binary_figures(weights, truth, decision, scores))
+    figures["at_specificity"] = at_specificity(scores, truth, target)
+    return figures
+
+
+def roc_points(scores, truth):
+    """Returns (false-positive rates, true-positive rates) of the ROC curve of `scores` for the
+    `truth` mask, one point per distinct threshold, from (0, 0) to (1, 1)."""
+    scores, truth = np.asarray(scores, np.float64), np.asarray(truth, bool)
+    order = np.argsort(-scores, kind="stable")
+    scores, truth = scores[order], truth[order]
+    last_of_tie = np.r_[scores[1:] != scores[:-1], True]
+    tp, fp = np.cumsum(truth)[last_of_tie], np.cumsum(~truth)[last_of_tie]
+    return np.r_[0.0, fp / max(fp[-1], 1)], np.r_[0.0, tp / max(tp[-1], 1)]

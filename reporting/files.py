@@ -1,0 +1,152 @@
+"""The files a clinical report is written to: report.json (the report itself), report.md (a
+table a paper could print), the confusion matrix and ROC curves as PNGs, and every test
+image's scores as test_scores.csv."""
+import csv
+import io
+import json
+import os
+
+import numpy as np
+
+from reporting.clinical import roc_points
+
+REPORT_JSON, REPORT_MD, SCORES_CSV = "report.json", "report.md", "test_scores.csv"
+CONFUSION_PNG, ROC_PNG = "confusion_matrix.png", "roc_curves.png"
+
+
+def _atomic_write(path, data):
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return path
+
+
+def _percent(figure):
+    """Returns '97.8% (96.9-98.6)' for {'value', 'ci'}, 'n/a' for None."""
+    if figure is None or (isinstance(figure, dict) and figure["value"] is None):
+        return "n/a"
+    if not isinstance(figure, dict):
+        return f"{100 * figure:.1f}%"
+    ci = figure["ci"]
+    return f"{100 * figure['value']:.1f}%" + (f" ({100 * ci[0]:.1f}-{100 * ci[1]:.1f})" if ci else "")
+
+
+def _auc(figure):
+    if figure is None or figure["value"] is None:
+        return "n/a"
+    ci = figure["ci"]
+    return f"{figure['value']:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+
+
+def _plain_auc(value):
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def markdown(report, title="Test evaluation"):
+    """Returns the report as Markdown: accuracy, a row per class and the averages, the referral decision."""
+    boot = report["bootstrap"]
+    unit = (f"{boot['groups']} groups (`{boot['group_pattern']}` on the file names), every image of a drawn "
+            "group with it" if boot["unit"] == "group" else f"{report['test_images']} images")
+    lines = [f"# {title}", "",
+             f"{report['test_images']} test images. Accuracy {_percent(report['accuracy'])}.", "",
+             f"Intervals: {100 * report['confidence_level']:.0f}% percentile bootstrap, {boot['resamples']} "
+             f"resamples (seed {boot['seed']}) of {unit}. AUC: exact, one class against the rest, ties as half.", "",
+             "| Class | Images | Sensitivity (95% CI) | Specificity (95% CI) | Precision | F1 | ROC AUC (95% CI) |",
+             "|---|---:|---|---|---:|---:|---|"]
+    for name, f in report["per_class"].items():
+        note = f" ({f['undefined']})" if f.get("undefined") else ""
+        lines.append(f"| {name}{note} | {f['positives']} | {_percent(f['sensitivity'])} | "
+                     f"{_percent(f['specificity'])} | {_percent(f['precision'])} | {_percent(f['f1'])} | "
+                     f"{_auc(f['auc'])} |")
+    macro, micro = report["macro"], report["micro"]
+    lines.append(f"| Macro average | | {_percent(macro['sensitivity'])} | {_percent(macro['specificity'])} | "
+                 f"{_percent(macro['precision'])} | {_percent(macro['f1'])} | "
+                 f"{_plain_auc(macro['auc'])} |")
+    lines.append(f"| Micro average | | {_percent(micro['sensitivity'])} | {_percent(micro['specificity'])} | "
+                 f"{_percent(micro['precision'])} | {_percent(micro['f1'])} | {_auc(micro['auc'])} |")
+    referral = report.get("referral")
+    if referral:
+        point = referral["at_specificity"]
+        threshold = "n/a" if point["threshold"] is None else f"{point['threshold']:.4f}"
+        lines += ["", f"## Referral: {' or '.join(referral['positive_classes'])} against the rest", "",
+                  f"{referral['positives']} positive and {referral['negatives']} negative images; the score is the "
+                  "sum of the positive classes' probabilities.", "",
+                  "| Decision | Sensitivity (95% CI) | Specificity (95% CI) | ROC AUC (95% CI) |",
+                  "|---|---|---|---|",
+                  f"| Most probable class | {_percent(referral['sensitivity'])} | "
+                  f"{_percent(referral['specificity'])} | {_auc(referral['auc'])} |",
+                  f"| Threshold {threshold} (specificity >= {point['target']:g}) | "
+                  f"{_percent(point['sensitivity'])} | {_percent(point['specificity'])} | |"]
+    lines += ["", "Confusion matrix (rows: true class, columns: predicted):", "",
+              "| | " + " | ".join(report["class_names"]) + " |", "|---|" + "---:|" * len(report["class_names"])]
+    lines += [f"| {name} | " + " | ".join(str(v) for v in row) + " |"
+              for name, row in zip(report["class_names"], report["confusion_matrix"])]
+    return "\n".join(lines) + "\n"
+
+
+def _png(figure):
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def plot_pngs(report, probabilities, labels):
+    """Returns {file name: PNG bytes} of the confusion matrix and the ROC curves (one class
+    against the rest for each class with positives and negatives, and the referral decision)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    names, matrix = report["class_names"], np.asarray(report["confusion_matrix"])
+    pngs = {}
+    figure, axes = plt.subplots(figsize=(1.2 * len(names) + 2, 1.2 * len(names) + 1.5))
+    shares = matrix / np.maximum(matrix.sum(1, keepdims=True), 1)
+    axes.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+    for (i, j), count in np.ndenumerate(matrix):
+        axes.text(j, i, str(count), ha="center", va="center", color="white" if shares[i, j] > 0.5 else "black")
+    axes.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    axes.set_yticks(range(len(names)), names)
+    axes.set_xlabel("predicted class")
+    axes.set_ylabel("true class")
+    pngs[CONFUSION_PNG] = _png(figure)
+    plt.close(figure)
+
+    figure, axes = plt.subplots(figsize=(5.5, 5))
+    probabilities, labels = np.asarray(probabilities), np.asarray(labels)
+    curves = [(name, probabilities[:, i], labels == i, report["per_class"][name]["auc"])
+              for i, name in enumerate(names)]
+    referral = report.get("referral")
+    if referral:
+        index = [names.index(n) for n in referral["positive_classes"]]
+        curves.append(("referral: " + "+".join(referral["positive_classes"]), probabilities[:, index].sum(1),
+                       np.isin(labels, index), referral["auc"]))
+    for name, scores, truth, auc in curves:
+        if auc is not None and auc["value"] is not None:
+            fpr, tpr = roc_points(scores, truth)
+            axes.plot(fpr, tpr, label=f"{name} (AUC {auc['value']:.3f})",
+                      linestyle="--" if name.startswith("referral") else "-")
+    axes.plot([0, 1], [0, 1], color="grey", linewidth=0.5)
+    axes.set_xlabel("1 - specificity")
+    axes.set_ylabel("sensitivity")
+    axes.legend(loc="lower right", fontsize="small")
+    pngs[ROC_PNG] = _png(figure)
+    plt.close(figure)
+    return pngs
+
+
+def write_report_files(model_dir, report, probabilities, labels, keys):
+    """Writes report.json (exactly `report`), report.md, the PNGs of plot_pngs and test_scores.csv
+    (a row per test image: its key, label and probabilities) into `model_dir`; returns
+    {file name: PNG bytes} for TensorBoard."""
+    _atomic_write(os.path.join(model_dir, REPORT_JSON), (json.dumps(report, indent=2) + "\n").encode())
+    _atomic_write(os.path.join(model_dir, REPORT_MD), markdown(report).encode())
+    pngs = plot_pngs(report, probabilities, labels)
+    for name, data in pngs.items():
+        _atomic_write(os.path.join(model_dir, name), data)
+    rows = io.StringIO()
+    writer = csv.writer(rows)
+    writer.writerow(["image", "label"] + [f"p_{n}" for n in report["class_names"]])
+    for key, label, probs in zip(keys, labels, probabilities):
+        writer.writerow([key, report["class_names"][label]] + [repr(float(p)) for p in probs])
+    _atomic_write(os.path.join(model_dir, SCORES_CSV), rows.getvalue().encode())
+    return pngs

@@ -1,0 +1,123 @@
+"""Where a model looked: Grad-CAM heatmaps (Selvaraju et al. 2017) computed from an export.
+
+The export's graph is loaded into a TF1 session, not rebuilt from the training
+code: the heatmap belongs to the model that serves. Its last convolution is
+found in the graph (the backbone's: VGG16's block5_conv3 at 64 pixels is a 4x4
+grid), with the activation that follows it. For an image and a class the map
+is ReLU(sum over channels of the activation times the channel's mean gradient
+of the class score), the score being the class's logit (the softmax's input).
+"""
+import os
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.util import deprecation
+
+from serving.export import CLASS_NAMES_FILE, PROBABILITIES
+from serving.predict import resolve_export_dir
+
+_CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
+_FOLLOWERS = ("BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Identity", "FusedBatchNormV3", "Cast")
+
+
+def _last_convolution(graph):
+    """Returns (the output of the last convolution and the activation following it, the layer's name)."""
+    convolutions = [op for op in graph.get_operations() if op.type in _CONVOLUTIONS]
+    if not convolutions:
+        raise ValueError("the exported model has no convolution to explain")
+    tensor = convolutions[-1].outputs[0]
+    while len(tensor.consumers()) == 1 and tensor.consumers()[0].type in _FOLLOWERS:
+        tensor = tensor.consumers()[0].outputs[0]
+    return tensor, convolutions[-1].name.rsplit("/", 1)[0]
+
+
+def _class_scores(probabilities):
+    """Returns the logits feeding the softmax that gives `probabilities`, or the probabilities."""
+    tensor = probabilities
+    while tensor.op.type in ("Identity", "Cast") and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    return tensor.op.inputs[0] if tensor.op.type == "Softmax" else probabilities
+
+
+class GradCam:
+    """An export loaded for explanation: `explain(jpeg_contents, class_index=None)`."""
+
+    def __init__(self, path):
+        self.export_dir = resolve_export_dir(path)
+        with open(os.path.join(self.export_dir, "assets.extra", CLASS_NAMES_FILE)) as f:
+            self.class_names = [line.strip() for line in f if line.strip()]
+        self._graph = tf.Graph()
+        self._session = tf.compat.v1.Session(graph=self._graph)
+        with self._graph.as_default():
+            with deprecation.silence():  # "use tf.saved_model.load": which gives no graph to differentiate
+                meta = tf.compat.v1.saved_model.loader.load(self._session, ["serve"], self.export_dir)
+            signature = meta.signature_def["serving_default"]
+            self._input = self._graph.get_tensor_by_name(signature.inputs["jpeg_bytes"].name)
+            self._probabilities = self._graph.get_tensor_by_name(signature.outputs[PROBABILITIES].name)
+            self._activation, self.layer = _last_convolution(self._graph)
+            self._target = tf.compat.v1.placeholder(tf.int32, [None], name="gradcam_class")
+            scores = _class_scores(self._probabilities)
+            chosen = tf.reduce_sum(tf.gather(scores, self._target, batch_dims=1))
+            gradient = tf.gradients(chosen, self._activation)[0]
+            weights = tf.reduce_mean(tf.cast(gradient, tf.float32), axis=[1, 2], keepdims=True)
+            self._map = tf.nn.relu(tf.reduce_sum(weights * tf.cast(self._activation, tf.float32), axis=-1))
+
+    def explain(self, jpeg_contents, class_index=None):
+        """Returns (probabilities [n, classes], the explained class per image [n], heatmaps [n, h, w] of the
+        last convolution's grid) for a list of JPEG contents: for `class_index`, or each image's
+        predicted class when None."""
+        feed = {self._input: jpeg_contents}
+        probabilities = self._session.run(self._probabilities, feed)
+        targets = (probabilities.argmax(axis=1) if class_index is None
+                   else np.full(len(jpeg_contents), class_index)).astype(np.int32)
+        heatmaps = self._session.run(self._map, {**feed, self._target: targets})
+        return probabilities, targets, heatmaps
+
+    def close(self):
+        self._session.close()
+
+
+def overlay(image, heatmap, alpha=0.45):
+    """Returns a uint8 RGB array: `image` (a PIL image) with `heatmap` (any grid, scaled to its
+    maximum) upsampled over it in the 'jet' colours."""
+    from matplotlib import colormaps
+    from PIL import Image
+    rgb = np.asarray(image.convert("RGB"), np.float32)
+    peak = float(heatmap.max())
+    scaled = (heatmap / peak if peak > 0 else np.zeros_like(heatmap)).astype(np.float32)
+    grid = Image.fromarray(scaled, mode="F").resize(image.size, Image.BILINEAR)
+    colours = colormaps["jet"](np.clip(np.asarray(grid), 0, 1))[..., :3] * 255
+    return np.clip((1 - alpha) * rgb + alpha * colours, 0, 255).astype(np.uint8)
+
+
+def write_heatmap_png(image_path, heatmap, out_path):
+    """Writes the image at `image_path` with `heatmap` over it as a PNG at `out_path`; returns the path."""
+    from PIL import Image
+    with Image.open(image_path) as image:
+        Image.fromarray(overlay(image, heatmap)).save(out_path, "PNG")
+    return out_path
+
+
+def explain_files(gradcam, results, out_dir, class_index=None, batch_size=32):
+    """Writes a heatmap PNG into `out_dir` for each classified entry of `results` (classify_files's
+    dicts), adding 'heatmap' (its path) and 'explained_class' to the entry; returns `results`."""
+    os.makedirs(out_dir, exist_ok=True)
+    readable = [r for r in results if "error" not in r]
+    used = set()
+    for start in range(0, len(readable), batch_size):
+        batch = readable[start:start + batch_size]
+        contents = []
+        for entry in batch:
+            with open(entry["file"], "rb") as f:
+                contents.append(f.read())
+        _, targets, heatmaps = gradcam.explain(contents, class_index)
+        for entry, target, heatmap in zip(batch, targets, heatmaps):
+            stem = os.path.splitext(os.path.basename(entry["file"]))[0]
+            name, n = f"{stem}.gradcam.png", 1
+            while name in used:  # files of the same name from different folders
+                n += 1
+                name = f"{stem}.{n}.gradcam.png"
+            used.add(name)
+            entry["heatmap"] = write_heatmap_png(entry["file"], heatmap, os.path.join(out_dir, name))
+            entry["explained_class"] = gradcam.class_names[int(target)]
+    return results

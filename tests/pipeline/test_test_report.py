@@ -1,0 +1,132 @@
+"""The test report of an OCT run on 2 replicas: figures from the evaluation's own scores, which
+are predict.py's scores for the same images; report files, TensorBoard images, Grad-CAM on the
+VGG16 export, and the report's bad flags."""
+import csv
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline.flags import build_parser
+from pipeline.run_loop import run
+from pipeline.tasks.oct import TASK
+from serving.gradcam import GradCam
+from tests.conftest import OCT_CLASSES, ROOT, assert_clean_failure, make_oct_tree
+
+
+@pytest.fixture(scope="module")
+def oct_run(oct_sample, tmp_path_factory):
+    """(results, model dir, test files) of VGG16 at 64 px trained 2 steps on 2 CPU replicas."""
+    tree = make_oct_tree(oct_sample, str(tmp_path_factory.mktemp("data") / "OCT2017"))
+    model_dir = str(tmp_path_factory.mktemp("model"))
+    args = build_parser(TASK).parse_args([
+        "--data-dir", os.path.dirname(tree), "--model-dir", model_dir, "--image-size", "64", "--weights", "none",
+        "--batch-size", "4", "--max-steps", "2", "--cpu-replicas", "2", "--bootstrap-resamples", "200"])
+    return run(TASK, args), model_dir, sorted(glob.glob(os.path.join(tree, "test", "*", "*.jpeg")))
+
+
+def read_scores(model_dir):
+    with open(os.path.join(model_dir, "test_scores.csv")) as f:
+        return {row["image"]: row for row in csv.DictReader(f)}
+
+
+def test_the_report_comes_from_every_test_image_once_and_is_written_beside_the_results(oct_run):
+    results, model_dir, test_files = oct_run
+    clinical = results["clinical"]
+    with open(os.path.join(model_dir, "report.json")) as f:
+        assert json.load(f) == clinical
+    scores = read_scores(model_dir)
+    assert sorted(scores) == test_files  # each test image once, by its file name
+    assert all(row["label"] == os.path.basename(os.path.dirname(name)) for name, row in scores.items())
+    assert [sum(row) for row in results["confusion_matrix"]] == [6, 6, 6, 6] == \
+        [clinical["per_class"][n]["positives"] for n in OCT_CLASSES]
+    assert clinical["accuracy"]["value"] == pytest.approx(results["eval_accuracy"])
+    patients = {re.search(r"-(\d+)-\d+\.jpeg$", f).group(1) for f in test_files}
+    assert clinical["bootstrap"] == {"method": "percentile", "resamples": 200, "seed": 0, "unit": "group",
+                                     "groups": len(patients), "group_pattern": TASK.group_pattern}
+    referral = clinical["referral"]
+    assert referral["positive_classes"] == ["CNV", "DME"] and referral["positives"] == 12
+    assert referral["at_specificity"]["target"] == 0.95
+    with open(os.path.join(model_dir, "report.md")) as f:
+        table = f.read()
+    assert "| CNV | 6 |" in table and "## Referral: CNV or DME against the rest" in table
+    for name in ("confusion_matrix.png", "roc_curves.png"):
+        with open(os.path.join(model_dir, name), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    tags = set()
+    for events in glob.glob(os.path.join(model_dir, "eval", "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(events):
+            tags |= {v.tag for v in event.summary.value if v.HasField("image")}
+    assert {"test_report/confusion_matrix", "test_report/roc_curves"} <= tags
+    right = round(results["eval_accuracy"] * 24)
+    examples = results["test_examples"]  # with their heatmaps, up to 8 right and 8 wrong
+    assert len(examples) == min(8, right) + min(8, 24 - right) and {e["tag"] for e in examples} <= tags
+    assert all((e["label"] == e["predicted"]) == e["tag"].startswith("test_report/examples/right/")
+               and e["file"] in test_files for e in examples)
+
+
+def test_the_collected_scores_are_predict_py_s_scores_and_it_explains_them(oct_run, tmp_path):
+    results, model_dir, test_files = oct_run
+    out = tmp_path / "heatmaps"
+    predicted = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "predict.py"), "--model",
+                                results["export_dir"], "--json", "--explain", str(out), *test_files],
+                               capture_output=True, text=True, timeout=300)
+    assert predicted.returncode == 0, predicted.stderr[-2000:]
+    scores = read_scores(model_dir)
+    lines = [json.loads(line) for line in predicted.stdout.splitlines()]
+    assert [line["file"] for line in lines] == test_files
+    for line in lines:
+        collected = [float(scores[line["file"]][f"p_{n}"]) for n in OCT_CLASSES]
+        np.testing.assert_allclose([line["probabilities"][n] for n in OCT_CLASSES], collected, atol=1e-5)
+        assert line["explained_class"] == line["class"] and os.path.isfile(line["heatmap"])
+    assert len(os.listdir(out)) == len(test_files)
+
+
+def test_grad_cam_on_the_vgg16_export_is_a_finite_varying_4x4_map(oct_run):
+    results, _, test_files = oct_run
+    gradcam = GradCam(results["export_dir"])
+    contents = []
+    for path in test_files[::3]:
+        with open(path, "rb") as f:
+            contents.append(f.read())
+    _, _, heatmaps = gradcam.explain(contents)
+    assert gradcam.layer == "block5_conv3" and heatmaps.shape == (len(contents), 4, 4)
+    assert np.isfinite(heatmaps).all() and all(h.std() > 0 for h in heatmaps)
+
+
+def script(name, *argv):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *argv],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--at-specificity", "1.5", "must be from 0 to 1"),
+    ("--positive-classes", "CNV,", "expected comma-separated names"),
+])
+def test_bad_report_flags_are_refused_at_once(tmp_path, flag, value, fragment):
+    result = script("train_oct.py", "--synthetic", "--model-dir", str(tmp_path / "m"), flag, value)
+    assert result.returncode == 2 and fragment in assert_clean_failure(result, flag)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_referral_class_the_data_lacks_is_a_flag_error(oct_sample, tmp_path):
+    tree = make_oct_tree(oct_sample, str(tmp_path / "data" / "OCT2017"), test_per_class=2)
+    result = script("train_oct.py", "--data-dir", os.path.dirname(tree), "--model-dir", str(tmp_path / "m"),
+                    "--image-size", "32", "--weights", "none", "--positive-classes", "CNV,AMD")
+    assert result.returncode == 2
+    assert "--positive-classes names AMD, not a class of this data" in assert_clean_failure(result)
+    assert not glob.glob(str(tmp_path / "m" / "*.index"))  # nothing trained
+
+
+def test_predict_refuses_an_unknown_explained_class(oct_run, tmp_path):
+    results, _, test_files = oct_run
+    result = script("predict.py", "--model", results["export_dir"], "--explain", str(tmp_path / "h"),
+                    "--explain-class", "AMD", test_files[0])
+    assert result.returncode == 2
+    assert "--explain-class AMD is not a class of this model" in assert_clean_failure(result)

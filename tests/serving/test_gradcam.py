@@ -1,0 +1,80 @@
+"""Grad-CAM from an export: on images whose class only one small patch decides, the heatmap's
+top cell covers the patch."""
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from input_fns.image_folder import make_serving_input_fn
+from models.fashion_cnn import build_fashion_cnn
+from serving.export import export_model
+from serving.gradcam import GradCam, explain_files
+
+SIZE, PATCH = 64, 8
+CLASSES = ["BRIGHT", "DARK"]
+# The small CNN's last convolution (valid 3x3 convolutions, two 2x2 poolings) gives a 12x12
+# grid whose cell i is centred on input pixel 4i + 8.5 and 4 pixels apart: patches are placed
+# where cells are centred.
+STRIDE, FIRST_CENTRE = 4, 8.5
+
+
+def patch_images(n, rng):
+    """Returns (uint8 [n, 64, 64, 1] noisy gray images, labels, patch corners): an 8x8 patch, bright
+    for class 0 and dark for class 1, at a random place."""
+    images = rng.normal(110, 25, size=(n, SIZE, SIZE)).clip(0, 255)
+    labels = rng.integers(0, 2, n)
+    corners = rng.integers(6, SIZE - PATCH - 6, size=(n, 2))
+    for image, label, (y, x) in zip(images, labels, corners):
+        image[y:y + PATCH, x:x + PATCH] = 240 if label == 0 else 0
+    return images.astype(np.uint8)[..., None], labels, corners
+
+
+def jpeg(image):
+    buffer = io.BytesIO()
+    Image.fromarray(image[..., 0]).save(buffer, "JPEG", quality=95)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def patch_export(tmp_path_factory):
+    """The small CNN at 64 px trained on patch images, exported with the JPEG serving input."""
+    tf.keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    images, labels, _ = patch_images(600, rng)
+    model = build_fashion_cnn(3e-3, input_shape=(SIZE, SIZE, 1), num_classes=2, input_dtype="uint8")
+    model.fit(images, tf.keras.utils.to_categorical(labels, 2), epochs=6, batch_size=32, verbose=0)
+    model_dir = str(tmp_path_factory.mktemp("patch-model"))
+    estimator = tf.keras.estimator.model_to_estimator(keras_model=model, model_dir=model_dir)
+    return export_model(estimator, make_serving_input_fn((SIZE, SIZE), 1), CLASSES, model_dir + "/export")
+
+
+def test_the_top_cell_of_the_heatmap_covers_the_patch(patch_export):
+    images, labels, corners = patch_images(20, np.random.default_rng(1))
+    gradcam = GradCam(patch_export)
+    probabilities, explained, heatmaps = gradcam.explain([jpeg(i) for i in images])
+    assert gradcam.layer.startswith("conv2d") and heatmaps.shape == (20, 12, 12)
+    assert (probabilities.argmax(1) == labels).all() and (explained == labels).all()
+    for heatmap, (y, x) in zip(heatmaps, corners):
+        row, column = np.unravel_index(heatmap.argmax(), heatmap.shape)
+        top, left = FIRST_CENTRE + STRIDE * row - STRIDE / 2, FIRST_CENTRE + STRIDE * column - STRIDE / 2
+        assert top < y + PATCH and y < top + STRIDE and left < x + PATCH and x < left + STRIDE, (row, column, y, x)
+    _, explained, other = gradcam.explain([jpeg(i) for i in images[:2]], class_index=1)
+    assert (explained == 1).all() and np.isfinite(other).all()
+
+
+def test_explain_files_writes_a_heatmap_png_per_image(patch_export, tmp_path):
+    images, _, _ = patch_images(3, np.random.default_rng(2))
+    results = []
+    for i, image in enumerate(images):
+        path = tmp_path / f"scan-{i}.jpeg"
+        path.write_bytes(jpeg(image))
+        results.append({"file": str(path)})
+    results.append({"file": "missing.jpeg", "error": "file not found"})
+    explain_files(GradCam(patch_export), results, str(tmp_path / "out"))
+    for entry in results[:3]:
+        with Image.open(entry["heatmap"]) as png:
+            assert png.format == "PNG" and png.size == (SIZE, SIZE) and png.mode == "RGB"
+        assert entry["explained_class"] in CLASSES
+    assert "heatmap" not in results[3]
