@@ -20,7 +20,8 @@ from hooks.progress import ProgressHook
 from hooks.stop import SessionStartedHook, StopOnRequestHook
 from models.learning_rate import ScheduledRate
 from models.optimizers import precision
-from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, results as results_lib
+from pipeline import batching, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, \
+    results as results_lib
 from pipeline.metrics import classification_report
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import TrainingError, UsageError
@@ -77,10 +78,10 @@ def _run(task, args, cluster, chief, stop):
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
     plan = build_plan(args, cluster)
+    data = task.prepare_data(args, args.batch_size)  # a task's recipe (TaskData.recipe) may set args' batch first
     global_batch = args.batch_size * plan.replicas
     learning_rate = batching.scaled_learning_rate(
         args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
-    data = task.prepare_data(args, args.batch_size)
     max_steps = args.max_steps or batching.steps_for_epochs(args.epochs, data.num_train_examples, global_batch)
     if chief:
         model_dir_lib.restorable_checkpoint(args.model_dir)
@@ -102,6 +103,8 @@ def _run(task, args, cluster, chief, stop):
         args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed,
         estimator_lib.session_config(args.xla, args.intra_op_threads, args.inter_op_threads))
     keras_model = task.build_model(args, schedule)
+    model_flops, peak = mfu_lib.run_figures(keras_model, args.precision, plan.devices, probe=chief)
+    print(mfu_lib.header_lines(model_flops, peak), flush=True)
     model_dir_lib.check_fits(args.model_dir, keras_model)
     estimator = estimator_lib.build_estimator(keras_model, config, data.class_names)
     stop_hook, loss_watch = StopOnRequestHook(stop.requested), LossWatchHook(args.log_steps)
@@ -147,8 +150,7 @@ def _run(task, args, cluster, chief, stop):
     train_seconds = time.perf_counter() - train_start
     throughput = _throughput(train_hooks)
     if throughput is None and start_step < max_steps:
-        log.warning("no throughput measured: %d steps ran, not more than --warm-up-steps %d",
-                    max_steps - start_step, args.warm_up_steps)
+        log.warning(_no_throughput_reason(args, max_steps - start_step))
 
     log.info("evaluating on %d %s test images", data.num_eval_examples, data.source)
     evaluation = estimator.evaluate(data.eval_input_fn)
@@ -180,6 +182,9 @@ def _run(task, args, cluster, chief, stop):
         "train_images_per_sec_std": throughput and throughput["images_per_sec_std"],
         "train_step_time_mean": throughput and throughput["step_time_mean"],
         "timed_steps": throughput["timed_steps"] if throughput else 0,
+        "model_flops_per_image": model_flops,
+        "peak_flops": peak.as_dict(),
+        "mfu": mfu_lib.mfu(throughput and throughput["images_per_sec"], model_flops["training"], peak),
         "checkpoint_seconds": round(checkpoint_timer.seconds, 3),
         "checkpoints_saved": checkpoint_timer.saves,
         "loss_warnings": loss_watch.warnings,
@@ -237,6 +242,15 @@ def _throughput(train_hooks):
     return None
 
 
+def _no_throughput_reason(args, steps_run):
+    """Returns the one line saying why a run has no throughput figure and what gives it one."""
+    if "examples_per_second" not in args.hooks:
+        return "no throughput measured: --hooks has no examples_per_second; add it to time the steps"
+    return (f"no throughput measured: {steps_run} steps ran, and a figure needs at least {args.warm_up_steps + 1} "
+            f"(the first --warm-up-steps {args.warm_up_steps} are not timed); set more steps with --epochs or "
+            "--max-steps")
+
+
 def _print_header(task, args, plan, data, global_batch, schedule, max_steps, start_step):
     scaling = (f"{args.learning_rate:g} x {global_batch}/{args.reference_batch_size}, linear scaling"
                if args.lr_scaling == "linear" else "not scaled with the batch")
@@ -248,7 +262,8 @@ def _print_header(task, args, plan, data, global_batch, schedule, max_steps, sta
           f"  precision:     {_describe_precision(args)}\n"
           f"  learning rate: {schedule.base_rate:g} ({scaling}), {schedule.describe()}\n"
           f"  steps:         to global step {max_steps}, {resume}\n"
-          f"  model dir:     {args.model_dir}", flush=True)
+          f"  model dir:     {args.model_dir}"
+          + (f"\n  recipe:        {data.recipe}" if data.recipe else ""), flush=True)
 
 
 def _describe_precision(args):
@@ -263,7 +278,7 @@ def _print_summary(results, path):
     if results["train_images_per_sec"] is not None:
         train = (f"{results['train_images_per_sec']:.1f} images/sec "
                  f"(+/- {results['train_images_per_sec_std']:.1f}) over {results['timed_steps']} timed steps, "
-                 f"{results['train_seconds']:.1f} s in train()")
+                 f"{results['train_seconds']:.1f} s in train()" + mfu_lib.describe_mfu(results))
     else:
         train = "no steps timed in this run"
     print(f"{results['task']}: finished at global step {results['global_step']}\n"
