@@ -42,7 +42,7 @@ def mfu(images_per_sec, training_flops_per_image, peak):
     achieved = images_per_sec * training_flops_per_image
     fraction = achieved / peak.flops
     if fraction > 1:
-        log.warning("MFU %.2f is above 1: %s training FLOPs per image x %.1f images/sec = %s/s, above the peak "
+        log.warning("MFU %.2f is above 1: %s per training image x %.1f images/sec = %s/s, above the peak "
                     "of %s/s (%s). The peak is not the best this machine does; the count or the peak is off",
                     fraction, format_flops(training_flops_per_image), images_per_sec, format_flops(achieved),
                     format_flops(peak.flops), peak.source)
