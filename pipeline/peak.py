@@ -134,25 +134,36 @@ def _chained_graph(kind, shape, dtype, device):
     return graph, op, CHAIN * flops_each
 
 
-def probe_peak(precision, device="/cpu:0", budget_seconds=6.0, clock=time.perf_counter):
-    """Returns (best FLOP/s, the shape that reached it) over GEMM_SHAPES and CONV_SHAPES in
-    `precision` on `device`: each shape run once to warm up, then timed up to 3 times while
-    the budget lasts."""
-    best, best_shape, spent = 0.0, None, 0.0
+def probe_shapes(precision, device="/cpu:0", budget_seconds=6.0, clock=time.perf_counter):
+    """Returns [(shape, best FLOP/s)] over GEMM_SHAPES and CONV_SHAPES in `precision` on `device`:
+    each shape run once to warm up, then timed up to 3 times while the budget lasts (at least
+    one shape is timed)."""
+    figures, spent = [], 0.0
     shapes = [("gemm", s) for s in GEMM_SHAPES] + [("conv", s) for s in CONV_SHAPES]
     for kind, shape in shapes:
         graph, op, flops = _chained_graph(kind, shape, DTYPES[precision], device)
+        best = 0.0
         with tf.compat.v1.Session(graph=graph) as session:
             for run in range(4):
                 start = clock()
                 session.run(op)
                 elapsed = clock() - start
                 spent += elapsed
-                if run and flops / elapsed > best:
-                    best, best_shape = flops / elapsed, f"{kind} {'x'.join(map(str, shape))}"
-                if spent > budget_seconds:
-                    return best or flops / elapsed, best_shape or f"{kind} {'x'.join(map(str, shape))}"
-    return best, best_shape
+                if run:
+                    best = max(best, flops / elapsed)
+                if spent > budget_seconds and (run or figures):
+                    break
+        if best:
+            figures.append((f"{kind} {'x'.join(map(str, shape))}", best))
+        if spent > budget_seconds:
+            break
+    return figures
+
+
+def probe_peak(precision, device="/cpu:0", budget_seconds=6.0):
+    """Returns (best FLOP/s, the shape that reached it) of probe_shapes."""
+    shape, flops = max(probe_shapes(precision, device, budget_seconds), key=lambda figure: figure[1])
+    return flops, shape
 
 
 def cache_path():
@@ -184,14 +195,15 @@ def machine_key(name, cores):
     return f"{name} / {cores} cores"
 
 
-def measured_peak(precision, name, cores, probe=True, device="/cpu:0", path=None, probe_fn=probe_peak):
+def measured_peak(precision, name, cores, probe=True, device="/cpu:0", path=None, probe_fn=probe_peak,
+                  refresh=False):
     """Returns (FLOP/s, detail) measured on `device` for the machine `name` with `cores`: the
-    cached figure when there is one, else (when `probe`) a fresh probe, cached; (None, why)
-    otherwise. The cache keeps the highest figure per machine and precision."""
+    cached figure when there is one (and not `refresh`), else (when `probe`) a fresh probe,
+    cached; (None, why) otherwise. The cache keeps the highest figure per machine and precision."""
     path = path or cache_path()
     key = machine_key(name, cores)
     cached = _read_cache(path).get(key, {}).get(precision)
-    if cached:
+    if cached and not refresh:
         return cached["flops"], f"best shape {cached['shape']}, probed {cached['probed_at']}, cached in {path}"
     if not probe:
         return None, "not measured: only the chief of a cluster probes the peak"
