@@ -43,7 +43,8 @@ def mfu(images_per_sec, training_flops_per_image, peak):
     fraction = achieved / peak.flops
     if fraction > 1:
         log.warning("MFU %.2f is above 1: %s per training image x %.1f images/sec = %s/s, above the peak "
-                    "of %s/s (%s). The peak is not the best this machine does; the count or the peak is off",
+                    "of %s/s (%s): that peak is not the best this machine does (probed while the CPU was busy?); "
+                    "scripts/probe_peak.py measures it again, on a quiet machine",
                     fraction, format_flops(training_flops_per_image), images_per_sec, format_flops(achieved),
                     format_flops(peak.flops), peak.source)
     return fraction

@@ -1,7 +1,8 @@
 """The machine's peak FLOP/s, which a run's model FLOPs utilisation (MFU) is read against.
 
 On a CPU the peak is measured: the best of a few matmul and convolution shapes in the
-run's precision, probed once per CPU model and core count and kept in a cache file
+run's precision, in FLOPs per CPU second x the cores (so that other processes on a shared
+machine hardly lower it), probed once per CPU model and core count and kept in a cache file
 (PEAK_CACHE_ENV overrides its path) that keeps the highest figure ever probed. Beside
 it a nominal peak: cores x FLOPs per cycle of the CPU family x the clock /proc/cpuinfo
 reports (on VMs the base clock, so it can fall below the measured one). On a GPU the
@@ -48,7 +49,7 @@ GPU_PEAKS = (
 # What the probe times: matmuls (rows, columns) x (columns, columns) and 3x3 'same' convolutions (batch, size, channels)
 # of VGG's shapes, each chained a few times in one graph so that per-call costs vanish.
 GEMM_SHAPES = ((2048, 2048), (8192, 1024))
-CONV_SHAPES = ((8, 56, 128), (8, 28, 256), (4, 112, 64))
+CONV_SHAPES = ((8, 28, 256), (8, 56, 128), (4, 112, 64))
 CHAIN = 4
 
 
@@ -134,23 +135,32 @@ def _chained_graph(kind, shape, dtype, device):
     return graph, op, CHAIN * flops_each
 
 
-def probe_shapes(precision, device="/cpu:0", budget_seconds=6.0, clock=time.perf_counter):
+def probe_shapes(precision, device="/cpu:0", budget_seconds=6.0):
     """Returns [(shape, best FLOP/s)] over GEMM_SHAPES and CONV_SHAPES in `precision` on `device`:
     each shape run once to warm up, then timed up to 3 times while the budget lasts (at least
-    one shape is timed)."""
+    one shape is timed).
+
+    On a CPU a run's rate is its FLOPs over the process CPU seconds it took, times the cores:
+    what all the cores do when they are the process's. Other processes on a shared machine
+    lower the wall-clock rate (to a quarter, measured) but hardly this one.
+    """
+    on_cpu = "cpu" in device.lower()
+    clock = time.process_time if on_cpu else time.perf_counter
+    scale = os.cpu_count() if on_cpu else 1
     figures, spent = [], 0.0
-    shapes = [("gemm", s) for s in GEMM_SHAPES] + [("conv", s) for s in CONV_SHAPES]
+    shapes = [("conv", CONV_SHAPES[0]), ("gemm", GEMM_SHAPES[0]), ("gemm", GEMM_SHAPES[1])] \
+        + [("conv", s) for s in CONV_SHAPES[1:]]  # the best on the machine measured first
     for kind, shape in shapes:
         graph, op, flops = _chained_graph(kind, shape, DTYPES[precision], device)
         best = 0.0
         with tf.compat.v1.Session(graph=graph) as session:
             for run in range(4):
-                start = clock()
+                start, wall = clock(), time.perf_counter()
                 session.run(op)
                 elapsed = clock() - start
-                spent += elapsed
-                if run:
-                    best = max(best, flops / elapsed)
+                spent += time.perf_counter() - wall
+                if run and elapsed > 0:
+                    best = max(best, scale * flops / elapsed)
                 if spent > budget_seconds and (run or figures):
                     break
         if best:
