@@ -29,7 +29,7 @@ def prepare_data(args, batch_size):
                         class_names=fashion_mnist.CLASS_NAMES)
     data_dir, source = _dataset_or_sample(args)
     recipe, report = None, {}
-    if data_dir != args.data_dir:  # the shipped sample
+    if source != "real":  # the shipped sample
         applied, recipe = apply_sample_recipe(args)
         report = {"recipe": "shipped sample" if applied else "flags"}
         batch_size = args.batch_size
@@ -49,14 +49,14 @@ def apply_sample_recipe(args):
     `explicit_flags`, see pipeline.flags.RecordedStore); returns (whether it did, the run
     header's words for the recipe that applies and why)."""
     given = [flag for flag in RECIPE_FLAGS if flag in getattr(args, "explicit_flags", ())]
-    flags = ", ".join("--" + flag.replace("_", "-") for flag in RECIPE_FLAGS)
+    names = ["--" + flag.replace("_", "-") for flag in RECIPE_FLAGS]
+    flags = ", ".join(names[:-1]) + " or " + names[-1]
     if given:
-        return False, (f"the flags' ({', '.join('--' + flag.replace('_', '-') for flag in given)} given), not the "
-                f"shipped sample's: any of {flags} turns that recipe off")
+        return False, (f"the flags' ({', '.join('--' + flag.replace('_', '-') for flag in given)} given): any of "
+                       f"{flags} turns the shipped sample's recipe off")
     vars(args).update(SAMPLE_RECIPE)
-    return True, (f"the shipped sample's: batch {args.batch_size} per replica, learning rate {args.learning_rate:g} not "
-            f"scaled with the batch, {args.epochs:g} epochs, because this run trains on the 800-image sample and "
-            f"none of {flags} was given (any of them turns it off)")
+    return True, (f"the shipped sample's: batch {args.batch_size} per replica, {args.epochs:g} epochs, learning rate "
+                  f"{args.learning_rate:g} not scaled, as this run trains on 800 images and no {flags} was given")
 
 
 def _dataset_or_sample(args):
