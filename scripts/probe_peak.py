@@ -9,31 +9,36 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from models import PRECISIONS  # noqa: E402
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flags import positive_float  # noqa: E402
+from pipeline.flags import positive_float, positive_int  # noqa: E402
+
+
+def precisions(text):
+    """argparse type: comma-separated precisions."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PRECISIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown precision {', '.join(unknown) or text!r}; use "
+                                         f"{', '.join(PRECISIONS)}")
+    return names
 
 
 def build_parser():
     """Returns the parser: the precisions to probe and the time each may take."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--precision", default="fp32", help="comma-separated, from: " + ", ".join(PRECISIONS))
+    parser.add_argument("--precision", type=precisions, default=["fp32"],
+                        help="comma-separated, from: " + ", ".join(PRECISIONS))
     parser.add_argument("--seconds", type=positive_float, default=6.0, help="time budget per precision")
-    parser.add_argument("--repeats", type=int, default=3, help="probes per precision; the best counts")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="probes per precision; the best counts")
     return parser
 
 
 def probe(args):
     """Probes each precision `--repeats` times on the CPU, updates the cache and prints the figures."""
-    precisions = args.precision.split(",")
-    unknown = [p for p in precisions if p not in PRECISIONS]
-    if unknown:
-        print(f"probe_peak.py: error: unknown precision {', '.join(unknown)}; use {', '.join(PRECISIONS)}",
-              file=sys.stderr)
-        return 2
     from pipeline import peak  # imports TensorFlow: once the arguments are good
     info = peak.read_cpuinfo()
     name, cores = info.get("model name", "unknown CPU"), os.cpu_count()
     print(f"{name}, {cores} cores; cache: {peak.cache_path()}")
-    for precision in precisions:
+    for precision in args.precision:
         for repeat in range(args.repeats):
             figures = peak.probe_shapes(precision, budget_seconds=args.seconds)
             print(f"{precision} probe {repeat + 1}: " + ", ".join(f"{s} {f / 1e9:.0f}" for s, f in figures)

@@ -1,6 +1,7 @@
 """MFU: read against the peak, in the run's header, end line and results; one warning above 1."""
 import json
 import logging
+import os
 
 from pipeline import mfu as mfu_lib, peak as peak_lib
 from pipeline.peak import Peak
@@ -29,7 +30,6 @@ def test_a_run_whose_throughput_beats_an_injected_peak_warns_and_records_it(fash
     from pipeline.tasks.fashion import TASK
     cache = tmp_path / "peak.json"
     name = peak_lib.read_cpuinfo().get("model name", "unknown CPU")
-    import os
     cache.write_text(json.dumps({peak_lib.machine_key(name, os.cpu_count()): {
         "fp32": {"flops": 1e6, "shape": "injected", "probed_at": "now"}}}))
     monkeypatch.setenv(peak_lib.PEAK_CACHE_ENV, str(cache))
