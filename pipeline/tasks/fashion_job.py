@@ -57,7 +57,8 @@ def apply_sample_recipe(args):
                        f"{flags} turns the shipped sample's recipe off")
     vars(args).update(SAMPLE_RECIPE)
     return True, (f"the shipped sample's: batch {args.batch_size} per replica, {args.epochs:g} epochs, learning rate "
-                  f"{args.learning_rate:g} not scaled, as this run trains on 800 images and no {flags} was given")
+                  f"{args.learning_rate:g} not scaled, as this run trains on 800 images and no {flags} was given "
+                  "(any one turns it off)")
 
 
 def _dataset_or_sample(args):
