@@ -218,7 +218,12 @@ def measured_peak(precision, name, cores, probe=True, device="/cpu:0", path=None
     if not probe:
         return None, "not measured: only the chief of a cluster probes the peak"
     log.info("measuring this machine's %s peak FLOP/s (a few seconds, once: cached in %s)", precision, path)
-    flops, shape = probe_fn(precision, device)
+    try:
+        flops, shape = probe_fn(precision, device)
+    except tf.errors.OpError as e:  # a precision or device the probe's ops do not run on
+        log.warning("the %s peak could not be measured on %s (%s): no MFU for this run", precision, device,
+                    e.message.strip().splitlines()[0])
+        return None, f"not measured: the probe failed on {device}"
     cache = _read_cache(path)  # again: another run may have written it meanwhile
     previous = cache.setdefault(key, {}).get(precision)
     if not previous or previous["flops"] < flops:

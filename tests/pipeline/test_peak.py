@@ -83,3 +83,14 @@ def test_a_run_on_gpus_is_read_against_the_table_times_the_gpus(tmp_path, monkey
     assert found.flops == 2 * 312e12 and "datasheet" in found.source and found.nominal is None
     unknown = peak.machine_peak("bf16", ["/gpu:0"], ["Tesla T4"], probe=False)
     assert unknown.flops is None and "not in the table" in unknown.nominal_source
+
+
+def test_a_probe_that_fails_leaves_the_peak_unknown_and_caches_nothing(tmp_path):
+    import tensorflow as tf
+
+    def failing_probe(precision, device):
+        raise tf.errors.InvalidArgumentError(None, None, "No OpKernel was registered\nmore")
+
+    path = str(tmp_path / "peak.json")
+    flops, detail = peak.measured_peak("fp16", "CPU A", 2, path=path, probe_fn=failing_probe)
+    assert flops is None and "probe failed" in detail and not (tmp_path / "peak.json").exists()
