@@ -91,12 +91,12 @@ def hook_names(text):
     return names
 
 
-class RecordedStore(argparse._StoreAction):
-    """Stores a flag's value as usual and adds its dest to `args.explicit_flags`: what the user
-    set on the command line, even to the default's value."""
+class RecordedStore(argparse.Action):
+    """Stores a flag's value, as argparse's default action does, and adds its dest to
+    `args.explicit_flags`: what the user set on the command line, even to the default's value."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, self.dest, values)
         namespace.explicit_flags = frozenset(getattr(namespace, "explicit_flags", ())) | {self.dest}
 
 

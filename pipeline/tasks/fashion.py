@@ -23,7 +23,9 @@ def add_flags(parser):
                             "<data-dir>/tfrecords)")
     group.add_argument("--no-sample-fallback", action="store_true",
                        help="when the default --data-dir has no dataset and the download fails, stop with an "
-                            "error instead of training on the 1,000-image sample shipped with the project")
+                            "error instead of training on the 1,000-image sample shipped with the project (with "
+                            "its own recipe, batch 32, 20 epochs, rate 1e-3 not scaled, unless --batch-size, "
+                            "--epochs, --max-steps, --learning-rate or --lr-scaling is given)")
 
 
 TASK = Task(
