@@ -105,8 +105,6 @@ def _run(task, args, cluster, chief, stop):
         log.warning("%s keeps no record of the images trained before step %d (a run of an earlier version): "
                     "counted as %d steps of this run's %d-image global batch", args.model_dir, start_step,
                     start_step, global_batch)
-    if chief and start_step < max_steps:
-        progress.record_start(args.model_dir, task.name, record, steps, trained_on)
     warning = precision_warning(args.precision, plan.devices[0].startswith("/gpu"))
     if warning:
         log.warning(warning)
@@ -120,7 +118,8 @@ def _run(task, args, cluster, chief, stop):
     model_flops, peak = mfu_lib.run_figures(keras_model, args.precision, plan.devices, probe=chief)
     print(mfu_lib.header_lines(model_flops, peak), flush=True)
     model_dir_lib.check_fits(args.model_dir, keras_model)
-    estimator = estimator_lib.build_estimator(keras_model, config, data.class_names)
+    estimator = estimator_lib.build_estimator(keras_model, config, data.class_names, args.augment,
+                                              args.seed or 0)
     stop_hook, loss_watch = StopOnRequestHook(stop.requested), LossWatchHook(args.log_steps)
     rate_hook = LearningRateHook(args.model_dir if chief else None, args.summary_steps)
     # The checkpoint timer measures each write of the Estimator's checkpoint saver, which
@@ -136,6 +135,8 @@ def _run(task, args, cluster, chief, stop):
                              every_secs=min(10.0, args.cluster_wait_secs / 3)).start()
         train_hooks.append(SessionStartedHook(watch.started))
 
+    if chief and start_step < max_steps:  # written last before training: a failure above leaves it as it was
+        progress.record_start(args.model_dir, task.name, record, steps, trained_on)
     train_start = time.perf_counter()
     with stop.training():
         try:
@@ -182,6 +183,7 @@ def _run(task, args, cluster, chief, stop):
         "devices": plan.devices,
         "distribution": plan.description,
         "precision": args.precision,
+        "augment": [[name, value] for name, value in args.augment],
         "xla": args.xla,
         "intra_op_threads": args.intra_op_threads,
         "inter_op_threads": args.inter_op_threads,
@@ -300,6 +302,7 @@ def _print_header(task, args, plan, data, global_batch, schedule, steps):
           f"  devices:       {plan.description}\n"
           f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {global_batch} global\n"
           f"  precision:     {_describe_precision(args)}\n"
+          f"{_describe_augment(args)}"
           f"  learning rate: {schedule.base_rate:g} ({scaling}), {schedule.describe()}\n"
           f"  steps:         to global step {steps.max_steps}, {resume}\n"
           f"  images:        {_describe_images(steps, data.num_train_examples)}\n"
@@ -317,6 +320,15 @@ def _describe_images(steps, num_train_examples):
               if steps.target_images is not None else "")
     return (f"{trained}{left:,} to train ({epochs(left)}) in {steps.max_steps - steps.start_step} steps of "
             f"{steps.global_batch}{target}")
+
+
+def _describe_augment(args):
+    if not args.augment:
+        return ""
+    transforms = ", ".join(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+                           for name, value in args.augment)
+    return (f"  augment:       {transforms} (training batches only, drawn from seed {args.seed or 0}, the step "
+            "and the replica)\n")
 
 
 def _describe_precision(args):
