@@ -7,7 +7,8 @@ import statistics
 
 COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size", "repeat",
            "warm_up_steps", "timed_steps", "images_per_sec", "images_per_sec_std", "step_time_mean",
-           "cpu_seconds_per_image", "total_seconds", "epoch_seconds", "scaling_efficiency", "devices",
+           "cpu_seconds_per_image", "total_seconds", "epoch_seconds", "scaling_efficiency", "train_flops_per_image",
+           "peak_flops", "peak_source", "mfu", "devices",
            "tensorflow_version", "host_cpus")
 
 
@@ -39,6 +40,7 @@ def summarize(rows):
     for (mode, engine, data, precision, replicas, batch), group in groups.items():
         rates = [r["images_per_sec"] for r in group]
         efficiencies = [r["scaling_efficiency"] for r in group if r.get("scaling_efficiency") is not None]
+        mfus = [r["mfu"] for r in group if r.get("mfu") is not None]
         summary.append({
             "mode": mode, "engine": engine, "data": data, "precision": precision, "replicas": replicas,
             "per_replica_batch_size": batch,
@@ -49,6 +51,8 @@ def summarize(rows):
             "epoch_seconds": (statistics.mean(r["epoch_seconds"] for r in group)
                               if group[0]["epoch_seconds"] else None),
             "scaling_efficiency": statistics.mean(efficiencies) if efficiencies else None,
+            "mfu": statistics.mean(mfus) if mfus else None,
+            "mfu_min": min(mfus) if mfus else None, "mfu_max": max(mfus) if mfus else None,
         })
     return summary
 
@@ -94,19 +98,24 @@ def _fmt(value, pattern):
     return "" if value is None else pattern.format(value)
 
 
-def markdown_report(summary, header):
+def markdown_report(summary, header, rows=()):
     """Returns report.md: the header, a table of configurations and the ratios."""
     lines = [f"# Benchmark: {header}", "",
              "| mode | engine | data | precision | replicas | batch/replica | global batch | images/sec (mean) "
-             "| min..max | CPU ms/image | full epoch s | scaling eff. | repeats |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| min..max | CPU ms/image | full epoch s | scaling eff. | MFU | repeats |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(
             f"| {s['mode']} | {s['engine']} | {s['data']} | {s['precision']} | {s['replicas']} "
             f"| {s['per_replica_batch_size']} "
             f"| {s['global_batch_size']} | {s['images_per_sec']:.1f} "
             f"| {s['images_per_sec_min']:.1f}..{s['images_per_sec_max']:.1f} | {s['cpu_ms_per_image']:.2f} "
-            f"| {_fmt(s['epoch_seconds'], '{:.1f}')} | {_fmt(s['scaling_efficiency'], '{:.2f}')} | {s['repeats']} |")
+            f"| {_fmt(s['epoch_seconds'], '{:.1f}')} | {_fmt(s['scaling_efficiency'], '{:.2f}')} "
+            f"| {_fmt(s.get('mfu'), '{:.2f}')} | {s['repeats']} |")
+    peaks = sorted({(r["precision"], r["peak_flops"], r["peak_source"]) for r in rows if r.get("peak_flops")})
+    if peaks:
+        lines += ["", "MFU: images/sec x training FLOPs per image (3 x forward, models/flops.py) / the peak:"]
+        lines += [f"- {precision}: {flops / 1e9:.1f} GFLOP/s, {source}" for precision, flops, source in peaks]
     found = ratios(summary)
     if found:
         lines += ["", "Ratios (same invocation, means over repeats):", "",
@@ -153,9 +162,9 @@ def plot_input(summary, out_dir, title=""):
 
 
 def plot(summary, out_dir, title=""):
-    """Writes throughput.png (images/sec vs replicas) and time.png (epoch time vs replicas), one line
-    per engine, data source, precision and batch size, and input.png for input-only rows (see
-    plot_input); returns the paths written."""
+    """Writes throughput.png (images/sec vs replicas), mfu.png (its fraction of the peak, where known)
+    and time.png (epoch time vs replicas), one line per engine, data source, precision and batch
+    size, and input.png for input-only rows (see plot_input); returns the paths written."""
     train = [s for s in summary if s["mode"] == "train"]
     if not train:
         return plot_input(summary, out_dir, title)
@@ -165,8 +174,11 @@ def plot(summary, out_dir, title=""):
         lines[(s["engine"], s["data"], s["precision"], s["per_replica_batch_size"])].append(s)
     paths = []
     for name, field, label in (("throughput.png", "images_per_sec", "images/sec (all replicas)"),
+                               ("mfu.png", "mfu", "MFU: model FLOPs/s over the machine's peak"),
                                ("time.png", "epoch_seconds",
                                 "time per epoch of the full training set, s\n(derived from images/sec)")):
+        if all(s.get(field) is None for s in train):
+            continue
         figure, axes = plt.subplots(figsize=(7, 4.5))
         for (engine, data, precision, batch), points in sorted(lines.items()):
             points = sorted(points, key=lambda s: s["replicas"])
@@ -197,7 +209,7 @@ def write_outputs(rows, out_dir, header):
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"header": header, "rows": rows}, f, indent=2)
     summary = summarize(rows)
-    report = markdown_report(summary, header)
+    report = markdown_report(summary, header, rows)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(report)
     plot(summary, out_dir, title=header.split(";")[0])

@@ -22,13 +22,16 @@ from hooks.examples_per_second import ExamplesPerSecondHook, throughput
 from benchmark import baselines
 from benchmark.custom_loop import measure_custom_loop
 from input_fns import fashion_mnist, image_folder, retinal_oct, synthetic
+from models.flops import model_flops_per_image
 from models.optimizers import precision
-from pipeline import batching
+from pipeline import batching, mfu as mfu_lib
 from pipeline.distribution import build_distribution, split_cpu
 from pipeline.errors import UsageError
 from pipeline.estimator import build_estimator, build_run_config, session_config
 from pipeline.tasks import FEATURE_KEY, fashion_job, oct_job
 
+# What the sweep chooses itself, so that no task recipe (the Fashion sample's) replaces it.
+_SWEEP_SETS = frozenset({"batch_size", "learning_rate", "lr_scaling"})
 _NEVER = 10 ** 9  # a step count no benchmark reaches: no checkpoints or summaries while timing
 
 
@@ -143,6 +146,7 @@ class InputVariants:
         if variant == "pipeline":
             args = copy.copy(self.args)
             args.synthetic = False
+            args.explicit_flags = _SWEEP_SETS
             return fashion_job.prepare_data(args, batch_size).train_input_fn
         images, labels = fashion_mnist.load_split(self.args.data_dir, "train")
         return baselines.design_array_input_fn(
@@ -182,7 +186,9 @@ def build_plans(replica_counts, use_gpus, strategy="mirrored"):
 
 def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_steps, log=print):
     """Measures every configuration `repeats` times, interleaved; returns one row dict per measurement."""
-    rows = []
+    rows, peaks = [], {}
+    training = [c for c in configs if c.engine != "input"]
+    flops = model_flops_per_image(task.build_model(task_args, task_args.learning_rate)) if training else None
     with tempfile.TemporaryDirectory() as workdir:
         variants = InputVariants(task.name, task_args, workdir)
         total = len(configs) * repeats
@@ -190,11 +196,25 @@ def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_ste
             for config in configs:
                 rows.append(_measure(task, task_args, config, plans, variants, warm_up_steps, timed_steps, repeat))
                 row = rows[-1]
+                if config.engine != "input":
+                    _add_mfu(row, flops, peaks, config, plans[config.replicas])
                 log(f"[{len(rows)}/{total}] {row['engine']:11s} {row['precision']} {row['data']:16s} "
                     f"replicas {row['replicas']} "
                     f"batch {row['per_replica_batch_size']:4d}/replica: {row['images_per_sec']:9.1f} images/sec "
-                    f"(+/- {row['images_per_sec_std']:.1f}), {1000 * row['cpu_seconds_per_image']:.2f} ms CPU/image")
+                    f"(+/- {row['images_per_sec_std']:.1f}), {1000 * row['cpu_seconds_per_image']:.2f} ms CPU/image"
+                    + (f", MFU {row['mfu']:.2f}" if row.get("mfu") is not None else ""))
     return rows
+
+
+def _add_mfu(row, flops, peaks, config, plan):
+    """Sets a training row's FLOPs per image, the peak it is read against and its MFU."""
+    key = (config.precision, tuple(plan.devices))
+    if key not in peaks:
+        peaks[key] = mfu_lib.peak_for(config.precision, plan.devices)
+    row["train_flops_per_image"] = flops["training"]
+    row["peak_flops"] = peaks[key].flops
+    row["peak_source"] = peaks[key].source
+    row["mfu"] = mfu_lib.mfu(row["images_per_sec"], flops["training"], peaks[key])
 
 
 def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_steps, repeat):
@@ -206,6 +226,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
     else:
         args = copy.copy(task_args)
         args.synthetic = config.data == "synthetic"
+        args.explicit_flags = _SWEEP_SETS
         args.learning_rate = batching.scaled_learning_rate(
             task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
             task_args.lr_scaling)

@@ -154,6 +154,15 @@ def _transform_value(name, value):
     return number
 
 
+class RecordedStore(argparse.Action):
+    """Stores a flag's value, as argparse's default action does, and adds its dest to
+    `args.explicit_flags`: what the user set on the command line, even to the default's value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.explicit_flags = frozenset(getattr(namespace, "explicit_flags", ())) | {self.dest}
+
+
 def add_data_dir_flag(parser, default):
     """Adds --data-dir, the dataset's folder, with `default`."""
     parser.add_argument("--data-dir", default=default,
@@ -174,17 +183,17 @@ def build_parser(task):
                            "random batch repeated, so accuracy can reach 1.0; for smoke runs and benchmarks")
 
     train = parser.add_argument_group("training")
-    train.add_argument("--batch-size", type=positive_int, default=d["batch_size"],
+    train.add_argument("--batch-size", action=RecordedStore, type=positive_int, default=d["batch_size"],
                        help="images per replica per step; the global batch is this times the replicas")
     length = train.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=positive_float, default=d["epochs"],
+    length.add_argument("--epochs", action=RecordedStore, type=positive_float, default=d["epochs"],
                         help="passes over the training set, turned into a final global step")
-    length.add_argument("--max-steps", type=positive_int, default=None,
+    length.add_argument("--max-steps", action=RecordedStore, type=positive_int, default=None,
                         help="final global step, instead of --epochs (give one or the other); a resumed run stops "
                             "exactly there")
-    train.add_argument("--learning-rate", type=positive_float, default=d["learning_rate"],
+    train.add_argument("--learning-rate", action=RecordedStore, type=positive_float, default=d["learning_rate"],
                        help="learning rate at --reference-batch-size global images per step")
-    train.add_argument("--lr-scaling", choices=batching.LR_SCALING_RULES, default="linear",
+    train.add_argument("--lr-scaling", action=RecordedStore, choices=batching.LR_SCALING_RULES, default="linear",
                        help="'linear' multiplies the learning rate by global batch / reference batch; "
                             "'none' uses --learning-rate as it is")
     train.add_argument("--reference-batch-size", type=positive_int, default=d["reference_batch_size"],
@@ -269,4 +278,5 @@ def build_parser(task):
                         help="seed of the bootstrap's resampling")
 
     task.add_flags(parser)
+    parser.set_defaults(explicit_flags=frozenset())  # filled by RecordedStore's flags
     return parser

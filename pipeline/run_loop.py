@@ -19,7 +19,7 @@ from hooks.progress import ProgressHook
 from hooks.stop import SessionStartedHook, StopOnRequestHook
 from models.learning_rate import ScheduledRate
 from models.optimizers import precision
-from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, progress, \
+from pipeline import batching, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
     results as results_lib
 from pipeline import test_report
 from pipeline.distribution import build_cluster_distribution, build_distribution
@@ -79,12 +79,12 @@ def _run(task, args, cluster, chief, stop):
     plan = build_plan(args, cluster)
     if cluster is not None and cluster.task_type == "ps":
         return _serve_variables(args, plan)
+    record = progress.read(args.model_dir, task.name)
+    data = task.prepare_data(args, args.batch_size)  # a task's recipe (TaskData.recipe) may set args' batch first
+    test_report.check_positive_classes(args, data.class_names)
     global_batch = args.batch_size * plan.replicas
     learning_rate = batching.scaled_learning_rate(
         args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
-    record = progress.read(args.model_dir, task.name)
-    data = task.prepare_data(args, args.batch_size)
-    test_report.check_positive_classes(args, data.class_names)
     trained_on = progress.describe_data(data.source == "synthetic", data.num_train_examples)
     progress.check_same_data(record, trained_on, args.model_dir)
     if chief:
@@ -115,6 +115,8 @@ def _run(task, args, cluster, chief, stop):
         args.model_dir, plan, args.checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed,
         estimator_lib.session_config(args.xla, args.intra_op_threads, args.inter_op_threads))
     keras_model = task.build_model(args, schedule)
+    model_flops, peak = mfu_lib.run_figures(keras_model, args.precision, plan.devices, probe=chief)
+    print(mfu_lib.header_lines(model_flops, peak), flush=True)
     model_dir_lib.check_fits(args.model_dir, keras_model)
     estimator = estimator_lib.build_estimator(keras_model, config, data.class_names, args.augment,
                                               args.seed or 0)
@@ -201,6 +203,9 @@ def _run(task, args, cluster, chief, stop):
         "train_images_per_sec_std": throughput and throughput["images_per_sec_std"],
         "train_step_time_mean": throughput and throughput["step_time_mean"],
         "timed_steps": throughput["timed_steps"] if throughput else 0,
+        "model_flops_per_image": model_flops,
+        "peak_flops": peak.as_dict(),
+        "mfu": mfu_lib.mfu(throughput and throughput["images_per_sec"], model_flops["training"], peak),
         "checkpoint_seconds": round(checkpoint_timer.seconds, 3),
         "checkpoints_saved": checkpoint_timer.saves,
         "loss_warnings": loss_watch.warnings,
@@ -294,7 +299,8 @@ def _print_header(task, args, plan, data, global_batch, schedule, steps):
           f"  learning rate: {schedule.base_rate:g} ({scaling}), {schedule.describe()}\n"
           f"  steps:         to global step {steps.max_steps}, {resume}\n"
           f"  images:        {_describe_images(steps, data.num_train_examples)}\n"
-          f"  model dir:     {args.model_dir}", flush=True)
+          f"  model dir:     {args.model_dir}"
+          + (f"\n  recipe:        {data.recipe}" if data.recipe else ""), flush=True)
 
 
 def _describe_images(steps, num_train_examples):
@@ -330,7 +336,7 @@ def _print_summary(results, path):
     if results["train_images_per_sec"] is not None:
         train = (f"{results['train_images_per_sec']:.1f} images/sec "
                  f"(+/- {results['train_images_per_sec_std']:.1f}) over {results['timed_steps']} timed steps, "
-                 f"{results['train_seconds']:.1f} s in train()")
+                 f"{results['train_seconds']:.1f} s in train()" + mfu_lib.describe_mfu(results))
     else:
         train = "no steps timed in this run"
     trained = (f"  images:  {results['images_trained']:,} trained, {results['epochs_trained']:g} epochs\n"

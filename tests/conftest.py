@@ -7,6 +7,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as the command lines do, before TensorFlow starts
+# One peak cache (pipeline.peak) for every test and the command lines they start, even with another
+# HOME: the machine's peak is probed once, not in each run.
+os.environ.setdefault("PIPELINE_PEAK_CACHE", os.path.join(
+    __import__("tempfile").gettempdir(), f"pipeline-tests-peak-{os.getuid()}.json"))
 
 import pytest  # noqa: E402
 

@@ -33,6 +33,8 @@ class TaskData:
     # With it, the run loop exports a SavedModel taking this serving input.
     serving_input_fn: Optional[Callable] = None
     report: dict = dataclasses.field(default_factory=dict)  # extra fields for results.json
+    # The training recipe the task chose for this data, and why (the run header shows it); None for the flags'.
+    recipe: Optional[str] = None
 
 
 @dataclasses.dataclass

@@ -7,7 +7,7 @@ from cluster.tf_config import read_tf_config
 from input_fns import fashion_mnist, synthetic
 from models.fashion_cnn import build_fashion_cnn
 from pipeline.tasks import FEATURE_KEY, TaskData
-from pipeline.tasks.fashion import DEFAULT_DATA_DIR, TRAIN_EXAMPLES
+from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE, TRAIN_EXAMPLES
 
 log = logging.getLogger(__name__)
 
@@ -15,7 +15,11 @@ SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 10000}  # the real dataset's
 
 
 def prepare_data(args, batch_size):
-    """Returns TaskData over Fashion-MNIST, downloading and converting it first if needed."""
+    """Returns TaskData over Fashion-MNIST, downloading and converting it first if needed.
+
+    When it falls back to the shipped sample, the sample's recipe may replace `args`' batch
+    size, length and learning rate first (see apply_sample_recipe); `batch_size` then follows.
+    """
     if args.synthetic:
         def make(training, split):
             return synthetic.make_input_fn(fashion_mnist.IMAGE_SHAPE, fashion_mnist.NUM_CLASSES,
@@ -25,6 +29,11 @@ def prepare_data(args, batch_size):
                         SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"], "synthetic",
                         class_names=fashion_mnist.CLASS_NAMES)
     data_dir, source = _dataset_or_sample(args)
+    recipe, report = None, {}
+    if source != "real":  # the shipped sample
+        applied, recipe = apply_sample_recipe(args)
+        report = {"recipe": "shipped sample" if applied else "flags"}
+        batch_size = args.batch_size
     splits = fashion_mnist.prepare_tfrecords(data_dir, args.cache_dir)
     return TaskData(
         fashion_mnist.make_input_fn(splits["train"]["pattern"], batch_size, training=True,
@@ -32,7 +41,24 @@ def prepare_data(args, batch_size):
         fashion_mnist.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
                                     feature_key=FEATURE_KEY),
         splits["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
-        train_class_counts=splits["train"]["class_counts"])
+        train_class_counts=splits["train"]["class_counts"], recipe=recipe,
+        report=report)
+
+
+def apply_sample_recipe(args):
+    """Sets `args` to SAMPLE_RECIPE when the command line gave none of RECIPE_FLAGS (its
+    `explicit_flags`, see pipeline.flags.RecordedStore); returns (whether it did, the run
+    header's words for the recipe that applies and why)."""
+    given = [flag for flag in RECIPE_FLAGS if flag in getattr(args, "explicit_flags", ())]
+    names = ["--" + flag.replace("_", "-") for flag in RECIPE_FLAGS]
+    flags = ", ".join(names[:-1]) + " or " + names[-1]
+    if given:
+        return False, (f"the flags' ({', '.join('--' + flag.replace('_', '-') for flag in given)} given): any of "
+                       f"{flags} turns the shipped sample's recipe off")
+    vars(args).update(SAMPLE_RECIPE)
+    return True, (f"the shipped sample's: batch {args.batch_size} per replica, {args.epochs:g} epochs, learning rate "
+                  f"{args.learning_rate:g} not scaled, as this run trains on 800 images and no {flags} was given "
+                  "(any one turns it off)")
 
 
 def _dataset_or_sample(args):
@@ -51,7 +77,7 @@ def _dataset_or_sample(args):
             raise fashion_mnist.DownloadError(f"{e}. {advice}") from None
         sample_dir = fashion_mnist.unpack_shipped_sample(data_dir + "-sample")
         log.warning("NOT THE FULL DATASET: %s, so this run trains on the 1,000-image Fashion-MNIST sample shipped "
-                    "with the project (%d train / %d test, in %s; small: try --batch-size 32 --epochs 20). %s; "
+                    "with the project (%d train / %d test, in %s; its own recipe unless you set one). %s; "
                     "--no-sample-fallback makes this an error.",
                     e, fashion_mnist.SAMPLE_TRAIN_IMAGES, 1000 - fashion_mnist.SAMPLE_TRAIN_IMAGES, sample_dir,
                     advice)

@@ -35,7 +35,11 @@ def test_a_tiny_training_sweep_writes_well_formed_outputs(fashion_data_dir, tmp_
     assert "Estimator / Keras fit, real data, fp32, 2 replica(s)" in report
     assert "real / synthetic data, Estimator, fp32, 1 replica(s)" in report
     assert describe_cpu() in printed.splitlines()[0]  # the CPU's model, cores and flags beside every figure
-    for png in ("throughput.png", "time.png"):
+    # MFU beside every training figure: images/sec x the model's 16.8 MFLOP per training image / the peak.
+    assert all(float(r["mfu"]) == pytest.approx(float(r["images_per_sec"]) * 3 * 5588480 / float(r["peak_flops"]))
+               for r in rows)
+    assert "| MFU |" in report and "measured fp32 peak" in report
+    for png in ("throughput.png", "mfu.png", "time.png"):
         assert (tmp_path / "bench" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -48,7 +52,7 @@ def test_input_only_compares_the_oct_pipelines_with_the_design_recipe(oct_tree, 
     rows = read_rows(out)
     assert [r["data"] for r in rows] == ["pipeline", "pipeline-reduced", "pipeline-cached", "records", "design",
                                          "bare"]
-    assert all(float(r["cpu_seconds_per_image"]) > 0 for r in rows)
+    assert all(float(r["cpu_seconds_per_image"]) > 0 and r["mfu"] == "" for r in rows)  # no model: no MFU
     assert int(rows[2]["warm_up_steps"]) == 15  # the cached pipeline is timed after its first epoch (105 files)
     report = (tmp_path / "bench" / "report.md").read_text()
     assert "input 'records' / design recipe, batch 8" in report

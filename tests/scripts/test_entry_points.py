@@ -33,6 +33,7 @@ BAD_FLAGS = {
     "inspect_input.py": ["--task", "fashion", "--batches", "0"],
     "make_fashion_sample.py": ["--out", "x", "--train", "none"],
     "make_oct_sample.py": ["--out", "x", "--test-per-class", "0"],
+    "probe_peak.py": ["--precision", "fp64"],
 }
 
 

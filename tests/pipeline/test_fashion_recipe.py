@@ -1,0 +1,42 @@
+"""The Fashion job's recipe for the shipped sample: chosen with no recipe flag, off with any."""
+import pytest
+
+from pipeline.flags import build_parser
+from pipeline.tasks import fashion_job
+from pipeline.tasks.fashion import RECIPE_FLAGS, SAMPLE_RECIPE, TASK
+
+FLAG_VALUES = {"batch_size": "512", "epochs": "5", "max_steps": "8", "learning_rate": "0.001",
+               "lr_scaling": "linear"}  # each the full dataset's default: setting it at all is what counts
+
+
+@pytest.fixture
+def offline_default_dir(tmp_path, monkeypatch):
+    """A default --data-dir with no dataset, whose download fails at once: the job falls back to the sample."""
+    data_dir = str(tmp_path / "fashion-mnist")
+    monkeypatch.setattr(fashion_job, "DEFAULT_DATA_DIR", data_dir)
+    return ["--data-dir", data_dir, "--download-url", f"file://{tmp_path}/nowhere"]
+
+
+def test_the_shipped_sample_with_no_recipe_flag_trains_with_the_samples_recipe(offline_default_dir):
+    args = build_parser(TASK).parse_args(offline_default_dir + ["--seed", "3"])
+    data = fashion_job.prepare_data(args, args.batch_size)
+    assert data.num_train_examples == 800 and data.recipe.startswith("the shipped sample's: batch 32")
+    assert {flag: getattr(args, flag) for flag in RECIPE_FLAGS} == SAMPLE_RECIPE
+    assert data.report == {"recipe": "shipped sample"}
+    images, _ = next(iter(data.train_input_fn()))
+    assert images["image"].shape[0] == 32
+
+
+@pytest.mark.parametrize("flag", RECIPE_FLAGS)
+def test_any_recipe_flag_keeps_the_users_recipe_whole(offline_default_dir, flag):
+    given = ["--" + flag.replace("_", "-"), FLAG_VALUES[flag]]
+    args = build_parser(TASK).parse_args(offline_default_dir + given)
+    data = fashion_job.prepare_data(args, args.batch_size)
+    assert args.batch_size == 512 and args.lr_scaling == "linear" and args.learning_rate == 0.001
+    assert data.recipe.startswith(f"the flags' (--{flag.replace('_', '-')} given)") and data.report == {"recipe": "flags"}
+
+
+def test_the_full_dataset_keeps_the_flags_without_a_recipe_line(fashion_data_dir):
+    args = build_parser(TASK).parse_args(["--data-dir", fashion_data_dir])
+    data = fashion_job.prepare_data(args, args.batch_size)
+    assert data.recipe is None and args.batch_size == 512 and data.report == {}
