@@ -1,0 +1,43 @@
+"""The cluster side of a run: where the cluster comes from (--cluster), and the watches that end
+a task whose cluster cannot go on (peers that never start, or are lost or hung later)."""
+import json
+import os
+
+import tensorflow as tf
+
+from cluster.peers import PeerWatch
+from cluster.slurm import slurm_tf_config
+from cluster.tf_config import read_tf_config
+from cluster.watch import ClusterWatch
+from hooks.stop import SessionStartedHook
+from pipeline import estimator as estimator_lib
+
+
+def resolve_cluster(args):
+    """Returns this process's ClusterTask (None on one machine). With --cluster slurm, TF_CONFIG is
+    first written from Slurm's job step, before any strategy or RunConfig reads it."""
+    if getattr(args, "cluster", "tf_config") == "slurm":
+        os.environ["TF_CONFIG"] = json.dumps(slurm_tf_config(args.slurm_port_base, args.slurm_ps))
+    return read_tf_config()
+
+
+def watch_cluster(cluster, args, max_steps):
+    """Starts the watches of this task of `cluster` (nothing on one machine); returns the training
+    hooks they need. A lost peer ends the task with cluster.peers.PEER_LOST_EXIT."""
+    if cluster is None:
+        return []
+    peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
+                      finished=lambda: estimator_lib.latest_global_step(args.model_dir) >= max_steps,
+                      seen=cluster.trains)
+    tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
+    if not cluster.trains:  # a ps serves, the evaluator reads checkpoints: no session to wait for
+        peers.start()
+        if cluster.task_type == "ps":
+            return []
+    startup = ClusterWatch(cluster, args.cluster_wait_secs, args.model_dir,
+                           every_secs=min(10.0, args.cluster_wait_secs / 3)).start()
+
+    def started():
+        startup.started()
+        peers.start()
+    return [SessionStartedHook(started)] if cluster.trains else []
