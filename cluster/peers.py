@@ -24,7 +24,9 @@ import time
 # "killed by signal N" (128 + N) to shells and schedulers, so the code is above them.
 PEER_LOST_EXIT = 200
 DEFAULT_PEER_TIMEOUT_SECS = 60
+REFUSED = "refuses connections"
 
+log = logging.getLogger(__name__)
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
 _SETTINGS_FRAME = 0x04
 # What the Estimator's MonitoredSession logs before it builds a new session after a failed step.
@@ -38,7 +40,7 @@ def probe(address, timeout=2.0):
     try:
         connection = socket.create_connection((host, int(port)), timeout=timeout)
     except ConnectionRefusedError:
-        return "refuses connections"
+        return REFUSED
     except socket.timeout:
         return "does not answer"
     except OSError as e:
@@ -77,12 +79,12 @@ class PeerWatch:
     """
 
     def __init__(self, cluster, model_dir, timeout_secs=DEFAULT_PEER_TIMEOUT_SECS, finished=lambda: False,
-                 prog=None, seen=False):
+                 prog=None):
         self.cluster, self.model_dir, self.timeout_secs, self.finished = cluster, model_dir, timeout_secs, finished
         self.prog = prog or os.path.basename(sys.argv[0])
         self.peers = peers_of(cluster)
         self.every_secs = max(0.5, min(5.0, timeout_secs / 4))
-        self._seen = {label: seen for label in self.peers}
+        self._seen = {label: False for label in self.peers}
         self._failing_since = {}
         self._exiting = threading.Lock()
         self.running = False
@@ -104,11 +106,15 @@ class PeerWatch:
                     self._failing_since.pop(label, None)
                 elif self._seen[label]:
                     failures[label] = reason
-                    self._failing_since.setdefault(label, now)
+                    if label not in self._failing_since:
+                        self._failing_since[label] = now
+                        log.warning("%s at %s %s; this task ends unless it answers again", label, address, reason)
             if self.cluster.task_type == "ps" and failures and len(failures) == len(self.peers) and self.finished():
                 self._exit(0, f"{self.cluster.task_type} {self.cluster.index}: training finished and every "
                               "trainer ended; stopping this parameter server")
-            lost = [label for label in failures if now - self._failing_since[label] >= self.timeout_secs]
+            # A refused connection means nothing listens there any more: the task is gone, not slow.
+            lost = [label for label in failures if now - self._failing_since[label] >= (
+                min(self.timeout_secs, 2 * self.every_secs) if failures[label] == REFUSED else self.timeout_secs)]
             if lost and not self.finished():
                 self.lost(lost[0], failures[lost[0]])
             time.sleep(self.every_secs)
@@ -129,29 +135,33 @@ class PeerWatch:
     def session_recreated(self):
         """Ends the task, naming the peer that fails a probe now (TensorFlow rebuilds a session
         only after a peer's failure; collectives cannot go on after one)."""
-        for label, address in self.peers.items():
-            reason = probe(address, timeout=2.0)
-            if reason is not None:
-                self.lost(label, reason)
+        failing = {label: probe(address, timeout=2.0) for label, address in self.peers.items()}
+        failing = {label: reason for label, reason in failing.items() if reason is not None}
+        for label in sorted(failing, key=lambda label: not self._seen[label]):  # those known alive before first
+            self.lost(label, failing[label])
         self.lost(None, "failed (TensorFlow aborted the step); every peer answers again now")
 
     def lost(self, label, reason):
         """Writes the one line for the loss of peer `label` and exits with PEER_LOST_EXIT."""
         peer = f"{label} at {self.peers[label]} {reason}" if label else f"a peer {reason}"
         me = f"{self.cluster.task_type} {self.cluster.index}"
-        self._exit(PEER_LOST_EXIT,
+        self._exit(PEER_LOST_EXIT, lambda:
                    f"error: lost {peer}; {me} ends (exit {PEER_LOST_EXIT}, retryable). Relaunch every task of "
                    f"the cluster with the same command: it resumes from {self.describe_checkpoint()}")
 
     def describe_checkpoint(self):
         """Returns the checkpoint a relaunch resumes from, named for a person."""
-        from tensorflow.python.training import checkpoint_management  # noqa: PLC0415 - TF is loaded by now
-        latest = checkpoint_management.latest_checkpoint(self.model_dir)
+        import tensorflow as tf  # noqa: PLC0415 - loaded long before a peer can be lost
+        latest = tf.train.latest_checkpoint(self.model_dir)
         return f"{latest}" if latest else f"scratch (no checkpoint in {self.model_dir} yet)"
 
     def _exit(self, code, line):
-        with self._exiting:  # the watch thread and the session's hook may both get here
+        """Writes `line` (or what calling it returns, at the end) to stderr and exits with `code`."""
+        with self._exiting:  # the watch thread and the main thread's log filter may both get here
+            # Other survivors may be probing now to name the lost task: this one's server answers a
+            # little longer, so that they do not name it instead.
+            time.sleep(min(3.0, self.every_secs))
             sys.stdout.flush()
-            sys.stderr.write(f"{self.prog}: {line}\n")
+            sys.stderr.write(f"{self.prog}: {line() if callable(line) else line}\n")
             sys.stderr.flush()
             os._exit(code)  # the main thread may be blocked inside TensorFlow: nothing else ends it

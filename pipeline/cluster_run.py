@@ -27,8 +27,7 @@ def watch_cluster(cluster, args, max_steps):
     if cluster is None:
         return []
     peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
-                      finished=lambda: estimator_lib.latest_global_step(args.model_dir) >= max_steps,
-                      seen=cluster.trains)
+                      finished=lambda: estimator_lib.latest_global_step(args.model_dir) >= max_steps)
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
     if not cluster.trains:  # a ps serves, the evaluator reads checkpoints: no session to wait for
         peers.start()

@@ -51,7 +51,14 @@ class Task:
 
 
 def start_cluster(tasks, flags, log_dir):
-    return {label: Task(label, tf_config, flags, log_dir) for label, tf_config in tasks}
+    """Starts every task; under parameter_server the workers once the chief's session exists (a
+    worker that finds the variables not yet initialized rechecks only 30 s later)."""
+    first = [(label, c) for label, c in tasks if "parameter_server" not in flags or not label.startswith("worker")]
+    cluster = {label: Task(label, tf_config, flags, log_dir) for label, tf_config in first}
+    if len(first) < len(tasks):
+        cluster["chief"].wait_for(r"Saving checkpoints for \d+ ")
+        cluster.update({label: Task(label, c, flags, log_dir) for label, c in tasks if label not in cluster})
+    return cluster
 
 
 def flags(data_dir, model_dir, strategy, max_steps=300):
@@ -113,10 +120,10 @@ def test_multi_worker_mirrored_ends_when_a_peer_is_lost_and_the_relaunch_finishe
 @pytest.mark.parametrize("victim", ["ps 0", "worker 0"], ids=["kill-ps", "kill-worker"])
 def test_parameter_server_cluster_ends_when_a_ps_or_worker_is_lost(fashion_data_dir, tmp_path, victim):
     tasks = cluster_tasks(workers=1, ps=1)
-    fl = flags(fashion_data_dir, tmp_path / "m", "parameter_server")
+    fl = flags(fashion_data_dir, tmp_path / "m", "parameter_server", max_steps=1600)
     cluster = start_cluster(tasks, fl, tmp_path)
     try:
-        cluster["chief"].wait_for(r"Saving checkpoints for [1-9]\d* ")
+        cluster["worker 0"].wait_for(r"step \d+/1600")
         os.kill(cluster[victim].process.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         for label, task in cluster.items():
