@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from cluster.peers import PeerWatch
 from cluster.slurm import slurm_tf_config
-from cluster.tf_config import read_tf_config
+from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
 from hooks.stop import SessionStartedHook
 from pipeline import estimator as estimator_lib
@@ -15,10 +15,14 @@ from pipeline import estimator as estimator_lib
 
 def resolve_cluster(args):
     """Returns this process's ClusterTask (None on one machine). With --cluster slurm, TF_CONFIG is
-    first written from Slurm's job step, before any strategy or RunConfig reads it."""
+    first written from Slurm's job step, before any strategy or RunConfig reads it; an evaluator
+    listed in the cluster (as Kubeflow's operator lists it) is taken out for TensorFlow."""
     if getattr(args, "cluster", "tf_config") == "slurm":
         os.environ["TF_CONFIG"] = json.dumps(slurm_tf_config(args.slurm_port_base, args.slurm_ps))
-    return read_tf_config()
+    cluster = read_tf_config()
+    if cluster is not None:
+        os.environ["TF_CONFIG"] = without_evaluator(os.environ["TF_CONFIG"])
+    return cluster
 
 
 def watch_cluster(cluster, args, max_steps):
