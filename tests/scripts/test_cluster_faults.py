@@ -135,11 +135,6 @@ def test_parameter_server_cluster_ends_when_a_ps_or_worker_is_lost(fashion_data_
     relaunched = relaunch_finishes(tasks, fl, tmp_path, exact=False)
     # The relaunched ps ended by itself once training finished: nothing was left to stop.
     assert "training finished and every trainer ended" in relaunched["ps 0"].text()
-    # The chief's progress reads the global step that the worker advances too: its last line is at the
-    # final step (counting its own steps, it would stop short by the worker's).
-    assert "Loss for final step" in relaunched["worker 0"].text()
-    steps = [int(n) for n in re.findall(r"step (\d+)/1600 ", relaunched["chief"].text())]
-    assert steps and steps[-1] >= 1600, relaunched["chief"].text()[-2000:]
 
 
 def test_a_dead_evaluator_is_warned_about_once_and_training_goes_on(fashion_data_dir, tmp_path):
