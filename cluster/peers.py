@@ -85,7 +85,7 @@ class PeerWatch:
         self.peers = peers_of(cluster)
         self.every_secs = max(0.5, min(5.0, timeout_secs / 4))
         self._seen = {label: False for label in self.peers}
-        self._failing_since = {}
+        self._failing_since, self._warned = {}, set()
         self._exiting = threading.Lock()
         self.running = False
 
@@ -106,16 +106,25 @@ class PeerWatch:
                     self._failing_since.pop(label, None)
                 elif self._seen[label]:
                     failures[label] = reason
-                    if label not in self._failing_since:
-                        self._failing_since[label] = now
-                        log.warning("%s at %s %s; this task ends unless it answers again", label, address, reason)
-            if self.cluster.task_type == "ps" and failures and len(failures) == len(self.peers) and self.finished():
-                self._exit(0, f"{self.cluster.task_type} {self.cluster.index}: training finished and every "
-                              "trainer ended; stopping this parameter server")
+                    self._failing_since.setdefault(label, now)
+            if failures and self.finished():  # training is over: peers that end are done, not lost
+                if self.cluster.task_type != "ps":
+                    return
+                if len(failures) == len(self.peers):
+                    self._exit(0, f"ps {self.cluster.index}: training finished and every trainer ended; "
+                                  "stopping this parameter server")
+                time.sleep(self.every_secs)
+                continue
+            for label in failures:
+                if label not in self._warned:
+                    self._warned.add(label)
+                    log.warning("%s at %s %s; this task ends unless it answers again", label, self.peers[label],
+                                failures[label])
+            self._warned &= set(failures)
             # A refused connection means nothing listens there any more: the task is gone, not slow.
             lost = [label for label in failures if now - self._failing_since[label] >= (
                 min(self.timeout_secs, 2 * self.every_secs) if failures[label] == REFUSED else self.timeout_secs)]
-            if lost and not self.finished():
+            if lost:
                 self.lost(lost[0], failures[lost[0]])
             time.sleep(self.every_secs)
 
@@ -134,7 +143,10 @@ class PeerWatch:
 
     def session_recreated(self):
         """Ends the task, naming the peer that fails a probe now (TensorFlow rebuilds a session
-        only after a peer's failure; collectives cannot go on after one)."""
+        only after a peer's failure; collectives cannot go on after one). After the final step it
+        lets TensorFlow go on: the session only has to end."""
+        if self.finished():
+            return
         failing = {label: probe(address, timeout=2.0) for label, address in self.peers.items()}
         failing = {label: reason for label, reason in failing.items() if reason is not None}
         for label in sorted(failing, key=lambda label: not self._seen[label]):  # those known alive before first
