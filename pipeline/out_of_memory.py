@@ -22,14 +22,15 @@ def out_of_memory_message(error, args):
     batch = getattr(args, "batch_size", None)
     image_size = getattr(args, "image_size", None)
     if image_size:
-        image = f"{image_size}x{image_size}"
-    elif shape and len(shape) == 4:  # images: batch, height, width, channels
-        image = f"{shape[1]}x{shape[2]}"
+        image = f" at {image_size}x{image_size} pixels"
+    elif batch and shape and len(shape) == 4 and shape[0] == batch:  # images: batch, height, width, channels
+        image = f" at {shape[1]}x{shape[2]} pixels"
     else:
-        image = "the job's"
+        image = ""
     lower = "--batch-size" + (" or --image-size" if image_size else "")
     tensor = f" allocating a tensor of shape [{','.join(map(str, shape))}]" if shape else ""
     model_dir = getattr(args, "model_dir", None)
     kept = f"; checkpoints already in {model_dir} are kept" if model_dir else ""
-    return (f"out of memory on {device}{tensor}, with {batch if batch else 'the default'} images per replica "
-            f"at {image} pixels: lower {lower} (the learning rate follows the global batch){kept}")
+    per_replica = f"{batch} images per replica" if batch else "the batch per replica asked for"
+    return (f"out of memory on {device}{tensor}, with {per_replica}{image}: lower {lower} "
+            f"(the learning rate follows the global batch){kept}")
