@@ -3,7 +3,8 @@
 Every task runs the same command with its own TF_CONFIG; their output is
 streamed with a task prefix. When a task fails, or on Ctrl-C, every process
 started here is stopped; parameter servers, which never exit on their own, are
-stopped once the training tasks and the evaluator are done.
+stopped once the training tasks and the evaluator are done. An evaluator that dies is
+warned about once; training goes on.
 """
 import json
 import os
@@ -114,7 +115,15 @@ class LocalCluster:
             while True:
                 for label, process in self.processes.items():
                     code = process.poll()
-                    if code not in (None, 0) or (code == 0 and label.startswith("ps")):
+                    if label == "evaluator" and code not in (None, 0):
+                        if label in must_finish:  # evaluations are a view on training, not part of it
+                            self.say("launcher", f"the evaluator {_describe_exit(code)}; training goes on "
+                                                 "without it")
+                            must_finish.remove(label)
+                        continue
+                    # A parameter server ends by itself only once training has finished (cluster.peers).
+                    ps_early = code == 0 and label.startswith("ps") and self.processes["chief"].poll() != 0
+                    if code not in (None, 0) or ps_early:
                         self.say("launcher", f"{label} {_describe_exit(code)}; stopping the cluster. "
                                              f"{_advice(code)[0].upper()}{_advice(code)[1:]}")
                         self.stop()

@@ -64,4 +64,16 @@ def read_tf_config(environ=None) -> Optional[ClusterTask]:
     if task_type != "evaluator" and not 0 <= index < len(cluster.get(task_type, [])):
         raise ClusterConfigError(f"TF_CONFIG's task {task_type} {index} is not in its cluster "
                          f"({len(cluster.get(task_type, []))} {task_type} address(es))")
-    return ClusterTask(task_type, index, 1 + len(cluster.get("worker", [])), cluster)
+    # Kubeflow's TFJob operator lists the evaluator in the cluster too; it serves nothing there.
+    training_cluster = {job: addresses for job, addresses in cluster.items() if job != "evaluator"}
+    return ClusterTask(task_type, index, 1 + len(cluster.get("worker", [])), training_cluster)
+
+
+def without_evaluator(text):
+    """Returns TF_CONFIG text `text` with any 'evaluator' job taken out of its cluster, as
+    TensorFlow's Estimator expects (the evaluator is not part of the training cluster)."""
+    config = json.loads(text)
+    if "evaluator" not in (config.get("cluster") or {}):
+        return text
+    config["cluster"] = {job: a for job, a in config["cluster"].items() if job != "evaluator"}
+    return json.dumps(config)

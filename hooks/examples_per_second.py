@@ -63,12 +63,13 @@ class ExamplesPerSecondHook(StepCountingHook):
         self._excluded_start = self._excluded()
         self._start = self._clock()
         self._cpu_start = self._cpu_clock()
+        return self.step_args()
 
     def after_run(self, run_context, run_values):
         excluded = self._excluded() - self._excluded_start
         elapsed = self._clock() - self._start - excluded
         cpu = max(0.0, self._cpu_clock() - self._cpu_start - excluded)
-        self.count_step()
+        self.count_step(run_values)
         self._steps_seen += 1
         if self._steps_seen <= self.warm_up_steps:
             return

@@ -25,17 +25,19 @@ class LearningRateHook(StepCountingHook):
             self._writer = tf.compat.v1.summary.FileWriterCache.get(self.output_dir)
 
     def before_run(self, run_context):
-        return tf.estimator.SessionRunArgs(self._rate) if self._rate is not None else None
+        return self.step_args(self._rate)
 
     def after_run(self, run_context, run_values):
-        self.count_step()
+        previous = self.global_step
+        rate = self.count_step(run_values)
         if self._rate is None:
             return
         # The rate fetched was applied in this step, labelled with the step it was applied at (before counting).
         applied_at = self.global_step - 1
-        self.last = float(run_values.results)
+        self.last = float(rate)
         self.first = self.last if self.first is None else self.first
-        if self._writer is not None and applied_at % self.every_n_steps == 0:
+        # Every multiple of every_n_steps reached (other workers advance the step too, under parameter servers).
+        if self._writer is not None and applied_at // self.every_n_steps > (previous - 1) // self.every_n_steps:
             self._writer.add_summary(tf.compat.v1.Summary(value=[
                 tf.compat.v1.Summary.Value(tag="learning_rate", simple_value=self.last)]), applied_at)
 

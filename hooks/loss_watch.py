@@ -43,11 +43,10 @@ class LossWatchHook(StepCountingHook):
         self._loss = self.training_loss()
 
     def before_run(self, run_context):
-        return tf.estimator.SessionRunArgs(self._loss) if self._loss is not None else None
+        return self.step_args(self._loss)
 
     def after_run(self, run_context, run_values):
-        self.count_step()
-        loss = run_values.results
+        loss = self.count_step(run_values)
         if loss is None:
             return
         if not math.isfinite(loss):

@@ -3,7 +3,6 @@ import datetime
 import logging
 import time
 
-import tensorflow as tf
 
 from hooks.stepping import StepCountingHook
 
@@ -49,17 +48,20 @@ class ProgressHook(StepCountingHook):
         return step % self.every_n_steps == 0 or step >= self.max_steps
 
     def before_run(self, run_context):
-        if self._loss is not None and self._reports_at(self.global_step + 1):
-            return tf.estimator.SessionRunArgs(self._loss)
-        return None
+        # Under parameter servers the next global step is not known in advance: the loss always comes.
+        wanted = self._loss is not None and (self.asynchronous or self._reports_at(self.global_step + 1))
+        return self.step_args(self._loss if wanted else None)
 
     def after_run(self, run_context, run_values):
-        self.count_step()
+        previous = self.global_step
+        loss = self.count_step(run_values)
         now = self._clock()
         if self._mark is None:  # the run's first step: the start of the first window
             self._mark = (self.global_step, now)
             return
-        if not self._reports_at(self.global_step):
+        # A multiple of every_n_steps reached or passed (other workers advance it too, asynchronously).
+        if not (self.global_step // self.every_n_steps > previous // self.every_n_steps
+                or self.global_step >= self.max_steps):
             return
         steps, seconds = self.global_step - self._mark[0], now - self._mark[1]
         first_window = len(self.lines) == 0
@@ -67,7 +69,7 @@ class ProgressHook(StepCountingHook):
         if steps <= 0 or seconds <= 0:
             return
         left = max(0, self.max_steps - self.global_step) * seconds / steps
-        loss = f"loss {run_values.results:.4f}, " if run_values.results is not None else ""
+        loss = f"loss {loss:.4f}, " if loss is not None else ""
         line = (f"step {self.global_step}/{self.max_steps} ({100.0 * self.global_step / self.max_steps:.1f}%): "
                 f"{loss}{steps * self.global_batch_size / seconds:.1f} images/sec, ETA {format_duration(left)}")
         self.lines.append(line)

@@ -3,12 +3,16 @@ failure turned into one line and an exit code."""
 import errno
 import os
 import sys
+import traceback
 
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
+from pipeline.out_of_memory import out_of_memory_message
 from pipeline.stopping import Interrupted
 
 _MISMATCH = ("Restoring from checkpoint failed", "not in the checkpoint", "not found in checkpoint")
+# Set to 1 to see the Python traceback behind a one-line error (for bug reports).
+TRACEBACK_VARIABLE = "PIPELINE_TRACEBACK"
 
 
 def run_command(parser, work, argv=None, parse=None):
@@ -27,6 +31,7 @@ def run_command(parser, work, argv=None, parse=None):
         return work(args) or 0
     except USER_ERRORS as e:
         message, code = str(e), getattr(e, "exit_code", 1)
+        _show_traceback(e)
     except Interrupted as e:
         print(f"{parser.prog}: {_interrupted_message(e, model_dir)}", file=sys.stderr)
         return e.exit_code
@@ -35,10 +40,12 @@ def run_command(parser, work, argv=None, parse=None):
         return 130
     except OSError as e:  # writing results, an export's assets, a download, a conversion
         message, code = _io_failure(e.errno, e.strerror or str(e), e.filename, args), 1
+        _show_traceback(e)
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, told apart below
-        message, code = _tensorflow_failure(e, args), 1
+        message, code = out_of_memory_message(e, args) or _tensorflow_failure(e, args), 1
         if message is None:
             raise
+        _show_traceback(e)
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     return code
 
@@ -47,12 +54,18 @@ def set_tensorflow_environment(args):
     """Sets what TensorFlow reads from the environment once, when it is imported, for a job's
     `args` (run_command calls it; a tool whose parsed arguments hold a job's calls it too)."""
     # Its C++ start-up chatter (in 2.15 even harmless "Unable to register cuDNN factory"
-    # errors) hides the job's own lines.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # errors) hides the job's own lines; --verbose shows its warnings and errors.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if getattr(args, "verbose", False) else "3")
     xla_flags = os.environ.get("TF_XLA_FLAGS", "")
     if getattr(args, "xla", False) and "--tf_xla_cpu_global_jit" not in xla_flags:
         # Without it XLA auto-clusters only GPU graphs (see pipeline.estimator.session_config).
         os.environ["TF_XLA_FLAGS"] = f"{xla_flags} --tf_xla_cpu_global_jit".strip()
+
+
+def _show_traceback(error):
+    """Prints `error`'s traceback to stderr when TRACEBACK_VARIABLE is set (to anything but 0)."""
+    if os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0"):
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
 
 
 def train_main(task, argv=None):

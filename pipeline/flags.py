@@ -241,6 +241,18 @@ def build_parser(task):
     devices.add_argument("--cluster-wait-secs", type=positive_int, default=600,
                          help="in a cluster: give up, with one line naming the tasks that do not answer, when "
                               "training has not started after this long")
+    devices.add_argument("--peer-timeout-secs", type=int_in_range(5, 120), default=60,
+                         help="in a cluster: a task whose peer stays killed or silent (stopped, cut off) this long "
+                              "ends with one line and exit 200, which schedulers retry; relaunch every task "
+                              "to resume")
+    devices.add_argument("--cluster", choices=("tf_config", "slurm"), default="tf_config",
+                         help="where the cluster comes from: the TF_CONFIG variable, or 'slurm': the srun job step "
+                              "(rank 0 the chief, then --slurm-ps parameter servers, the rest workers)")
+    devices.add_argument("--slurm-port-base", type=int_in_range(1024, 65000), default=8888,
+                         help="with --cluster slurm: the first task on each node listens on this port, the next "
+                              "on the one above, ...")
+    devices.add_argument("--slurm-ps", type=non_negative_int, default=0,
+                         help="with --cluster slurm: how many tasks, after the chief, are parameter servers")
     devices.add_argument("--eval-throttle-secs", type=positive_int, default=10,
                          help="in a cluster with an evaluator task: least seconds between its evaluations")
 

@@ -9,19 +9,18 @@ import time
 import tensorflow as tf
 
 import hooks as hooks_lib
-from cluster.tf_config import read_tf_config
-from cluster.watch import ClusterWatch
 from hooks.checkpoint_timer import CheckpointTimer
 from hooks.examples_per_second import ExamplesPerSecondHook
 from hooks.learning_rate import LearningRateHook
 from hooks.loss_watch import DivergenceError, LossWatchHook
 from hooks.progress import ProgressHook
-from hooks.stop import SessionStartedHook, StopOnRequestHook
+from hooks.stop import StopOnRequestHook
 from models.learning_rate import ScheduledRate
 from models.optimizers import precision
 from pipeline import batching, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
     results as results_lib
 from pipeline import test_report
+from pipeline.cluster_run import resolve_cluster, watch_cluster
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import TrainingError, UsageError
 from pipeline.logs import configure_logging
@@ -66,7 +65,7 @@ def run(task, args):
     """
     configure_logging(args.verbose)
     ensure_writable_dir(args.model_dir)
-    cluster = read_tf_config()
+    cluster = resolve_cluster(args)
     chief = cluster is None or cluster.is_chief
     with StopSignals() as stop, (model_dir_lib.locked(args.model_dir) if chief else contextlib.nullcontext()), \
             precision(args.precision):
@@ -130,10 +129,7 @@ def _run(task, args, cluster, chief, stop):
         warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps, excluded_time=checkpoint_timer) \
         + [loss_watch, rate_hook, ProgressHook(max_steps, global_batch, args.log_steps)]
 
-    if cluster is not None and cluster.task_type != "ps":
-        watch = ClusterWatch(cluster, args.cluster_wait_secs, args.model_dir,
-                             every_secs=min(10.0, args.cluster_wait_secs / 3)).start()
-        train_hooks.append(SessionStartedHook(watch.started))
+    train_hooks += watch_cluster(cluster, args, max_steps)
 
     if chief and start_step < max_steps:  # written last before training: a failure above leaves it as it was
         progress.record_start(args.model_dir, task.name, record, steps, trained_on)

@@ -1,0 +1,179 @@
+"""A lost or hung peer ends this task, so that a scheduler restarts the whole cluster.
+
+TensorFlow's collectives cannot take a process back once they are aborted, and
+the Estimator's MonitoredSession answers a peer's failure by building a new
+session, which fails again, about 7 times a second, for ever; a stopped peer
+(`kill -STOP`, a network partition) blocks every other task without an error at
+all. So each task watches its peers here and, when one is lost, ends with one
+line naming it and the checkpoint a relaunch resumes from, and PEER_LOST_EXIT.
+
+A peer is probed at the gRPC level: TCP connect, then the HTTP/2 preface, to which
+a live TensorFlow server answers with its SETTINGS frame at once, whatever its
+Python thread is doing. A killed task refuses the connection; a stopped or cut-off
+one accepts it (the kernel does) or not, but never answers.
+"""
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+
+# Kubeflow's ExitCode restart policy retries 128-255 and gives up on 1-127; 129-192 read as
+# "killed by signal N" (128 + N) to shells and schedulers, so the code is above them.
+PEER_LOST_EXIT = 200
+DEFAULT_PEER_TIMEOUT_SECS = 60
+REFUSED = "refuses connections"
+
+log = logging.getLogger(__name__)
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
+_SETTINGS_FRAME = 0x04
+# What the Estimator's MonitoredSession logs before it builds a new session after a failed step.
+_RECOVERY = re.compile(r"[Aa] new session will be created")
+
+
+def probe(address, timeout=2.0):
+    """Returns None when a gRPC server answers at host:port `address` within `timeout` seconds,
+    else why not: 'refuses connections', 'does not answer', or the network error."""
+    host, port = address.rsplit(":", 1)
+    try:
+        connection = socket.create_connection((host, int(port)), timeout=timeout)
+    except ConnectionRefusedError:
+        return REFUSED
+    except socket.timeout:
+        return "does not answer"
+    except OSError as e:
+        return e.strerror or str(e)
+    with connection:
+        try:
+            connection.sendall(_HTTP2_PREFACE)
+            header = connection.recv(9)
+        except socket.timeout:
+            return "does not answer"
+        except OSError as e:
+            return e.strerror or str(e)
+    if len(header) < 4 or header[3] != _SETTINGS_FRAME:
+        return "closed the connection" if not header else "is not a TensorFlow server"
+    return None
+
+
+def peers_of(cluster):
+    """Returns {label: address} of the tasks whose loss ends this one: for a trainer, every other
+    task of the cluster; for a parameter server, the trainers; for the evaluator, the chief."""
+    jobs = {"chief": ("chief", "worker", "ps"), "worker": ("chief", "worker", "ps"), "ps": ("chief", "worker"),
+            "evaluator": ("chief",)}[cluster.task_type]
+    return {f"{job} {i}": address for job in jobs for i, address in enumerate(cluster.addresses.get(job, []))
+            if (job, i) != (cluster.task_type, cluster.index)}
+
+
+class PeerWatch:
+    """A daemon thread probing this task's peers every few seconds.
+
+    A peer that has answered once and then fails every probe for `timeout_secs`
+    is lost: unless `finished()` (training reached its final step, so the peer
+    ended on its own), the process writes one line to stderr and exits with
+    PEER_LOST_EXIT. A parameter server, which TensorFlow never ends, exits 0 once
+    training has finished and every trainer is gone. `session_recreated()` is for
+    the Estimator's answer to a failed peer: it ends the task at once (see recovery_filter).
+    """
+
+    def __init__(self, cluster, model_dir, timeout_secs=DEFAULT_PEER_TIMEOUT_SECS, finished=lambda: False,
+                 prog=None):
+        self.cluster, self.model_dir, self.timeout_secs, self.finished = cluster, model_dir, timeout_secs, finished
+        self.prog = prog or os.path.basename(sys.argv[0])
+        self.peers = peers_of(cluster)
+        self.every_secs = max(0.5, min(5.0, timeout_secs / 4))
+        self._seen = {label: False for label in self.peers}
+        self._failing_since, self._warned = {}, set()
+        self._exiting = threading.Lock()
+        self.running = False
+
+    def start(self):
+        """Starts watching; returns self."""
+        self.running = True
+        threading.Thread(target=self._watch, daemon=True, name="peer-watch").start()
+        return self
+
+    def _watch(self):
+        while True:
+            now = time.monotonic()
+            failures = {}
+            for label, address in self.peers.items():
+                reason = probe(address, timeout=min(2.0, self.every_secs))
+                if reason is None:
+                    self._seen[label] = True
+                    self._failing_since.pop(label, None)
+                elif self._seen[label]:
+                    failures[label] = reason
+                    self._failing_since.setdefault(label, now)
+            if failures and self.finished():  # training is over: peers that end are done, not lost
+                if self.cluster.task_type != "ps":
+                    return
+                if len(failures) == len(self.peers):
+                    self._exit(0, f"ps {self.cluster.index}: training finished and every trainer ended; "
+                                  "stopping this parameter server")
+                time.sleep(self.every_secs)
+                continue
+            for label in failures:
+                if label not in self._warned:
+                    self._warned.add(label)
+                    log.warning("%s at %s %s; this task ends unless it answers again", label, self.peers[label],
+                                failures[label])
+            self._warned &= set(failures)
+            # A refused connection means nothing listens there any more: the task is gone, not slow.
+            lost = [label for label in failures if now - self._failing_since[label] >= (
+                min(self.timeout_secs, 2 * self.every_secs) if failures[label] == REFUSED else self.timeout_secs)]
+            if lost:
+                self.lost(lost[0], failures[lost[0]])
+            time.sleep(self.every_secs)
+
+    def recovery_filter(self):
+        """Returns a logging.Filter for TensorFlow's logger that calls session_recreated() when the
+        MonitoredSession says it will build a new session, once the watch runs (while the cluster
+        starts, TensorFlow retries sessions as its peers come up)."""
+        watch = self
+
+        class _OnRecovery(logging.Filter):
+            def filter(self, record):
+                if watch.running and _RECOVERY.search(str(record.msg)):
+                    watch.session_recreated()
+                return True
+        return _OnRecovery()
+
+    def session_recreated(self):
+        """Ends the task, naming the peer that fails a probe now (TensorFlow rebuilds a session
+        only after a peer's failure; collectives cannot go on after one). After the final step it
+        lets TensorFlow go on: the session only has to end."""
+        if self.finished():
+            return
+        failing = {label: probe(address, timeout=2.0) for label, address in self.peers.items()}
+        failing = {label: reason for label, reason in failing.items() if reason is not None}
+        for label in sorted(failing, key=lambda label: not self._seen[label]):  # those known alive before first
+            self.lost(label, failing[label])
+        self.lost(None, "failed (TensorFlow aborted the step); every peer answers again now")
+
+    def lost(self, label, reason):
+        """Writes the one line for the loss of peer `label` and exits with PEER_LOST_EXIT."""
+        peer = f"{label} at {self.peers[label]} {reason}" if label else f"a peer {reason}"
+        me = f"{self.cluster.task_type} {self.cluster.index}"
+        self._exit(PEER_LOST_EXIT, lambda:
+                   f"error: lost {peer}; {me} ends (exit {PEER_LOST_EXIT}, retryable). Relaunch every task of "
+                   f"the cluster with the same command: it resumes from {self.describe_checkpoint()}")
+
+    def describe_checkpoint(self):
+        """Returns the checkpoint a relaunch resumes from, named for a person."""
+        import tensorflow as tf  # noqa: PLC0415 - loaded long before a peer can be lost
+        latest = tf.train.latest_checkpoint(self.model_dir)
+        return f"{latest}" if latest else f"scratch (no checkpoint in {self.model_dir} yet)"
+
+    def _exit(self, code, line):
+        """Writes `line` (or what calling it returns, at the end) to stderr and exits with `code`."""
+        with self._exiting:  # the watch thread and the main thread's log filter may both get here
+            # Other survivors may be probing now to name the lost task: this one's server answers a
+            # little longer, so that they do not name it instead.
+            time.sleep(min(3.0, self.every_secs))
+            sys.stdout.flush()
+            sys.stderr.write(f"{self.prog}: {line() if callable(line) else line}\n")
+            sys.stderr.flush()
+            os._exit(code)  # the main thread may be blocked inside TensorFlow: nothing else ends it
