@@ -10,7 +10,7 @@ from cluster.slurm import slurm_tf_config
 from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
 from hooks.stop import SessionStartedHook
-from pipeline import estimator as estimator_lib
+from pipeline import estimator as estimator_lib, progress
 
 
 def resolve_cluster(args):
@@ -25,13 +25,18 @@ def resolve_cluster(args):
     return cluster
 
 
-def watch_cluster(cluster, args, max_steps):
+def watch_cluster(cluster, args, max_steps=None):
     """Starts the watches of this task of `cluster` (nothing on one machine); returns the training
-    hooks they need. A lost peer ends the task with cluster.peers.PEER_LOST_EXIT."""
+    hooks they need. A lost peer ends the task with cluster.peers.PEER_LOST_EXIT. Without
+    `max_steps` (a parameter server reads no data to work it out), the final step is the one the
+    chief recorded in the model dir."""
     if cluster is None:
         return []
-    peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
-                      finished=lambda: estimator_lib.latest_global_step(args.model_dir) >= max_steps)
+
+    def finished():
+        final = max_steps if max_steps is not None else progress.final_step(args.model_dir)
+        return final is not None and estimator_lib.latest_global_step(args.model_dir) >= final
+    peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs, finished=finished)
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
     if not cluster.trains:  # a ps serves, the evaluator reads checkpoints: no session to wait for
         peers.start()

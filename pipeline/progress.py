@@ -26,10 +26,12 @@ PROGRESS_FILE = "training_progress.json"
 
 @dataclasses.dataclass
 class Segment:
-    """One run's part of training: from `start_step`, having trained `images_at_start`, at `global_batch`."""
+    """One run's part of training: from `start_step`, having trained `images_at_start`, at `global_batch`,
+    to `max_steps` (None in records of earlier versions)."""
     start_step: int
     images_at_start: int
     global_batch: int
+    max_steps: Optional[int] = None
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -124,9 +126,19 @@ def plan(segments, start_step, global_batch, num_train_examples, epochs=None, ma
     return Plan(start_step, max(1, start_step + steps_left), images, global_batch, target, assumed)
 
 
+def final_step(model_dir):
+    """Returns the final global step of the run training in `model_dir` (from its record: a task
+    that reads no data, such as a parameter server, cannot work it out), or None before it is known."""
+    try:
+        with open(os.path.join(model_dir, PROGRESS_FILE)) as f:
+            return json.load(f)["runs"][-1].get("max_steps")
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
 def record_start(model_dir, task_name, record, plan_, data):
     """Writes this run's segment to the model dir's record, before its first step; returns the path."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
-    kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch))
+    kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps))
     return write_json_atomically(os.path.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})
