@@ -71,11 +71,14 @@ class PeerWatch:
     """A daemon thread probing this task's peers every few seconds.
 
     A peer that has answered once and then fails every probe for `timeout_secs`
-    is lost: unless `finished()` (training reached its final step, so the peer
-    ended on its own), the process writes one line to stderr and exits with
-    PEER_LOST_EXIT. A parameter server, which TensorFlow never ends, exits 0 once
-    training has finished and every trainer is gone. `session_recreated()` is for
-    the Estimator's answer to a failed peer: it ends the task at once (see recovery_filter).
+    (two probes when it refuses connections) is lost: unless `finished()`
+    (training reached its final step, so the peer ended on its own), the process
+    writes one line to stderr and exits with PEER_LOST_EXIT. A parameter server,
+    which cannot tell a worker that finished from a lost one, waits for the
+    chief's loss and names the task that failed first; TensorFlow never ends it,
+    so it exits 0 once training has finished and every trainer is gone.
+    `session_recreated()` is for the Estimator's answer to a failed peer: it ends
+    the task at once (see recovery_filter).
     """
 
     def __init__(self, cluster, model_dir, timeout_secs=DEFAULT_PEER_TIMEOUT_SECS, finished=lambda: False,
@@ -124,6 +127,10 @@ class PeerWatch:
             # A refused connection means nothing listens there any more: the task is gone, not slow.
             lost = [label for label in failures if now - self._failing_since[label] >= (
                 min(self.timeout_secs, 2 * self.every_secs) if failures[label] == REFUSED else self.timeout_secs)]
+            if self.cluster.task_type == "ps":
+                # Workers end on their own before the chief at the end of training, and the chief
+                # watches them: its loss decides, and the first task to fail is named.
+                lost = sorted(failures, key=self._failing_since.get) if "chief 0" in lost else []
             if lost:
                 self.lost(lost[0], failures[lost[0]])
             time.sleep(self.every_secs)

@@ -3,7 +3,6 @@ import logging
 import math
 import statistics
 
-import tensorflow as tf
 
 from hooks.stepping import StepCountingHook
 

@@ -10,7 +10,7 @@ from cluster.slurm import slurm_tf_config
 from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
 from hooks.stop import SessionStartedHook
-from pipeline import estimator as estimator_lib, progress
+from pipeline import estimator as estimator_lib, results as results_lib
 
 
 def resolve_cluster(args):
@@ -25,18 +25,27 @@ def resolve_cluster(args):
     return cluster
 
 
-def watch_cluster(cluster, args, max_steps=None):
+def training_finished(model_dir, max_steps=None):
+    """Returns True once the newest checkpoint in `model_dir` is at `max_steps` or past it; without
+    `max_steps` (a parameter server does not compute it), once the chief's results.json is of the
+    newest checkpoint."""
+    step = estimator_lib.latest_global_step(model_dir)
+    if max_steps is not None:
+        return step >= max_steps
+    try:
+        return step > 0 and results_lib.read_results(model_dir).get("global_step") == step
+    except (OSError, ValueError):
+        return False
+
+
+def watch_cluster(cluster, args, max_steps):
     """Starts the watches of this task of `cluster` (nothing on one machine); returns the training
-    hooks they need. A lost peer ends the task with cluster.peers.PEER_LOST_EXIT. Without
-    `max_steps` (a parameter server reads no data to work it out), the final step is the one the
-    chief recorded in the model dir."""
+    hooks they need. A lost peer ends the task with cluster.peers.PEER_LOST_EXIT. `max_steps` is
+    the final step (None on a parameter server)."""
     if cluster is None:
         return []
-
-    def finished():
-        final = max_steps if max_steps is not None else progress.final_step(args.model_dir)
-        return final is not None and estimator_lib.latest_global_step(args.model_dir) >= final
-    peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs, finished=finished)
+    peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
+                      finished=lambda: training_finished(args.model_dir, max_steps))
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
     if not cluster.trains:  # a ps serves, the evaluator reads checkpoints: no session to wait for
         peers.start()

@@ -126,16 +126,6 @@ def plan(segments, start_step, global_batch, num_train_examples, epochs=None, ma
     return Plan(start_step, max(1, start_step + steps_left), images, global_batch, target, assumed)
 
 
-def final_step(model_dir):
-    """Returns the final global step of the run training in `model_dir` (from its record: a task
-    that reads no data, such as a parameter server, cannot work it out), or None before it is known."""
-    try:
-        with open(os.path.join(model_dir, PROGRESS_FILE)) as f:
-            return json.load(f)["runs"][-1].get("max_steps")
-    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
-
-
 def record_start(model_dir, task_name, record, plan_, data):
     """Writes this run's segment to the model dir's record, before its first step; returns the path."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone

@@ -77,7 +77,7 @@ def _run(task, args, cluster, chief, stop):
         model_dir_lib.remove_leftovers(args.model_dir)
     plan = build_plan(args, cluster)
     if cluster is not None and cluster.task_type == "ps":
-        watch_cluster(cluster, args)
+        watch_cluster(cluster, args, max_steps=None)
         return _serve_variables(args, plan)
     record = progress.read(args.model_dir, task.name)
     data = task.prepare_data(args, args.batch_size)  # a task's recipe (TaskData.recipe) may set args' batch first

@@ -16,6 +16,8 @@ if action.startswith("exit "):
     sys.exit(int(action.split()[1]))
 if action == "forever":
     time.sleep(600)
+if action.startswith("sleep "):
+    time.sleep(float(action.split()[1]))
 """
 
 
@@ -63,3 +65,21 @@ def test_a_task_that_reported_bad_input_gets_no_resume_advice():
         assert (f"[launcher] chief exited with code {code}; stopping the cluster. Fix what its error line above "
                 "says, then run the command again") in out.getvalue()
         assert "resume" not in out.getvalue()
+
+
+def test_a_dead_evaluator_is_warned_about_once_and_training_goes_on():
+    out = io.StringIO()
+    cluster = LocalCluster(stand_in({"evaluator": "exit 3", "chief": "sleep 3", "worker": "sleep 3"}), workers=1,
+                           evaluator=True, out=out)
+    assert cluster.run() == 0
+    text = out.getvalue()
+    assert text.count("[launcher] the evaluator exited with code 3; training goes on without it") == 1, text
+    assert "[launcher] all tasks finished" in text
+
+
+def test_a_parameter_server_may_end_by_itself_once_the_chief_has_finished():
+    out = io.StringIO()
+    assert LocalCluster(stand_in({"ps": "sleep 3", "worker": "sleep 6"}), workers=1, ps=1, out=out).run() == 0
+    early = io.StringIO()
+    assert LocalCluster(stand_in({"chief": "forever"}), workers=0, ps=1, out=early).run() == 1
+    assert "[launcher] ps 0 exited with code 0; stopping the cluster" in early.getvalue()

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -29,6 +30,8 @@ def test_a_probe_tells_a_live_server_from_a_stopped_and_a_killed_one():
         assert server.stdout.readline().strip() == "up"
         assert probe(address) is None
         os.kill(server.pid, signal.SIGSTOP)  # a hang, or a partition: the kernel still accepts connections
+        while open(f"/proc/{server.pid}/stat").read().split(") ")[1][0] != "T":  # stopped (the signal is async)
+            time.sleep(0.05)
         assert probe(address, timeout=1.0) == "does not answer"
         os.kill(server.pid, signal.SIGCONT)
         assert probe(address) is None
