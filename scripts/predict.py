@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Classify JPEG images with a model exported by a training run (e.g. train_oct.py)."""
+"""Classify images (JPEG, PNG, BMP, GIF; files or folders) with a model exported by a training run
+(train_images.py, train_oct.py)."""
 import argparse
 import json
 import os
@@ -8,6 +9,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
+from pipeline.flags import positive_int  # noqa: E402
 
 
 def build_parser():
@@ -17,23 +19,27 @@ def build_parser():
                         help="export folder printed by the training run, or the <model dir>/export folder "
                              "above it (the newest export is used)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per line instead of text")
-    parser.add_argument("images", nargs="+", help="JPEG files to classify")
+    parser.add_argument("--batch-size", type=positive_int, default=64,
+                        help="files read and classified at once (memory grows with it, not with the file count)")
+    parser.add_argument("images", nargs="+",
+                        help="image files to classify, or folders whose images (at any depth) are classified")
     return parser
 
 
 def predict(args):
     """Prints each image's class (named by the export's signature) and probabilities; returns the exit code."""
     from serving.predict import classify_files, load_predictor  # imports TensorFlow: once the arguments are good
-    results = classify_files(load_predictor(args.model), args.images)
-    for r in results:
+    failed = False
+    for r in classify_files(load_predictor(args.model), args.images, args.batch_size):
+        failed = failed or "error" in r
         if args.json:
             print(json.dumps(r))
         elif "error" in r:
             print(f"{r['file']}: error: {r['error']}")
         else:
             spread = "  ".join(f"{n} {p:.3f}" for n, p in r["probabilities"].items())
-            print(f"{r['file']}: {r['class']}  ({spread})")
-    return 1 if any("error" in r for r in results) else 0
+            print(f"{r['file']}: {r['class']}  ({spread})", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
