@@ -74,7 +74,7 @@ def _scan(folder, class_names, channels, workers):
     return FolderScan(files, labels, problems, tuple(class_names), digest.hexdigest()), gray, ignored
 
 
-def scan_class_folders(data_dir, channels=None, workers=8):
+def scan_class_folders(data_dir, channels=None, workers=4):
     """Returns the ClassFolders of `data_dir`, each image checked for decoding to `channels`
     (1, 3 or None: its own).
 
@@ -125,6 +125,8 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None):
     class still needs test images. Raises InputDataError when a file matches no
     group, or when a class ends with no training or no test image.
     """
+    if not group_by:
+        return _stratified_split(files, labels, test_fraction, seed)
     groups = collections.defaultdict(list)
     for f, label in zip(files, labels):
         key = group_of(f, group_by) if group_by else f
@@ -145,6 +147,26 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None):
         if side == "test":
             taken.update(counts)
         split[side] += members
+    return _checked(split, per_class, test_fraction, group_by)
+
+
+def _stratified_split(files, labels, test_fraction, seed):
+    """Returns split_files's split when every file is a group of its own: exactly round(n x
+    test_fraction) of each class's n files in test (at least 1)."""
+    by_class = collections.defaultdict(list)
+    for f, label in zip(files, labels):
+        by_class[label].append(f)
+    rng, split = random.Random(seed), {"train": [], "test": []}
+    for label in sorted(by_class):
+        members = sorted(by_class[label])
+        rng.shuffle(members)
+        cut = max(1, round(len(members) * test_fraction))
+        split["test"] += [(f, label) for f in members[:cut]]
+        split["train"] += [(f, label) for f in members[cut:]]
+    return _checked(split, collections.Counter(labels), test_fraction, None)
+
+
+def _checked(split, per_class, test_fraction, group_by):
     for side in SPLITS:
         split[side].sort()
         present = {label for _, label in split[side]}
