@@ -21,9 +21,11 @@ class DivergenceError(Exception):
 class LossWatchHook(StepCountingHook):
     """Watches the training loss (the Estimator's, from the LOSSES collection) at every step.
 
-    A NaN or infinite loss raises DivergenceError at once, before hooks after
-    this one (the checkpoint saver among them) run, so no checkpoint of the
-    diverged weights is written. The rule for a rising loss: the mean loss of a
+    A NaN or infinite loss raises DivergenceError at once. The Estimator runs its
+    chief-only hooks, the checkpoint saver among them, before this one, so the
+    step's checkpoint of the diverged weights may already be written: the run
+    loop sets such checkpoints aside (pipeline.model_dir.set_aside_diverged).
+    The rule for a rising loss: the mean loss of a
     window of `window_steps` steps more than `rise_factor` times the mean of the
     run's first window is logged as a warning and kept in `warnings`, once per
     window.

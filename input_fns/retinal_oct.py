@@ -29,6 +29,8 @@ CLEAN_ROOT = "OCT2017"  # the archive's own folder is "OCT2017 ", with a trailin
 DOWNLOAD_LOCK = ".download.lock"
 STALL_SECONDS = 120  # a download that writes nothing for this long has stalled
 IMAGE_PATTERN = "*.jpeg"  # skips .DS_Store and anything else that is not an image
+# 129 real scans shipped with the project, in class folders (CC BY 4.0: see its README.md).
+SHIPPED_SAMPLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "oct-sample")
 _CREDENTIALS_HELP = (
     "put kaggle.json (Kaggle > Settings > API > Create New Token) in ~/.kaggle/ or set "
     "KAGGLE_USERNAME and KAGGLE_KEY, or pass --data-dir with the OCT2017 folder already on disk")
@@ -62,6 +64,27 @@ def find_split_root(directory):
             below += [os.path.join(current, d) for d in subdirs]
         level = below
     return None
+
+
+def make_sample_tree(root, sample=SHIPPED_SAMPLE_DIR, test_per_class=6):
+    """Copies the class folders of `sample` into an OCT2017-style tree at `root`: the last
+    `test_per_class` scans of each class (in name order) go to test/, the rest to train/.
+    Returns (training scans, test scans) written; raises InputDataError when `sample` lacks a class."""
+    counts = [0, 0]
+    for name in CLASS_NAMES:
+        try:
+            files = sorted(f for f in os.listdir(os.path.join(sample, name)) if f.lower().endswith(".jpeg"))
+        except OSError as e:
+            raise InputDataError(f"the sample {sample} has no readable folder {name} ({e.strerror})") from None
+        if len(files) <= test_per_class:
+            raise InputDataError(f"the sample {sample} holds {len(files)} {name} scans, not more than the "
+                                 f"{test_per_class} per class the test split takes")
+        for i, (split, chosen) in enumerate((("train", files[:-test_per_class]), ("test", files[-test_per_class:]))):
+            os.makedirs(os.path.join(root, split, name), exist_ok=True)
+            for f in chosen:
+                shutil.copyfile(os.path.join(sample, name, f), os.path.join(root, split, name, f))
+            counts[i] += len(chosen)
+    return tuple(counts)
 
 
 def split_pattern(root, split):

@@ -1,5 +1,4 @@
-"""Batch-size, learning-rate and step arithmetic shared by every job."""
-import math
+"""The learning rate for a global batch, shared by every job."""
 
 LR_SCALING_RULES = ("linear", "none")
 
@@ -17,7 +16,3 @@ def scaled_learning_rate(base_learning_rate, global_batch_size, reference_batch_
         return base_learning_rate * global_batch_size / reference_batch_size
     raise ValueError(f"unknown learning-rate scaling rule {rule!r}; known: {', '.join(LR_SCALING_RULES)}")
 
-
-def steps_for_epochs(epochs, num_examples, global_batch_size):
-    """Returns the number of global steps that show every example `epochs` times (at least 1)."""
-    return max(1, math.ceil(epochs * num_examples / global_batch_size))

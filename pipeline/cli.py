@@ -1,5 +1,6 @@
 """The one way a command line runs: arguments parsed first, then the work, and every known
 failure turned into one line and an exit code."""
+import errno
 import os
 import sys
 
@@ -7,7 +8,6 @@ from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.stopping import Interrupted
 
-_DISK_FULL = ("No space left on device", "File too large", "Disk quota exceeded")
 _MISMATCH = ("Restoring from checkpoint failed", "not in the checkpoint", "not found in checkpoint")
 
 
@@ -34,9 +34,9 @@ def run_command(parser, work, argv=None, parse=None):
         print(f"{parser.prog}: stopped by SIGINT", file=sys.stderr)
         return 130
     except OSError as e:  # writing results, an export's assets, a download, a conversion
-        message, code = _io_failure(e.strerror or str(e), e.filename, model_dir), 1
+        message, code = _io_failure(e.errno, e.strerror or str(e), e.filename, args), 1
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, told apart below
-        message, code = _tensorflow_failure(e, model_dir), 1
+        message, code = _tensorflow_failure(e, args), 1
         if message is None:
             raise
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
@@ -65,15 +65,17 @@ def _train(task, args):
     run_loop.run(task, args)
 
 
-def _tensorflow_failure(error, model_dir):
+def _tensorflow_failure(error, args):
     """Returns the one line for a TensorFlow runtime error that comes from the files a run reads
     or writes (not from a bug), or None."""
     tf = sys.modules.get("tensorflow")
     if tf is None or not isinstance(error, tf.errors.OpError):
         return None
-    full = [line.strip() for line in error.message.splitlines() if any(words in line for words in _DISK_FULL)]
-    if full:
-        return _io_failure(full[0], None, model_dir)
+    model_dir = getattr(args, "model_dir", None)
+    for line in error.message.splitlines():
+        number = next((n for words, n in _TF_IO_WORDS.items() if words in line), None)
+        if number is not None:
+            return _io_failure(number, line.strip(), None, args)
     # Saver.restore's words for a checkpoint of another graph: other shapes, or other variables
     # (a loss-scaling optimizer's under --precision fp16, say).
     if any(words in error.message for words in _MISMATCH):
@@ -86,13 +88,53 @@ def _tensorflow_failure(error, model_dir):
     return None
 
 
-def _io_failure(what, filename, model_dir):
+# What to do about a failed file operation, by its errno; {flag} is the flag naming the path.
+_IO_ADVICE = {
+    errno.ENOSPC: "the disk is full: free some space on it, or pass another {flag}",
+    errno.EDQUOT: "your disk quota is used up: free some space, or pass another {flag}",
+    errno.EFBIG: "a file grew past the size limit (ulimit -f, or the file system's): raise it, or pass another "
+                 "{flag}",
+    errno.EACCES: "you have no permission there: fix the permissions, or pass another {flag}",
+    errno.EPERM: "the operation is not permitted there: fix the permissions, or pass another {flag}",
+    errno.EROFS: "that file system is read-only: pass another {flag} on a writable one",
+    errno.ENOENT: "a folder on that path is missing or cannot be made there: create it, or pass another {flag}",
+    errno.ENOTDIR: "a part of that path is a file, not a folder: pass another {flag}",
+    errno.EISDIR: "that path is a folder where a file is needed: pass another {flag}",
+    errno.EIO: "the disk reported an input/output error: check the disk, or pass another {flag}",
+}
+_WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}  # failures only a write meets
+# TensorFlow's file errors carry no errno: their words, mapped to one.
+_TF_IO_WORDS = {"No space left on device": errno.ENOSPC, "File too large": errno.EFBIG,
+                "Disk quota exceeded": errno.EDQUOT, "Read-only file system": errno.EROFS}
+
+
+def _io_failure(error_number, what, filename, args):
+    """Returns the one line for a failed file operation: what failed, where, and the advice that fits
+    its errno, naming the flag whose path it is; a failure in the model dir adds how to resume."""
     where = f" ({filename})" if filename else ""
-    if not model_dir:
-        return f"a file operation failed: {what}{where}; free some space (or fix the folder) and run it again"
-    return (f"a write failed: {what}{where}; free some space (or fix the folder) and run the same command: it "
-            f"resumes from the latest whole checkpoint in {model_dir}, and the next run removes what this one "
-            "left half-written")
+    flag = _flag_of_path(args, filename) if filename else None
+    advice = _IO_ADVICE.get(error_number, "fix that path, or pass another {flag}").format(
+        flag=flag or "folder")
+    message = f"{'a write' if error_number in _WRITES else 'a file operation'} failed: {what}{where}; {advice}"
+    model_dir = getattr(args, "model_dir", None)
+    if model_dir and (flag == "--model-dir" or not filename):  # a TensorFlow error names no path
+        message += (f"; then run the same command: it resumes from the latest whole checkpoint in {model_dir}, "
+                    "and the next run removes what this one left half-written")
+    return message
+
+
+def _flag_of_path(args, path):
+    """Returns the flag (`--data-dir`, say) whose path holds `path` or is made under it, or None."""
+    path = os.path.abspath(path)
+    best = None
+    namespaces = args if isinstance(args, tuple) else (args,)  # a tool's: its own and its job's
+    for name, value in (item for ns in namespaces if hasattr(ns, "__dict__") for item in vars(ns).items()):
+        if not isinstance(value, str) or not value or "://" in value:
+            continue
+        value = os.path.abspath(os.path.expanduser(value))
+        if os.path.commonpath([path, value]) in (path, value) and (best is None or len(value) > len(best[1])):
+            best = (name, value)
+    return f"--{best[0].replace('_', '-')}" if best else None
 
 
 def _interrupted_message(interrupted, model_dir):

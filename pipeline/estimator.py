@@ -4,6 +4,7 @@ import re
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from input_fns import augmentation
 from pipeline.metrics import per_class_metric_ops
 from serving.export import with_class_names
 
@@ -48,7 +49,7 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
         session_config=session)
 
 
-def build_estimator(keras_model, run_config, class_names=None):
+def build_estimator(keras_model, run_config, class_names=None, augment=(), augment_seed=0):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     With `class_names`, each evaluation also gives per-class precision and recall
@@ -60,12 +61,17 @@ def build_estimator(keras_model, run_config, class_names=None):
     weights; one with a checkpoint resumes from it. model_to_estimator's model_fn
     saves through a Saver of its own that keeps 5 checkpoints whatever the
     RunConfig says; its model_fn is wrapped here so that keep_checkpoint_max holds.
+
+    `augment` (input_fns.augmentation's transforms) is applied to training batches
+    only, drawn from (`augment_seed`, the global step, the replica).
     """
     estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
                                                       checkpoint_format=checkpoint_format(keras_model))
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
 
     def model_fn(features, labels, mode):
+        if mode == tf.estimator.ModeKeys.TRAIN and augment:
+            features = augmented(features, augment, augment_seed)
         spec = keras_model_fn(features, labels, mode)
         probabilities = next(iter(spec.predictions.values()))  # the models' one softmax output
         if spec.scaffold is not None and spec.scaffold.saver is not None:
@@ -91,6 +97,17 @@ def checkpoint_format(keras_model):
     context, where a strategy cannot read them ("requires being in cross-replica context")."""
     on_read = tf.VariableSynchronization.ON_READ
     return "saver" if any(v.synchronization == on_read for v in keras_model.variables) else "checkpoint"
+
+
+def augmented(features, transforms, seed):
+    """Returns the features (the models' one image input, alone or in a dict) with `transforms` drawn
+    for this step and replica (see input_fns.augmentation)."""
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group if tf.distribute.has_strategy() else 0
+    step = tf.compat.v1.train.get_global_step()
+    if isinstance(features, dict):
+        (key, images), = features.items()
+        return {key: augmentation.augment(images, transforms, seed, step, replica)}
+    return augmentation.augment(features, transforms, seed, step, replica)
 
 
 def add_training_summaries(loss, probabilities, labels):

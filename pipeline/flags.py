@@ -7,6 +7,7 @@ here imports TensorFlow, so `--help` and a bad flag answer at once.
 import argparse
 
 import hooks
+from input_fns import AUGMENTATIONS, FLIP_DIRECTIONS
 from models import LR_SCHEDULES, PRECISIONS
 from pipeline import batching
 
@@ -91,6 +92,49 @@ def hook_names(text):
     return names
 
 
+# The largest value each numeric transform takes: degrees for rotate, fractions for the rest.
+_AUGMENT_LIMITS = {"rotate": 180.0, "zoom": 0.9, "translate": 1.0, "contrast": 0.9}
+
+
+def augment_list(defaults, forbidden):
+    """Returns an argparse type for --augment: 'none', or transforms such as
+    'flip,rotate=10,zoom=0.1' parsed to [(name, value)]; a name alone takes its value from
+    `defaults`, and what `forbidden` names ('name' or 'name=value': the reason) is refused."""
+    def parse(text):
+        if text.strip() == "none":
+            return []
+        transforms = []
+        for item in text.split(","):
+            name, _, value = (part.strip() for part in item.partition("="))
+            if name not in AUGMENTATIONS:
+                raise argparse.ArgumentTypeError(f"unknown transform {name!r}; known: {', '.join(AUGMENTATIONS)}, "
+                                                 "or 'none'")
+            if any(name == seen for seen, _ in transforms):
+                raise argparse.ArgumentTypeError(f"{name} is given twice")
+            value = _transform_value(name, value or defaults[name])
+            reason = forbidden.get(name) or forbidden.get(f"{name}={value}")
+            if reason:
+                raise argparse.ArgumentTypeError(f"{name}={value} is not allowed for this job: {reason}")
+            transforms.append((name, value))
+        return transforms
+    return parse
+
+
+def _transform_value(name, value):
+    if name == "flip":
+        if value not in FLIP_DIRECTIONS:
+            raise argparse.ArgumentTypeError(f"flip={value}: expected one of {', '.join(FLIP_DIRECTIONS)}")
+        return value
+    try:
+        number = _finite_float(str(value))
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{name}={value}: {e}") from None
+    if not 0 < number <= _AUGMENT_LIMITS[name]:
+        raise argparse.ArgumentTypeError(f"{name}={value}: must be greater than 0 and at most "
+                                         f"{_AUGMENT_LIMITS[name]:g}")
+    return number
+
+
 def add_data_dir_flag(parser, default):
     """Adds --data-dir, the dataset's folder, with `default`."""
     parser.add_argument("--data-dir", default=default,
@@ -133,7 +177,14 @@ def build_parser(task):
                        help="epochs over which the rate rises linearly to its full value first (Goyal et al.; "
                             "for large global batches)")
     train.add_argument("--seed", type=int_in_range(0, 2 ** 31 - 1), default=None,
-                       help="random seed for weights and shuffling")
+                       help="random seed for weights, shuffling and --augment's draws (0 for those without it)")
+    train.add_argument("--augment", type=augment_list(task.augment_defaults, task.augment_forbidden),
+                       default="none", metavar="none|TRANSFORM[=VALUE],...",
+                       help="random transforms of each training batch, never of evaluation or the export: "
+                            f"{', '.join(AUGMENTATIONS)} (flip=horizontal|vertical|both; rotate in degrees; zoom, "
+                            "translate and contrast as fractions), e.g. 'flip,rotate=10,zoom=0.1'; a name alone "
+                            "takes the job's value: " + ", ".join(f"{k}={v:g}" if not isinstance(v, str) else
+                                                                  f"{k}={v}" for k, v in task.augment_defaults.items()))
 
     devices = parser.add_argument_group("devices")
     devices.add_argument("--gpus", type=non_negative_int, default=None,

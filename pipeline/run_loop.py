@@ -20,7 +20,8 @@ from hooks.progress import ProgressHook
 from hooks.stop import SessionStartedHook, StopOnRequestHook
 from models.learning_rate import ScheduledRate
 from models.optimizers import precision
-from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, results as results_lib
+from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, progress, \
+    results as results_lib
 from pipeline.metrics import classification_report
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import TrainingError, UsageError
@@ -77,21 +78,35 @@ def _run(task, args, cluster, chief, stop):
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
     plan = build_plan(args, cluster)
+    if cluster is not None and cluster.task_type == "ps":
+        return _serve_variables(args, plan)
     global_batch = args.batch_size * plan.replicas
     learning_rate = batching.scaled_learning_rate(
         args.learning_rate, global_batch, args.reference_batch_size, args.lr_scaling)
+    record = progress.read(args.model_dir, task.name)
     data = task.prepare_data(args, args.batch_size)
-    max_steps = args.max_steps or batching.steps_for_epochs(args.epochs, data.num_train_examples, global_batch)
+    trained_on = progress.describe_data(data.source == "synthetic", data.num_train_examples)
+    progress.check_same_data(record, trained_on, args.model_dir)
     if chief:
         model_dir_lib.restorable_checkpoint(args.model_dir)
     start_step = estimator_lib.latest_global_step(args.model_dir)
+    steps = progress.plan(record.segments, start_step, global_batch, data.num_train_examples,
+                          epochs=None if args.max_steps else args.epochs, max_steps=args.max_steps)
+    max_steps = steps.max_steps
     if chief and start_step >= max_steps:
-        finished = _finished_results(args.model_dir, start_step)
+        finished = _finished_results(args.model_dir, start_step, max_steps)
         if finished:
             return finished
-    schedule = ScheduledRate(learning_rate, max_steps, args.lr_schedule, batching.steps_for_epochs(
-        args.warm_up_epochs, data.num_train_examples, global_batch) if args.warm_up_epochs else 0)
-    _print_header(task, args, plan, data, global_batch, schedule, max_steps, start_step)
+    schedule = ScheduledRate(learning_rate, steps.images_at_end, args.lr_schedule,
+                             round(args.warm_up_epochs * data.num_train_examples), images_per_step=global_batch,
+                             start_step=start_step, images_at_start=steps.images_at_start)
+    _print_header(task, args, plan, data, global_batch, schedule, steps)
+    if steps.assumed:
+        log.warning("%s keeps no record of the images trained before step %d (a run of an earlier version): "
+                    "counted as %d steps of this run's %d-image global batch", args.model_dir, start_step,
+                    start_step, global_batch)
+    if chief and start_step < max_steps:
+        progress.record_start(args.model_dir, task.name, record, steps, trained_on)
     warning = precision_warning(args.precision, plan.devices[0].startswith("/gpu"))
     if warning:
         log.warning(warning)
@@ -103,7 +118,8 @@ def _run(task, args, cluster, chief, stop):
         estimator_lib.session_config(args.xla, args.intra_op_threads, args.inter_op_threads))
     keras_model = task.build_model(args, schedule)
     model_dir_lib.check_fits(args.model_dir, keras_model)
-    estimator = estimator_lib.build_estimator(keras_model, config, data.class_names)
+    estimator = estimator_lib.build_estimator(keras_model, config, data.class_names, args.augment,
+                                              args.seed or 0)
     stop_hook, loss_watch = StopOnRequestHook(stop.requested), LossWatchHook(args.log_steps)
     rate_hook = LearningRateHook(args.model_dir if chief else None, args.summary_steps)
     # The checkpoint timer measures each write of the Estimator's checkpoint saver, which
@@ -147,12 +163,13 @@ def _run(task, args, cluster, chief, stop):
     train_seconds = time.perf_counter() - train_start
     throughput = _throughput(train_hooks)
     if throughput is None and start_step < max_steps:
-        log.warning("no throughput measured: %d steps ran, not more than --warm-up-steps %d",
-                    max_steps - start_step, args.warm_up_steps)
+        log.warning("no throughput measured: %s", _why_untimed(args, max_steps - start_step))
 
     log.info("evaluating on %d %s test images", data.num_eval_examples, data.source)
     evaluation = estimator.evaluate(data.eval_input_fn)
 
+    images_trained = progress.images_at(progress.read(args.model_dir, task.name).segments,
+                                        int(evaluation["global_step"]), global_batch)[0]
     results = {
         "task": task.name,
         "data_source": data.source,
@@ -164,6 +181,7 @@ def _run(task, args, cluster, chief, stop):
         "devices": plan.devices,
         "distribution": plan.description,
         "precision": args.precision,
+        "augment": [[name, value] for name, value in args.augment],
         "xla": args.xla,
         "intra_op_threads": args.intra_op_threads,
         "inter_op_threads": args.inter_op_threads,
@@ -175,6 +193,9 @@ def _run(task, args, cluster, chief, stop):
         "learning_rate_base": learning_rate,
         "learning_rate_schedule": schedule.get_config(),
         "train_examples": data.num_train_examples,
+        "epochs_requested": None if args.max_steps else args.epochs,
+        "images_trained": images_trained,
+        "epochs_trained": round(images_trained / data.num_train_examples, 4),
         "train_seconds": round(train_seconds, 3),
         "train_images_per_sec": throughput and throughput["images_per_sec"],
         "train_images_per_sec_std": throughput and throughput["images_per_sec_std"],
@@ -202,7 +223,28 @@ def _run(task, args, cluster, chief, stop):
     return results
 
 
-def _finished_results(model_dir, step):
+def _serve_variables(args, plan):
+    """Runs this parameter server for the cluster, until it is stopped; returns None.
+
+    A parameter server holds the variables the workers train, so it reads no data and builds no
+    model: the Estimator's distributed runtime only uses the RunConfig to start its server.
+    """
+    config = estimator_lib.build_run_config(args.model_dir, plan, args.checkpoint_steps, args.summary_steps,
+                                            args.keep_checkpoints, args.seed)
+    estimator = tf.estimator.Estimator(model_fn=_no_model, config=config)
+    tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(_no_input), tf.estimator.EvalSpec(_no_input))
+    return None
+
+
+def _no_model(features, labels, mode):
+    raise RuntimeError("a parameter server builds no model")
+
+
+def _no_input():
+    raise RuntimeError("a parameter server reads no data")
+
+
+def _finished_results(model_dir, step, max_steps):
     """Returns the results of the run that finished at `step` in `model_dir` (re-printed), or None."""
     try:
         results = results_lib.read_results(model_dir)
@@ -210,7 +252,8 @@ def _finished_results(model_dir, step):
         return None
     if results.get("global_step") != step:
         return None
-    print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}); "
+    past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""
+    print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}){past}; "
           "nothing to do. Its results:", flush=True)
     _print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results
@@ -230,6 +273,14 @@ def _per_class_report(estimator, data):
     return classification_report(data.eval_labels, predicted, data.class_names)
 
 
+def _why_untimed(args, steps_run):
+    if "examples_per_second" not in args.hooks:
+        return "--hooks leaves out examples_per_second, the hook that times the steps"
+    return (f"{steps_run} steps ran, and the first {args.warm_up_steps} (--warm-up-steps) are never timed; a figure "
+            f"needs at least {args.warm_up_steps + 1} steps in one run (--max-steps or --epochs), or a lower "
+            "--warm-up-steps")
+
+
 def _throughput(train_hooks):
     for hook in train_hooks:
         if isinstance(hook, ExamplesPerSecondHook):
@@ -237,18 +288,41 @@ def _throughput(train_hooks):
     return None
 
 
-def _print_header(task, args, plan, data, global_batch, schedule, max_steps, start_step):
+def _print_header(task, args, plan, data, global_batch, schedule, steps):
     scaling = (f"{args.learning_rate:g} x {global_batch}/{args.reference_batch_size}, linear scaling"
                if args.lr_scaling == "linear" else "not scaled with the batch")
-    resume = (f"resuming from step {start_step}" if start_step else "starting from scratch")
+    resume = (f"resuming from step {steps.start_step}" if steps.start_step else "starting from scratch")
     print(f"{task.name}: {data.source} data, {data.num_train_examples} training / "
           f"{data.num_eval_examples} test images\n"
           f"  devices:       {plan.description}\n"
           f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {global_batch} global\n"
           f"  precision:     {_describe_precision(args)}\n"
+          f"{_describe_augment(args)}"
           f"  learning rate: {schedule.base_rate:g} ({scaling}), {schedule.describe()}\n"
-          f"  steps:         to global step {max_steps}, {resume}\n"
+          f"  steps:         to global step {steps.max_steps}, {resume}\n"
+          f"  images:        {_describe_images(steps, data.num_train_examples)}\n"
           f"  model dir:     {args.model_dir}", flush=True)
+
+
+def _describe_images(steps, num_train_examples):
+    def epochs(images):
+        return f"{images / num_train_examples:.3g} epochs"
+    trained = (f"{steps.images_at_start:,} trained ({epochs(steps.images_at_start)}); "
+               if steps.start_step else "")
+    left = steps.images_at_end - steps.images_at_start
+    target = (f" of the {steps.target_images:,} asked ({epochs(steps.target_images)} of {num_train_examples:,})"
+              if steps.target_images is not None else "")
+    return (f"{trained}{left:,} to train ({epochs(left)}) in {steps.max_steps - steps.start_step} steps of "
+            f"{steps.global_batch}{target}")
+
+
+def _describe_augment(args):
+    if not args.augment:
+        return ""
+    transforms = ", ".join(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+                           for name, value in args.augment)
+    return (f"  augment:       {transforms} (training batches only, drawn from seed {args.seed or 0}, the step "
+            "and the replica)\n")
 
 
 def _describe_precision(args):
@@ -266,8 +340,10 @@ def _print_summary(results, path):
                  f"{results['train_seconds']:.1f} s in train()")
     else:
         train = "no steps timed in this run"
+    trained = (f"  images:  {results['images_trained']:,} trained, {results['epochs_trained']:g} epochs\n"
+               if "images_trained" in results else "")
     print(f"{results['task']}: finished at global step {results['global_step']}\n"
-          f"  train:   {train}\n"
+          f"  train:   {train}\n{trained}"
           f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
           f"on {results['eval_examples']} test images", flush=True)
     for name, figures in results.get("per_class", {}).items():

@@ -14,9 +14,9 @@ from pipeline.distribution import split_cpu  # noqa: E402
 
 split_cpu(2)
 
-SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
-FASHION_SAMPLE = os.path.join(SHARED_DATA, "fashion-mnist-sample")
-OCT_SAMPLE = os.path.join(SHARED_DATA, "oct-sample")
+# The real data samples shipped in the repo: the suite needs nothing beside a fresh clone.
+FASHION_SAMPLE = os.path.join(ROOT, "input_fns", "data", "fashion-mnist-sample")
+OCT_SAMPLE = os.path.join(ROOT, "input_fns", "data", "oct-sample")
 OCT_CLASSES = ("CNV", "DME", "DRUSEN", "NORMAL")
 # OCT2017's real training set, class-sorted folders of these sizes, and its test set.
 OCT2017_TRAIN_COUNTS = {"CNV": 37205, "DME": 11348, "DRUSEN": 8616, "NORMAL": 26315}
@@ -44,9 +44,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def fashion_sample():
-    """The real 1,000-image Fashion-MNIST sample (t10k files) beside the repo."""
-    if not os.path.isdir(FASHION_SAMPLE):
-        pytest.fail(f"the real data sample is missing: {FASHION_SAMPLE} (CI has ../shared beside the repo)")
+    """The real 1,000-image Fashion-MNIST sample (t10k files) shipped in the repo."""
     return FASHION_SAMPLE
 
 
@@ -61,22 +59,15 @@ def fashion_data_dir(fashion_sample, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def oct_sample():
-    """The real 129-scan OCT sample (class folders of JPEGs) beside the repo."""
-    if not os.path.isdir(OCT_SAMPLE):
-        pytest.fail(f"the real data sample is missing: {OCT_SAMPLE} (CI has ../shared beside the repo)")
+    """The real 129-scan OCT sample (class folders of JPEGs) shipped in the repo."""
     return OCT_SAMPLE
 
 
 def make_oct_tree(sample, root, test_per_class=6):
-    """Copies the real sample into an OCT2017-style tree under `root`: the last
-    `test_per_class` scans of each class go to test/, the rest to train/."""
-    import shutil
-    for name in OCT_CLASSES:
-        files = sorted(os.listdir(os.path.join(sample, name)))
-        for split, chosen in (("train", files[:-test_per_class]), ("test", files[-test_per_class:])):
-            os.makedirs(os.path.join(root, split, name), exist_ok=True)
-            for f in chosen:
-                shutil.copy(os.path.join(sample, name, f), os.path.join(root, split, name, f))
+    """Copies the real sample into an OCT2017-style tree under `root` (see
+    retinal_oct.make_sample_tree); returns `root`."""
+    from input_fns import retinal_oct
+    retinal_oct.make_sample_tree(root, sample, test_per_class)
     return root
 
 

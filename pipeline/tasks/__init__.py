@@ -9,6 +9,8 @@ import importlib
 from typing import Callable, Optional, Sequence
 
 FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
+# --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
+AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}
 
 
 @dataclasses.dataclass
@@ -41,6 +43,10 @@ class Task:
     defaults: dict
     add_flags: Callable
     job: str
+    # --augment: each transform's value when named alone, and what the task forbids ('name' or
+    # 'name=value') with the reason, said in the one-line refusal.
+    augment_defaults: dict = dataclasses.field(default_factory=lambda: dict(AUGMENT_DEFAULTS))
+    augment_forbidden: dict = dataclasses.field(default_factory=dict)
 
     def prepare_data(self, args, batch_size):
         """Returns TaskData whose input_fns yield batches of `batch_size` (per replica)."""

@@ -1,6 +1,7 @@
 """The Fashion-MNIST job's data and model: the dataset (downloaded, or the shipped sample when
 that fails), converted to TFRecord shards, and the design's CNN. Its command line: fashion.py."""
 import logging
+import os
 
 from cluster.tf_config import read_tf_config
 from input_fns import fashion_mnist, synthetic
@@ -37,17 +38,18 @@ def prepare_data(args, batch_size):
 def _dataset_or_sample(args):
     """Returns (data dir, data source): the dataset, downloaded if absent, or, when that fails on
     one machine with the default --data-dir, the sample shipped with the project."""
+    data_dir = os.path.normpath(os.path.abspath(os.path.expanduser(args.data_dir)))
     try:
-        fashion_mnist.download(args.data_dir, base_url=args.download_url or fashion_mnist.DOWNLOAD_URL)
-        return args.data_dir, "real"
+        fashion_mnist.download(data_dir, base_url=args.download_url or fashion_mnist.DOWNLOAD_URL)
+        return data_dir, "real"
     except fashion_mnist.DownloadError as e:
         files = ", ".join(n for pair in fashion_mnist.FILES.values() for n in pair)
         advice = (f"Put the four files ({files}) in a folder and pass it as --data-dir, or run with "
                   "--synthetic to try the job without the dataset")
         # A cluster's tasks must all train on the same data: they never fall back.
-        if args.no_sample_fallback or args.data_dir != DEFAULT_DATA_DIR or read_tf_config() is not None:
+        if args.no_sample_fallback or data_dir != os.path.normpath(DEFAULT_DATA_DIR) or read_tf_config() is not None:
             raise fashion_mnist.DownloadError(f"{e}. {advice}") from None
-        sample_dir = fashion_mnist.unpack_shipped_sample(args.data_dir + "-sample")
+        sample_dir = fashion_mnist.unpack_shipped_sample(data_dir + "-sample")
         log.warning("NOT THE FULL DATASET: %s, so this run trains on the 1,000-image Fashion-MNIST sample shipped "
                     "with the project (%d train / %d test, in %s; small: try --batch-size 32 --epochs 20). %s; "
                     "--no-sample-fallback makes this an error.",

@@ -59,4 +59,8 @@ TASK = Task(
               "model_dir": os.path.join("runs", "oct")},
     add_flags=add_flags,
     job="pipeline.tasks.oct_job",
+    # A horizontal flip is a scan of the other eye; upside down, the retina's layers come in an order no
+    # scan shows, and their order is what the classes differ in.
+    augment_forbidden={"flip=vertical": "an upside-down B-scan shows the retina's layers in an order no scan has",
+                       "flip=both": "an upside-down B-scan shows the retina's layers in an order no scan has"},
 )

@@ -13,6 +13,7 @@ import requests
 import tensorflow as tf
 
 from input_fns import image_folder, retinal_oct
+from input_fns.errors import InputDataError
 from tests.conftest import OCT_CLASSES, ROOT
 
 
@@ -201,3 +202,21 @@ def test_a_slow_download_that_progresses_is_reported_and_finishes(oct_sample, tm
     assert root == str(tmp_path / "OCT2017")
     progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("downloading paultimothymooney")]
     assert progress and re.search(r"\d+ MB so far, [\d.]+ MB/s", progress[0])
+
+
+def test_the_shipped_sample_lays_out_an_oct2017_tree(tmp_path):
+    root = str(tmp_path / "OCT2017")
+    assert retinal_oct.make_sample_tree(root) == (105, 24)
+    assert retinal_oct.find_split_root(str(tmp_path)) == root
+    assert sorted(os.listdir(os.path.join(root, "test", "DME"))) == sorted(
+        os.listdir(os.path.join(retinal_oct.SHIPPED_SAMPLE_DIR, "DME")))[-6:]
+
+
+def test_a_sample_without_a_class_is_named(tmp_path):
+    sample = tmp_path / "sample"
+    for name in ("CNV", "DME", "DRUSEN"):
+        (sample / name).mkdir(parents=True)
+        for i in range(7):
+            (sample / name / f"{name}-1-{i}.jpeg").write_bytes(b"")
+    with pytest.raises(InputDataError, match="no readable folder NORMAL"):
+        retinal_oct.make_sample_tree(str(tmp_path / "OCT2017"), str(sample))

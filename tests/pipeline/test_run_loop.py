@@ -112,7 +112,19 @@ def test_warm_up_and_cosine_decay_follow_the_global_step(fashion_data_dir, tmp_p
                                      "16", "--lr-scaling", "none", "--learning-rate", "0.01", "--max-steps", "50",
                                      "--lr-schedule", "cosine", "--warm-up-epochs", "0.2", "--summary-steps", "1"))
     rates = learning_rates_in_tensorboard(str(tmp_path))
-    assert results["learning_rate_schedule"]["warm_up_steps"] == 10  # 0.2 x 800 images / 16
+    assert results["learning_rate_schedule"]["warm_up_images"] == 160  # 0.2 x 800 images: 10 steps of 16
     assert rates[0] == pytest.approx(0.001, rel=1e-6) and rates[4] == pytest.approx(0.005, rel=1e-6)  # (step+1)/10
     assert rates[9] == pytest.approx(0.01, rel=1e-6) and rates[30] == pytest.approx(0.005, rel=1e-6)  # cosine 1/2
     assert results["learning_rate"] == pytest.approx(rates[49]) and rates[49] < 1e-4
+
+
+@pytest.mark.parametrize("extra,why", [
+    (["--warm-up-steps", "10"], "3 steps ran, and the first 10 (--warm-up-steps) are never timed; a figure needs at "
+                                "least 11 steps in one run (--max-steps or --epochs), or a lower --warm-up-steps"),
+    (["--hooks", "profiler"], "--hooks leaves out examples_per_second, the hook that times the steps"),
+])
+def test_a_run_left_untimed_says_why(fashion_data_dir, tmp_path, caplog, extra, why):
+    results = run(TASK, fashion_args("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--batch-size",
+                                     "8", "--max-steps", "3", *extra))
+    assert results["train_images_per_sec"] is None
+    assert f"no throughput measured: {why}" in caplog.text

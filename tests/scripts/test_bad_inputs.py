@@ -36,6 +36,16 @@ def trained_model_dir(fashion_data_dir, tmp_path_factory):
     return model_dir
 
 
+@pytest.fixture(scope="module")
+def trained_oct_model_dir(tmp_path_factory):
+    """An OCT model dir with a real checkpoint and results.json, from a 1-step synthetic run."""
+    from pipeline.tasks.oct import TASK as OCT
+    model_dir = str(tmp_path_factory.mktemp("precious-oct"))
+    run(OCT, build_parser(OCT).parse_args(["--synthetic", "--model-dir", model_dir, "--max-steps", "1",
+                                           "--batch-size", "2"] + OCT_SMALL))
+    return model_dir
+
+
 def snapshot(directory):
     """Returns {file: sha256} of every file under `directory` but the run lock (it names the last
     run's process and holds no data)."""
@@ -210,16 +220,23 @@ CASES = {
                                        ["TF_CONFIG's task worker 0 is not in its cluster"]),
     "multi-worker-without-cluster": ("train_fashion.py", None, ["--synthetic", "--strategy", "parameter_server"],
                                      {}, ["--strategy parameter_server needs a cluster in TF_CONFIG"]),
+    # The model dir is another job's (the other cases get their own job's finished run).
+    "oct-on-a-finished-fashion-run": ("train_oct.py", None, ["--synthetic", "--max-steps", "2"] + OCT_SMALL, {},
+                                      ["holds a run of the fashion job, not oct", "pass another --model-dir"]),
+    "fashion-on-an-oct-run": ("train_fashion.py", None, ["--synthetic", "--max-steps", "5"], {},
+                              ["holds a run of the oct job, not fashion", "pass another --model-dir"]),
 }
+ANOTHER_JOBS_MODEL_DIR = {"oct-on-a-finished-fashion-run", "fashion-on-an-oct-run"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input_is_one_clear_line_and_harms_nothing(case, trained_model_dir, fashion_data_dir, oct_sample,
-                                                       tmp_path):
+def test_bad_input_is_one_clear_line_and_harms_nothing(case, trained_model_dir, trained_oct_model_dir,
+                                                       fashion_data_dir, oct_sample, tmp_path):
     script, make_data, argv, env_extra, fragments = CASES[case]
     (tmp_path / "file").write_text("")  # a file where a folder is needed
     model_dir = tmp_path / "model"
-    shutil.copytree(trained_model_dir, model_dir)
+    oct_dir = (script == "train_oct.py") != (case in ANOTHER_JOBS_MODEL_DIR)
+    shutil.copytree(trained_oct_model_dir if oct_dir else trained_model_dir, model_dir)
     before = snapshot(model_dir)
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if make_data:
@@ -250,6 +267,12 @@ BAD_FLAGS = {
                             "--shuffle-buffer: must be greater than 0"),
     "too-many-trainable-layers": ("train_oct.py", ["--synthetic", "--trainable-layers", "19"],
                                   "--trainable-layers: must be from 0 to 18, got 19"),
+    "augment-unknown-transform": ("train_fashion.py", ["--synthetic", "--augment", "flip,blur"],
+                                  "--augment: unknown transform 'blur'; known: flip, rotate, zoom, translate, contrast"),
+    "augment-bad-value": ("train_fashion.py", ["--synthetic", "--augment", "rotate=abc"],
+                          "--augment: rotate=abc: expected a number, got 'abc'"),
+    "augment-forbidden-by-the-job": ("train_oct.py", ["--synthetic", "--augment", "flip=vertical"],
+                                     "--augment: flip=vertical is not allowed for this job: an upside-down B-scan"),
     "benchmark-zero-timed-steps": ("benchmark.py", ["--task", "fashion", "--timed-steps", "0"],
                                    "--timed-steps: must be greater than 0"),
 }

@@ -107,3 +107,31 @@ def test_a_task_whose_peers_never_start_names_them_and_gives_up(fashion_data_dir
     assert f"waiting for the cluster to start: no answer from worker 0 at 127.0.0.1:{worker_port}" in result.stderr
     assert_clean_failure(result, "the cluster did not start within 9 s", f"worker 0 at 127.0.0.1:{worker_port}",
                          "raise --cluster-wait-secs")
+
+
+def test_a_parameter_server_serves_without_reading_the_data(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tf_config = {"cluster": {"chief": ["127.0.0.1:1"], "ps": [f"127.0.0.1:{port}"]}, "task": {"type": "ps", "index": 0}}
+    # No data at all: a parameter server that read it would stop with the missing-data line.
+    ps = subprocess.Popen([sys.executable, TRAIN, "--strategy", "parameter_server", "--data-dir",
+                           str(tmp_path / "absent"), "--no-sample-fallback", "--download-url", "http://127.0.0.1:9/",
+                           "--model-dir", str(tmp_path / "m")],
+                          env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert ps.poll() is None, ps.communicate()[1][-2000:]
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the parameter server never listened"
+                time.sleep(0.2)
+        assert not (tmp_path / "absent").exists()
+    finally:
+        ps.kill()
+        ps.communicate()

@@ -33,6 +33,7 @@ BAD_FLAGS = {
     "benchmark.py": ["--task", "oct", "--repeats", "0"],
     "inspect_input.py": ["--task", "fashion", "--batches", "0"],
     "make_fashion_sample.py": ["--out", "x", "--train", "none"],
+    "make_oct_sample.py": ["--out", "x", "--test-per-class", "0"],
 }
 
 
@@ -106,3 +107,18 @@ def test_another_data_dir_or_a_cluster_never_falls_back(tmp_path, monkeypatch):
         fashion_job.prepare_data(args, 32)
     monkeypatch.delenv("TF_CONFIG")
     assert fashion_job.prepare_data(args, 32).source == "real (shipped 1,000-image sample)"
+
+
+@pytest.mark.parametrize("spelling", ["trailing-slash", "relative"])
+def test_the_default_data_dir_spelled_otherwise_still_falls_back(tmp_path, monkeypatch, spelling):
+    from pipeline.flags import build_parser
+    from pipeline.tasks import fashion, fashion_job
+
+    monkeypatch.setattr(fashion_job, "DEFAULT_DATA_DIR", str(tmp_path / "datasets" / "fashion-mnist"))
+    monkeypatch.chdir(tmp_path)
+    data_dir = {"trailing-slash": str(tmp_path / "datasets" / "fashion-mnist") + "/",
+                "relative": os.path.join(".", "datasets", "..", "datasets", "fashion-mnist")}[spelling]
+    args = build_parser(fashion.TASK).parse_args(["--data-dir", data_dir, "--download-url", refused_url()])
+    data = fashion_job.prepare_data(args, 32)
+    assert data.source == "real (shipped 1,000-image sample)" and data.num_train_examples == 800
+    assert (tmp_path / "datasets" / "fashion-mnist-sample").is_dir()

@@ -84,3 +84,12 @@ def test_make_fashion_sample_splits_the_real_sample(fashion_sample, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "900 training and 100 test images" in result.stdout
     assert len(os.listdir(tmp_path)) == 4
+
+
+def test_a_home_where_no_folder_can_be_made_names_the_path_and_the_flag(tmp_path):
+    env = {**os.environ, "HOME": "/proc"}  # ~/.keras/datasets cannot be created under /proc
+    result = subprocess.run([sys.executable, SCRIPT, "--model-dir", str(tmp_path / "m"), *OFFLINE], env=env,
+                            capture_output=True, text=True, timeout=300)
+    line = assert_clean_failure(result, "No such file or directory (/proc/.keras)", "create it, or pass another "
+                                "--data-dir")
+    assert "free some space" not in line and "write failed" not in line

@@ -1,0 +1,132 @@
+"""How far a model dir's training has come, counted in images: --epochs means images, so a
+run resumed with another global batch (another --batch-size, more replicas) trains the
+images that remain, and the learning-rate schedule goes on where it stood.
+
+The record is `training_progress.json` beside the checkpoints: the job that trains there,
+and for each run the global step it started from, the images trained by then and its
+global batch. A run writes its entry before its first step, so the images behind any
+checkpoint follow exactly, whatever killed a run: the checkpoint at step s was written
+by the last run that started at or before s (a run always resumes from the newest
+checkpoint), which trained (s - start step) x its global batch images after its start.
+"""
+import dataclasses
+import json
+import logging
+import math
+import os
+from typing import Optional
+
+from input_fns.files import write_json_atomically
+from pipeline import results as results_lib
+from pipeline.errors import UsageError
+
+log = logging.getLogger(__name__)
+PROGRESS_FILE = "training_progress.json"
+
+
+@dataclasses.dataclass
+class Segment:
+    """One run's part of training: from `start_step`, having trained `images_at_start`, at `global_batch`."""
+    start_step: int
+    images_at_start: int
+    global_batch: int
+
+    def images_at(self, step):
+        return self.images_at_start + (step - self.start_step) * self.global_batch
+
+
+@dataclasses.dataclass
+class Plan:
+    """Where this run starts and ends, in steps and images."""
+    start_step: int
+    max_steps: int
+    images_at_start: int
+    global_batch: int
+    target_images: Optional[int]  # epochs x training images; None with --max-steps
+    assumed: bool  # the images at start were not on record (an earlier version's run) but assumed
+
+    @property
+    def images_at_end(self):
+        return self.images_at_start + (self.max_steps - self.start_step) * self.global_batch
+
+
+@dataclasses.dataclass
+class Record:
+    """A model dir's training record: each run's segment (oldest first) and the data trained on."""
+    segments: list
+    data: Optional[dict] = None  # {"synthetic": bool, "train_examples": int} of the data its epochs count
+
+
+def read(model_dir, task_name):
+    """Returns the model dir's Record (no segments when there is none).
+
+    Raises UsageError when the model dir holds another job's run (by its record, or by the
+    results.json of a run that kept none): its checkpoints cannot be this job's.
+    """
+    path = os.path.join(model_dir, PROGRESS_FILE)
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        owner, record = saved["task"], Record([Segment(**s) for s in saved["runs"]], saved.get("data"))
+    except FileNotFoundError:
+        owner, record = _results_task(model_dir), Record([])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"cannot read {path} ({getattr(e, 'strerror', None) or e}); it records the images "
+                         "trained so far: restore it, or pass another --model-dir") from None
+    if owner is not None and owner != task_name:
+        raise UsageError(f"the model dir {model_dir} holds a run of the {owner} job, not {task_name}; pass "
+                         f"another --model-dir (or resume it with the {owner} job)")
+    return record
+
+
+def describe_data(synthetic, train_examples):
+    """Returns the record's description of a run's training data."""
+    return {"synthetic": bool(synthetic), "train_examples": int(train_examples)}
+
+
+def check_same_data(record, data, model_dir):
+    """Raises UsageError when `data` (describe_data's) is not the data the model dir's epochs were
+    counted on: generated instead of real data, or another number of training images (the
+    shipped sample against the full dataset, say)."""
+    if record.data is None or not record.segments or record.data == data:
+        return
+    def words(d):
+        return f"{'generated' if d['synthetic'] else 'real'} data of {d['train_examples']:,} training images"
+    raise UsageError(f"the model dir {model_dir} was trained on {words(record.data)}, and this run's is "
+                     f"{words(data)}: its epochs and figures would mix two datasets; pass another --model-dir")
+
+
+def _results_task(model_dir):
+    try:
+        return results_lib.read_results(model_dir).get("task")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def images_at(segments, step, global_batch):
+    """Returns (images trained at global `step`, whether that was assumed): from the last
+    segment that started at or before `step`, or, with none on record, `step` x `global_batch`."""
+    for segment in reversed(segments):
+        if segment.start_step <= step:
+            return segment.images_at(step), False
+    return step * global_batch, step > 0
+
+
+def plan(segments, start_step, global_batch, num_train_examples, epochs=None, max_steps=None):
+    """Returns the Plan of a run starting at `start_step` with `global_batch`: to `max_steps`
+    exactly when given, or else to the first step at which `epochs` x `num_train_examples`
+    images have been trained (at least step 1; the start when they already have)."""
+    images, assumed = images_at(segments, start_step, global_batch)
+    if max_steps is not None:
+        return Plan(start_step, max_steps, images, global_batch, None, assumed)
+    target = round(epochs * num_train_examples)
+    steps_left = max(0, math.ceil((target - images) / global_batch))
+    return Plan(start_step, max(1, start_step + steps_left), images, global_batch, target, assumed)
+
+
+def record_start(model_dir, task_name, record, plan_, data):
+    """Writes this run's segment to the model dir's record, before its first step; returns the path."""
+    kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
+    kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch))
+    return write_json_atomically(os.path.join(model_dir, PROGRESS_FILE),
+                                 {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

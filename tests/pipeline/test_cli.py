@@ -1,0 +1,48 @@
+"""The one line a failed file operation ends in: what failed, where, and advice that fits the error."""
+import argparse
+import errno
+import os
+
+import pytest
+
+from pipeline.cli import run_command
+
+
+def fail_with(error):
+    parser = argparse.ArgumentParser(prog="job.py")
+    parser.add_argument("--model-dir", default="/runs/m")
+    parser.add_argument("--data-dir", default="/data/fashion")
+
+    def work(args):
+        raise error
+    return parser, work
+
+
+@pytest.mark.parametrize("number,path,expected", [
+    (errno.ENOSPC, "/runs/m/model.ckpt-3.data", "a write failed: No space left on device (/runs/m/model.ckpt-3.data); "
+                                                "the disk is full: free some space on it, or pass another --model-dir"),
+    (errno.EACCES, "/data/fashion/tfrecords", "a file operation failed: Permission denied (/data/fashion/tfrecords); "
+                                              "you have no permission there: fix the permissions, or pass another "
+                                              "--data-dir"),
+    (errno.EROFS, "/data/fashion", "a write failed: Read-only file system (/data/fashion); that file system is "
+                                   "read-only: pass another --data-dir on a writable one"),
+    (errno.ENOENT, "/data", "a file operation failed: No such file or directory (/data); a folder on that path is "
+                            "missing or cannot be made there: create it, or pass another --data-dir"),
+    (errno.ENOTDIR, "/elsewhere/x", "a file operation failed: Not a directory (/elsewhere/x); a part of that path is "
+                                    "a file, not a folder: pass another folder"),
+])
+def test_advice_fits_the_error_and_names_the_flag_of_the_path(capsys, number, path, expected):
+    parser, work = fail_with(OSError(number, os.strerror(number), path))
+    assert run_command(parser, work, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"job.py: error: {expected}"), line
+    # Only a failure in the model dir (or one with no path) says how to resume there.
+    assert ("it resumes from the latest whole checkpoint in /runs/m" in line) == path.startswith("/runs/m"), line
+
+
+def test_a_read_failure_in_the_model_dir_is_not_called_a_write(capsys):
+    parser, work = fail_with(IsADirectoryError(errno.EISDIR, "Is a directory", "/runs/m/results.json"))
+    assert run_command(parser, work, []) == 1
+    line = capsys.readouterr().err
+    assert "a file operation failed: Is a directory (/runs/m/results.json); that path is a folder where a file " \
+           "is needed" in line and "write" not in line

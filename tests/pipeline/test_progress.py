@@ -1,0 +1,91 @@
+"""Training progress counted in images: --epochs across resumes with another global batch."""
+import json
+
+import pytest
+
+from pipeline import progress
+from pipeline.errors import UsageError
+
+
+def test_a_fresh_run_trains_the_epochs_in_whole_steps():
+    plan = progress.plan([], 0, 32, 800, epochs=2)
+    assert (plan.max_steps, plan.images_at_start, plan.target_images, plan.assumed) == (50, 0, 1600, False)
+    assert progress.plan([], 0, 64, 800, epochs=1).max_steps == 13  # the last batch goes past the epoch
+    assert progress.plan([], 0, 64, 10, epochs=0.001).max_steps == 1
+
+
+def test_a_resume_with_a_larger_batch_trains_the_images_that_remain():
+    # 23 steps of 32 images were trained (736 of 1,600), then the batch doubles.
+    segments = [progress.Segment(0, 0, 32)]
+    plan = progress.plan(segments, 23, 64, 800, epochs=2)
+    assert plan.images_at_start == 736
+    assert plan.max_steps == 23 + 14  # 864 images left: 13.5 steps of 64
+    assert plan.images_at_end == 736 + 14 * 64
+
+
+def test_max_steps_stays_exact_whatever_the_images():
+    plan = progress.plan([progress.Segment(0, 0, 32)], 23, 64, 800, max_steps=25)
+    assert (plan.max_steps, plan.images_at_start, plan.images_at_end, plan.target_images) == (25, 736, 864, None)
+
+
+def test_a_run_whose_epochs_are_done_plans_no_step():
+    plan = progress.plan([progress.Segment(0, 0, 32), progress.Segment(23, 736, 64)], 37, 16, 800, epochs=2)
+    assert plan.max_steps == 37 and plan.images_at_start == 1632
+
+
+def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
+    model_dir, data = str(tmp_path), progress.describe_data(False, 800)
+    first = progress.plan([], 0, 32, 800, epochs=2)
+    progress.record_start(model_dir, "fashion", progress.Record([]), first, data)
+    record = progress.read(model_dir, "fashion")
+    second = progress.plan(record.segments, 30, 64, 800, epochs=2)  # resumed at step 30: 960 images
+    progress.record_start(model_dir, "fashion", record, second, data)
+    record = progress.read(model_dir, "fashion")
+    assert progress.images_at(record.segments, 20, 16) == (640, False)
+    assert progress.images_at(record.segments, 35, 16) == (960 + 5 * 64, False)
+    # The checkpoint at 35 was damaged and set aside: a third run resumes from 30 with another batch, and
+    # the second run's record, whose later checkpoints are gone, is replaced.
+    third = progress.plan(record.segments, 30, 16, 800, epochs=2)
+    progress.record_start(model_dir, "fashion", record, third, data)
+    saved = json.loads((tmp_path / progress.PROGRESS_FILE).read_text())
+    assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
+                     "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32},
+                              {"start_step": 30, "images_at_start": 960, "global_batch": 16}]}
+
+
+def test_a_resume_on_other_data_is_refused(tmp_path):
+    model_dir = str(tmp_path)
+    progress.record_start(model_dir, "fashion", progress.Record([]), progress.plan([], 0, 32, 800, epochs=1),
+                          progress.describe_data(False, 800))
+    record = progress.read(model_dir, "fashion")
+    progress.check_same_data(record, progress.describe_data(False, 800), model_dir)  # the same data: fine
+    with pytest.raises(UsageError, match="trained on real data of 800 training images, and this run's is real "
+                                         "data of 60,000 training images: .* pass another --model-dir"):
+        progress.check_same_data(record, progress.describe_data(False, 60000), model_dir)
+    with pytest.raises(UsageError, match="this run's is generated data of 800"):
+        progress.check_same_data(record, progress.describe_data(True, 800), model_dir)
+
+
+def test_a_model_dir_without_a_record_counts_its_steps_at_this_batch():
+    assert progress.images_at([], 0, 64) == (0, False)
+    assert progress.images_at([], 10, 64) == (640, True)
+
+
+def test_another_jobs_model_dir_is_refused(tmp_path):
+    progress.record_start(str(tmp_path), "fashion", progress.Record([]), progress.plan([], 0, 32, 800, epochs=1),
+                          progress.describe_data(False, 800))
+    with pytest.raises(UsageError, match="holds a run of the fashion job, not oct; pass another --model-dir"):
+        progress.read(str(tmp_path), "oct")
+
+
+def test_another_jobs_results_are_refused_where_no_record_was_kept(tmp_path):
+    (tmp_path / "results.json").write_text('{"task": "fashion", "global_step": 3}')
+    with pytest.raises(UsageError, match="holds a run of the fashion job, not oct"):
+        progress.read(str(tmp_path), "oct")
+    assert progress.read(str(tmp_path), "fashion") == progress.Record([])
+
+
+def test_a_damaged_record_is_one_line_naming_it(tmp_path):
+    (tmp_path / progress.PROGRESS_FILE).write_text('{"task": "fash')
+    with pytest.raises(UsageError, match=f"cannot read .*{progress.PROGRESS_FILE}"):
+        progress.read(str(tmp_path), "fashion")
