@@ -116,8 +116,8 @@ def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
 class InputVariants:
     """Builds the input_fns that --input-only compares, preparing shared data once."""
 
-    def __init__(self, task_name, task_args, workdir):
-        self.task_name, self.args, self.workdir = task_name, task_args, workdir
+    def __init__(self, task, task_args, workdir):
+        self.task, self.task_name, self.args, self.workdir = task, task.name, task_args, workdir
         self._prepared = {}
 
     def _oct_root(self):
@@ -134,7 +134,14 @@ class InputVariants:
 
     def input_fn(self, variant, batch_size):
         """Returns the input_fn of `variant` yielding batches of `batch_size`."""
-        return getattr(self, "_" + self.task_name)(variant, batch_size)
+        own = getattr(self, "_" + self.task_name, None)
+        return own(variant, batch_size) if own else self._task_pipeline(batch_size)
+
+    def _task_pipeline(self, batch_size):
+        """The 'pipeline' variant of a task with no variants of its own: its training input."""
+        args = copy.copy(self.args)
+        args.synthetic = False
+        return self.task.prepare_data(args, batch_size).train_input_fn
 
     def _fashion(self, variant, batch_size):
         if variant == "synthetic":
@@ -184,7 +191,7 @@ def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_ste
     """Measures every configuration `repeats` times, interleaved; returns one row dict per measurement."""
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
-        variants = InputVariants(task.name, task_args, workdir)
+        variants = InputVariants(task, task_args, workdir)
         total = len(configs) * repeats
         for repeat in range(repeats):
             for config in configs:
