@@ -59,6 +59,8 @@ def _load(args):
         image_folder.check_bad_files(scan, args.on_bad_image)
     problems = {f: p for scan in folders.scans.values() for f, p in scan.problems.items()}
     saved = read_split(args.model_dir, args.data_dir)
+    if saved:
+        _check_split_flags(saved, args, folders.presplit)
     channels = args.channels or (saved or {}).get("channels") or (1 if folders.gray else 3)
     if saved:
         splits = _splits_from_lists(folders, saved, args.model_dir)
@@ -94,6 +96,19 @@ def read_split(model_dir, data_dir):
         raise UsageError(f"the model dir {model_dir} was trained on {saved.get('data_dir')}, not {data_dir}; pass "
                          "that --data-dir, or another --model-dir")
     return saved
+
+
+def _check_split_flags(saved, args, presplit):
+    """Raises UsageError when the flags ask for another split than the one the model dir holds."""
+    asked = {"--channels": (args.channels, saved.get("channels"))}
+    if not presplit:
+        asked.update({"--test-fraction": (args.test_fraction, saved.get("test_fraction")),
+                      "--split-seed": (args.split_seed, saved.get("split_seed")),
+                      "--group-by": (args.group_by, saved.get("group_by"))})
+    for flag, (value, was) in asked.items():
+        if value != was and not (flag == "--channels" and value is None):
+            raise UsageError(f"the model dir {args.model_dir} was split with {flag} {was}, not {value}; pass "
+                             f"{flag} {was} to go on with it, or another --model-dir for a new split")
 
 
 def _splits_from_lists(folders, saved, model_dir):
