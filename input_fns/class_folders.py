@@ -21,7 +21,7 @@ from input_fns.image_folder import FolderScan
 from input_fns.image_formats import check_image, is_image_name
 
 SPLITS = ("train", "test")
-_SPLIT_FOLDERS = {"train": "train", "test": "test", "validation": None, "val": None}  # lowercased; None: unused
+_SPLIT_FOLDERS = frozenset({"train", "test", "validation", "val"})  # lowercased; validation is not used
 
 
 @dataclasses.dataclass
@@ -85,7 +85,7 @@ def scan_class_folders(data_dir, channels=None, workers=4):
         raise InputDataError(f"no folder {data_dir}; pass --data-dir with a folder of class folders "
                              "(DIR/<class>/<image>)")
     top = {d.lower(): d for d in _class_dirs(data_dir)}
-    presplit = all(s in top for s in SPLITS) and set(top) <= set(_SPLIT_FOLDERS)
+    presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
     if presplit:
         class_names = tuple(_class_dirs(os.path.join(data_dir, top["train"])))
         extra = sorted(set(_class_dirs(os.path.join(data_dir, top["test"]))) - set(class_names))
