@@ -41,7 +41,9 @@ def augment(images, transforms, seed, step, replica=0):
             x = _contrast(x, settings["contrast"], _seed(base, 2))
         if dtype.is_integer:
             x = tf.round(tf.clip_by_value(x, dtype.min, dtype.max))
-        return tf.identity(tf.cast(x, dtype), name="augmented")
+        x = tf.cast(x, dtype)
+        x.set_shape(images.shape)  # the projective transform's output size is a tensor: keep the static one
+        return tf.identity(x, name="augmented")
 
 
 def _seed(base, index):

@@ -105,8 +105,6 @@ def _run(task, args, cluster, chief, stop):
         log.warning("%s keeps no record of the images trained before step %d (a run of an earlier version): "
                     "counted as %d steps of this run's %d-image global batch", args.model_dir, start_step,
                     start_step, global_batch)
-    if chief and start_step < max_steps:
-        progress.record_start(args.model_dir, task.name, record, steps, trained_on)
     warning = precision_warning(args.precision, plan.devices[0].startswith("/gpu"))
     if warning:
         log.warning(warning)
@@ -135,6 +133,8 @@ def _run(task, args, cluster, chief, stop):
                              every_secs=min(10.0, args.cluster_wait_secs / 3)).start()
         train_hooks.append(SessionStartedHook(watch.started))
 
+    if chief and start_step < max_steps:  # written last before training: a failure above leaves it as it was
+        progress.record_start(args.model_dir, task.name, record, steps, trained_on)
     train_start = time.perf_counter()
     with stop.training():
         try:

@@ -62,3 +62,12 @@ def test_low_precision_batches_are_transformed_in_float32_and_kept_in_their_dtyp
 def test_an_unknown_transform_is_refused():
     with pytest.raises(ValueError, match="unknown augmentation 'blur'"):
         augment(batch(), [("blur", 1.0)], seed=0, step=0)
+
+
+def test_the_static_shape_survives_for_the_layers_after():
+    @tf.function(input_signature=[tf.TensorSpec([None, 28, 28, 1], tf.uint8)])
+    def traced(images):
+        out = augment(images, ALL, seed=0, step=0)
+        assert out.shape.as_list() == [None, 28, 28, 1]
+        return out
+    assert traced(batch(size=28)).shape == (8, 28, 28, 1)

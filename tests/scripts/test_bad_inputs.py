@@ -37,12 +37,13 @@ def trained_model_dir(fashion_data_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def trained_oct_model_dir(tmp_path_factory):
-    """An OCT model dir with a real checkpoint and results.json, from a 1-step synthetic run."""
+def trained_oct_model_dir(oct_tree, tmp_path_factory):
+    """An OCT model dir with a real checkpoint and results.json, from a 1-step run on the sample's tree
+    (the data the OCT cases below start from)."""
     from pipeline.tasks.oct import TASK as OCT
     model_dir = str(tmp_path_factory.mktemp("precious-oct"))
-    run(OCT, build_parser(OCT).parse_args(["--synthetic", "--model-dir", model_dir, "--max-steps", "1",
-                                           "--batch-size", "2"] + OCT_SMALL))
+    run(OCT, build_parser(OCT).parse_args(["--data-dir", os.path.dirname(oct_tree), "--model-dir", model_dir,
+                                           "--max-steps", "1", "--batch-size", "2"] + OCT_SMALL))
     return model_dir
 
 
