@@ -238,9 +238,9 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         "step_time_mean": figures["step_time_mean"],
         "cpu_seconds_per_image": figures["cpu_seconds_per_image"],
         "total_seconds": seconds,
-        # Derived: one epoch of the published training set at the measured rate.
+        # Derived: one epoch of the published training set at the measured rate (when there is one).
         "epoch_seconds": (task.full_train_examples / figures["images_per_sec"]
-                          if config.engine != "input" else None),
+                          if config.engine != "input" and task.full_train_examples else None),
         "devices": " ".join(plan.devices),
         "tensorflow_version": tf.__version__,
         "host_cpus": os.cpu_count(),
