@@ -12,3 +12,5 @@ INPUT_VARIANTS = {
     "fashion": ("pipeline", "design", "synthetic"),
     "oct": ("pipeline", "pipeline-reduced", "pipeline-cached", "records", "design", "bare"),
 }
+# Any other task's input-only variant: its own training input (task.prepare_data's train_input_fn).
+DEFAULT_INPUT_VARIANTS = ("pipeline",)

@@ -73,8 +73,8 @@ def _parse(parser, argv):
     variants = None
     if args.input_only:
         try:
-            variants = choice_list(benchmark.INPUT_VARIANTS[task.name])(
-                args.variants or ",".join(benchmark.INPUT_VARIANTS[task.name]))
+            known = benchmark.INPUT_VARIANTS.get(task.name, benchmark.DEFAULT_INPUT_VARIANTS)
+            variants = choice_list(known)(args.variants or ",".join(known))
         except argparse.ArgumentTypeError as e:
             parser.error(f"argument --variants: {e}")
     set_tensorflow_environment(task_args)  # --xla

@@ -119,8 +119,8 @@ def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
 class InputVariants:
     """Builds the input_fns that --input-only compares, preparing shared data once."""
 
-    def __init__(self, task_name, task_args, workdir):
-        self.task_name, self.args, self.workdir = task_name, task_args, workdir
+    def __init__(self, task, task_args, workdir):
+        self.task, self.task_name, self.args, self.workdir = task, task.name, task_args, workdir
         self._prepared = {}
 
     def _oct_root(self):
@@ -137,7 +137,14 @@ class InputVariants:
 
     def input_fn(self, variant, batch_size):
         """Returns the input_fn of `variant` yielding batches of `batch_size`."""
-        return getattr(self, "_" + self.task_name)(variant, batch_size)
+        own = getattr(self, "_" + self.task_name, None)
+        return own(variant, batch_size) if own else self._task_pipeline(batch_size)
+
+    def _task_pipeline(self, batch_size):
+        """The 'pipeline' variant of a task with no variants of its own: its training input."""
+        args = copy.copy(self.args)
+        args.synthetic = False
+        return self.task.prepare_data(args, batch_size).train_input_fn
 
     def _fashion(self, variant, batch_size):
         if variant == "synthetic":
@@ -190,7 +197,7 @@ def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_ste
     training = [c for c in configs if c.engine != "input"]
     flops = model_flops_per_image(task.build_model(task_args, task_args.learning_rate)) if training else None
     with tempfile.TemporaryDirectory() as workdir:
-        variants = InputVariants(task.name, task_args, workdir)
+        variants = InputVariants(task, task_args, workdir)
         total = len(configs) * repeats
         for repeat in range(repeats):
             for config in configs:
@@ -252,9 +259,9 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         "step_time_mean": figures["step_time_mean"],
         "cpu_seconds_per_image": figures["cpu_seconds_per_image"],
         "total_seconds": seconds,
-        # Derived: one epoch of the published training set at the measured rate.
+        # Derived: one epoch of the published training set at the measured rate (when there is one).
         "epoch_seconds": (task.full_train_examples / figures["images_per_sec"]
-                          if config.engine != "input" else None),
+                          if config.engine != "input" and task.full_train_examples else None),
         "devices": " ".join(plan.devices),
         "tensorflow_version": tf.__version__,
         "host_cpus": os.cpu_count(),

@@ -25,6 +25,7 @@ BAD_IMAGE_POLICIES = ("fail", "skip")
 _DECODE_RATIOS = (1, 2, 4, 8)  # the scales libjpeg can decode at
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame: 0xC4, C8, CC are others
 _DECODABLE_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC9, 0xCA})  # sequential and progressive, Huffman or arithmetic
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclasses.dataclass
@@ -69,7 +70,7 @@ def check_bad_files(scan, on_bad_image):
                              "or pass --on-bad-image=skip to leave such files out")
 
 
-def _frame_header(f):
+def jpeg_frame_header(f):
     """Returns (SOF marker, precision, height, width, components) of the open JPEG `f`
     (positioned after its start-of-image marker), or None if none comes before the scan."""
     while True:
@@ -100,15 +101,17 @@ def _inspect_file(path, channels):
             stat = os.fstat(f.fileno())
             head = f.read(3)
             f.seek(2)  # just after the start-of-image marker
-            header = _frame_header(f) if head == b"\xff\xd8\xff" else None
+            header = jpeg_frame_header(f) if head == b"\xff\xd8\xff" else None
             f.seek(max(0, stat.st_size - 1024))
             tail = f.read()
     except OSError as e:
         return f"cannot be read ({e.strerror})", 0, 0
-    return _jpeg_problem(stat.st_size, head, header, tail, channels), stat.st_size, stat.st_mtime_ns
+    return jpeg_header_problem(stat.st_size, head, header, tail, channels), stat.st_size, stat.st_mtime_ns
 
 
-def _jpeg_problem(size, head, header, tail, channels):
+def jpeg_header_problem(size, head, header, tail, channels):
+    """Returns what keeps a JPEG of `size` bytes from decoding to `channels` channels, or None, from
+    its first 3 bytes `head`, its jpeg_frame_header and its last bytes `tail`."""
     if size == 0:
         return "is empty"
     if head != b"\xff\xd8\xff":
@@ -178,8 +181,25 @@ def decode_ratio(contents, image_size):
     return tf.reduce_sum(tf.cast(fits >= tf.constant(_DECODE_RATIOS[1:]), tf.int32))  # branch index
 
 
+def decode_image(contents, channels):
+    """Returns the JPEG, PNG, BMP or GIF (first frame) `contents` as a uint8 [height, width, channels]
+    image (`channels` 1 or 3; alpha dropped, 16-bit PNGs scaled to 8 bits).
+
+    JPEG and PNG decode to grayscale themselves; TensorFlow's BMP and GIF decoders
+    give colour only, so those are converted with rgb_to_grayscale.
+    """
+    if channels == 3:
+        return tf.ensure_shape(tf.io.decode_image(contents, channels=3, expand_animations=False), [None, None, 3])
+    decodes_gray = tf.logical_or(tf.io.is_jpeg(contents), tf.equal(tf.strings.substr(contents, 0, 8), _PNG_SIGNATURE))
+    image = tf.cond(decodes_gray,
+                    lambda: tf.io.decode_image(contents, channels=1, expand_animations=False),
+                    lambda: tf.image.rgb_to_grayscale(tf.io.decode_image(contents, channels=3, expand_animations=False)))
+    return tf.ensure_shape(image, [None, None, 1])
+
+
 def decode_and_resize(contents, image_size, channels=1, fast=False):
-    """Returns the JPEG `contents` as a uint8 [height, width, channels] image of `image_size`.
+    """Returns the image `contents` (see decode_image) as a uint8 [height, width, channels] image of
+    `image_size`.
 
     With `fast`, libjpeg decodes at 1/2, 1/4 or 1/8 scale when the result is still
     at least the target size: much less work for large images, and closer to an
@@ -190,7 +210,7 @@ def decode_and_resize(contents, image_size, channels=1, fast=False):
                     for r in _DECODE_RATIOS]
         image = tf.switch_case(decode_ratio(contents, image_size), branches)
     else:
-        image = tf.io.decode_jpeg(contents, channels=channels)
+        image = decode_image(contents, channels)
     image = tf.image.resize(image, image_size)
     return tf.saturate_cast(tf.round(image), tf.uint8)
 
@@ -252,16 +272,16 @@ def make_input_fn(file_pattern, class_names, image_size, batch_size, training, s
     return input_fn
 
 
-def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key="image"):
-    """Returns a serving_input_receiver_fn that takes a batch of JPEG file contents.
+def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key="image", bytes_key="jpeg_bytes"):
+    """Returns a serving_input_receiver_fn that takes a batch of image file contents.
 
-    Exported models then accept raw JPEG bytes under the key 'jpeg_bytes' and
-    decode and resize them exactly as in training.
+    Exported models then accept raw file bytes under `bytes_key` and decode
+    (see decode_and_resize) and resize them exactly as in training.
     """
     def serving_input_receiver_fn():
-        jpeg_bytes = tf.compat.v1.placeholder(tf.string, [None], name="jpeg_bytes")
-        images = tf.map_fn(lambda c: decode_and_resize(c, image_size, channels, fast_decode), jpeg_bytes,
+        contents = tf.compat.v1.placeholder(tf.string, [None], name=bytes_key)
+        images = tf.map_fn(lambda c: decode_and_resize(c, image_size, channels, fast_decode), contents,
                            fn_output_signature=tf.uint8)
-        return tf.estimator.export.ServingInputReceiver({feature_key: images}, {"jpeg_bytes": jpeg_bytes})
+        return tf.estimator.export.ServingInputReceiver({feature_key: images}, {bytes_key: contents})
 
     return serving_input_receiver_fn

@@ -11,3 +11,5 @@ VGG16_BASE_LAYERS = 18  # convolutions and poolings of VGG16 without its top (it
 
 class WeightsUnavailableError(Exception):
     """Pretrained weights are neither cached nor downloadable; the message says what to do."""
+# --model of the images job: the small CNN, or a tf.keras.applications backbone (see models.backbones)
+BACKBONES = ("small_cnn", "vgg16", "resnet50", "mobilenet_v2", "efficientnet_b0")

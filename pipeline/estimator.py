@@ -69,7 +69,8 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
     `augment` (input_fns.augmentation's transforms) is applied to training batches
     only, drawn from (`augment_seed`, the global step, the replica).
     """
-    estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config)
+    estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
+                                                      checkpoint_format=checkpoint_format(keras_model))
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
 
     def model_fn(features, labels, mode):
@@ -97,6 +98,15 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
 
     estimator._model_fn = model_fn  # TF 2.15, the last Estimator release: private, but frozen
     return estimator
+
+
+def checkpoint_format(keras_model):
+    """Returns model_to_estimator's checkpoint format for `keras_model`: object-based ('checkpoint',
+    its default), or name-based ('saver') for models with sync-on-read variables (BatchNormalization's
+    moving statistics), whose object-based saver model_to_estimator would build in a replica's
+    context, where a strategy cannot read them ("requires being in cross-replica context")."""
+    on_read = tf.VariableSynchronization.ON_READ
+    return "saver" if any(v.synchronization == on_read for v in keras_model.variables) else "checkpoint"
 
 
 def augmented(features, transforms, seed):

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Classify JPEG images with a model exported by a training run (e.g. train_oct.py)."""
+"""Classify images (JPEG, PNG, BMP, GIF; files or folders) with a model exported by a training run
+(train_images.py, train_oct.py)."""
 import argparse
 import json
 import os
@@ -8,6 +9,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
+from pipeline.flags import positive_int  # noqa: E402
 
 
 def build_parser():
@@ -22,7 +24,10 @@ def build_parser():
                              "where the model's last convolution looked for the predicted class")
     parser.add_argument("--explain-class", metavar="NAME", default=None,
                         help="with --explain: explain this class (one of the export's) instead of the predicted one")
-    parser.add_argument("images", nargs="+", help="JPEG files to classify")
+    parser.add_argument("--batch-size", type=positive_int, default=64,
+                        help="files read and classified at once (memory grows with it, not with the file count)")
+    parser.add_argument("images", nargs="+",
+                        help="image files to classify, or folders whose images (at any depth) are classified")
     return parser
 
 
@@ -32,10 +37,13 @@ def predict(args):
         from pipeline.errors import FlagError
         raise FlagError("--explain-class needs --explain OUT_DIR, the folder the heatmaps go to")
     from serving.predict import classify_files, load_predictor  # imports TensorFlow: once the arguments are good
-    results = classify_files(load_predictor(args.model), args.images)
+    results = classify_files(load_predictor(args.model), args.images, args.batch_size)
     if args.explain:
+        results = list(results)  # the heatmaps follow the predictions
         _explain(args, results)
+    failed = False
     for r in results:
+        failed = failed or "error" in r
         if args.json:
             print(json.dumps(r))
         elif "error" in r:
@@ -43,8 +51,8 @@ def predict(args):
         else:
             spread = "  ".join(f"{n} {p:.3f}" for n, p in r["probabilities"].items())
             heatmap = f"  heatmap of {r['explained_class']}: {r['heatmap']}" if "heatmap" in r else ""
-            print(f"{r['file']}: {r['class']}  ({spread}){heatmap}")
-    return 1 if any("error" in r for r in results) else 0
+            print(f"{r['file']}: {r['class']}  ({spread}){heatmap}", flush=True)
+    return 1 if failed else 0
 
 
 def _explain(args, results):

@@ -43,7 +43,7 @@ class Task:
     prepare_data and build_model get its data and build its model."""
     name: str
     description: str
-    full_train_examples: int  # the published dataset's training-set size
+    full_train_examples: Optional[int]  # the published dataset's training-set size (None: no such dataset)
     defaults: dict
     add_flags: Callable
     job: str

@@ -2,9 +2,9 @@
 import argparse
 
 from pipeline.flags import HelpFormatter, build_parser
-from pipeline.tasks import fashion, oct as oct_task
+from pipeline.tasks import fashion, images, oct as oct_task
 
-TASKS = {task.name: task for task in (fashion.TASK, oct_task.TASK)}
+TASKS = {task.name: task for task in (fashion.TASK, oct_task.TASK, images.TASK)}
 
 
 def tool_parser(description, task_help):

@@ -26,6 +26,7 @@ sys.stderr.write(f"\\nexit={code} tensorflow_imported={'tensorflow' in sys.modul
 BAD_FLAGS = {
     "train_fashion.py": ["--batch-size", "0"],
     "train_oct.py": ["--image-size", "16"],
+    "train_images.py": ["--channels", "2"],
     "prepare_oct.py": ["--out", "x", "--image-size", "huge"],
     "predict.py": ["--model"],
     "launch_local_cluster.py": ["--workers", "-1", "--", "true"],

@@ -1,0 +1,189 @@
+"""A folder of class folders read as a dataset: DIR/<class>/<image> (split here) or
+DIR/{train,test}/<class>/<image> (split by its owner).
+
+The classes are the folders' names, sorted; images are found at any depth
+below their class folder. Files without an image extension, and hidden files
+(.DS_Store, macOS's ._ files), are not images; Thumbs.db and notes are left
+alone the same way. Each image's headers are checked (see image_formats), so
+bad files are known before training.
+"""
+import collections
+import dataclasses
+import hashlib
+import os
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Tuple
+
+from input_fns.errors import InputDataError
+from input_fns.image_folder import FolderScan
+from input_fns.image_formats import check_image, is_image_name
+
+SPLITS = ("train", "test")
+_SPLIT_FOLDERS = frozenset({"train", "test", "validation", "val"})  # lowercased; validation is not used
+
+
+@dataclasses.dataclass
+class ClassFolders:
+    """The images under a data dir: by split when the dir is split already, else all under 'all'."""
+    root: str
+    class_names: Tuple[str, ...]
+    scans: Dict[str, FolderScan]  # 'train' and 'test', or 'all'
+    gray: bool  # every good image is grayscale
+    ignored_files: int  # files that are not images by their names
+
+    @property
+    def presplit(self):
+        """Returns whether the folder came split into train and test."""
+        return "all" not in self.scans
+
+
+def _walk_images(folder):
+    """Returns (the image files below `folder`, sorted, and how many other files it holds)."""
+    images, ignored = [], 0
+    for parent, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            if is_image_name(name):
+                images.append(os.path.join(parent, name))
+            else:
+                ignored += 1
+    return sorted(images), ignored
+
+
+def _class_dirs(folder):
+    return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+
+
+def _scan(folder, class_names, channels, workers):
+    files, labels, ignored = [], [], 0
+    for index, name in enumerate(class_names):
+        found, others = _walk_images(os.path.join(folder, name)) if os.path.isdir(os.path.join(folder, name)) \
+            else ([], 0)
+        files += found
+        labels += [index] * len(found)
+        ignored += others
+    with ThreadPoolExecutor(workers) as pool:  # the checks wait on the disk, not the CPU
+        checks = list(pool.map(lambda f: check_image(f, channels), files, chunksize=256))
+    digest = hashlib.sha256()
+    for f, check in zip(files, checks):
+        digest.update(f"{f}\0{check.size}\0{check.mtime_ns}\n".encode())
+    problems = {f: c.problem for f, c in zip(files, checks) if c.problem}
+    gray = all(c.gray for c in checks if not c.problem)
+    return FolderScan(files, labels, problems, tuple(class_names), digest.hexdigest()), gray, ignored
+
+
+def scan_class_folders(data_dir, channels=None, workers=4):
+    """Returns the ClassFolders of `data_dir`, each image checked for decoding to `channels`
+    (1, 3 or None: its own).
+
+    Raises InputDataError when the dir is missing, has fewer than 2 class folders,
+    a class without images, or a test class unknown to training.
+    """
+    if not os.path.isdir(data_dir):
+        raise InputDataError(f"no folder {data_dir}; pass --data-dir with a folder of class folders "
+                             "(DIR/<class>/<image>)")
+    top = {d.lower(): d for d in _class_dirs(data_dir)}
+    presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
+    if presplit:
+        class_names = tuple(_class_dirs(os.path.join(data_dir, top["train"])))
+        extra = sorted(set(_class_dirs(os.path.join(data_dir, top["test"]))) - set(class_names))
+        if extra:
+            raise InputDataError(f"{os.path.join(data_dir, top['test'])} has class folder(s) {', '.join(extra)} "
+                                 "that train does not; every test class needs training images")
+        folders = {s: os.path.join(data_dir, top[s]) for s in SPLITS}
+    else:
+        class_names, folders = tuple(top.values()), {"all": data_dir}
+    if len(class_names) < 2:
+        raise InputDataError(f"{folders.get('train', data_dir)} holds {len(class_names)} class folder(s); "
+                             "a classifier needs at least 2 (one folder of images per class)")
+    scans, gray, ignored = {}, True, 0
+    for split, folder in folders.items():
+        scans[split], split_gray, split_ignored = _scan(folder, class_names, channels, workers)
+        gray, ignored = gray and split_gray, ignored + split_ignored
+        empty = [n for n, c in scans[split].class_counts().items() if c == 0]
+        if empty:
+            raise InputDataError(f"no readable images of class {', '.join(repr(n) for n in empty)} in {folder} "
+                                 "(JPEG, PNG, BMP or GIF); add some or remove the folder")
+    return ClassFolders(data_dir, class_names, scans, gray, ignored)
+
+
+def group_of(path, pattern):
+    """Returns the group `path`'s file name belongs to under the regex `pattern`: its first
+    capture group, or the whole match; None when it does not match."""
+    match = re.search(pattern, os.path.basename(path))
+    return None if match is None else (match.group(1) if match.groups() else match.group(0))
+
+
+def split_files(files, labels, test_fraction, seed=0, group_by=None):
+    """Returns {'train': [(file, label)], 'test': [(file, label)]}, each sorted: about
+    `test_fraction` of each class in test, chosen with `seed`.
+
+    With the regex `group_by` (see group_of), files of one group are kept on one
+    side; groups are drawn in a seeded order and go to test while their largest
+    class still needs test images. Raises InputDataError when a file matches no
+    group, or when a class ends with no training or no test image.
+    """
+    if not group_by:
+        return _stratified_split(files, labels, test_fraction, seed)
+    groups = collections.defaultdict(list)
+    for f, label in zip(files, labels):
+        key = group_of(f, group_by) if group_by else f
+        if key is None:
+            raise InputDataError(f"{f} does not match --group-by {group_by!r}; every file needs a group "
+                                 "(the regex's first group, or its whole match, in the file name)")
+        groups[key].append((f, label))
+    per_class = collections.Counter(labels)
+    wanted = {c: round(n * test_fraction) for c, n in per_class.items()}
+    order = sorted(groups)
+    random.Random(seed).shuffle(order)
+    taken, split = collections.Counter(), {"train": [], "test": []}
+    for key in order:
+        members = groups[key]
+        counts = collections.Counter(label for _, label in members)
+        main = max(counts, key=lambda c: (counts[c], -c))
+        side = "test" if taken[main] + counts[main] <= max(wanted[main], 1) and wanted[main] > 0 else "train"
+        if side == "test":
+            taken.update(counts)
+        split[side] += members
+    return _checked(split, per_class, test_fraction, group_by)
+
+
+def _stratified_split(files, labels, test_fraction, seed):
+    """Returns split_files's split when every file is a group of its own: exactly round(n x
+    test_fraction) of each class's n files in test (at least 1)."""
+    by_class = collections.defaultdict(list)
+    for f, label in zip(files, labels):
+        by_class[label].append(f)
+    rng, split = random.Random(seed), {"train": [], "test": []}
+    for label in sorted(by_class):
+        members = sorted(by_class[label])
+        rng.shuffle(members)
+        cut = max(1, round(len(members) * test_fraction))
+        split["test"] += [(f, label) for f in members[:cut]]
+        split["train"] += [(f, label) for f in members[cut:]]
+    return _checked(split, collections.Counter(labels), test_fraction, None)
+
+
+def _checked(split, per_class, test_fraction, group_by):
+    for side in SPLITS:
+        split[side].sort()
+        present = {label for _, label in split[side]}
+        missing = sorted(set(per_class) - present)
+        if missing:
+            raise InputDataError(f"the {side} split has no image of class index {missing[0]} with --test-fraction "
+                                 f"{test_fraction}{' and --group-by' if group_by else ''}; give that class more "
+                                 "images (or groups), or change --test-fraction")
+    return split
+
+
+def read_split_list(path, root):
+    """Returns the files listed in the split file `path`, one path relative to `root` per line."""
+    with open(path, encoding="utf-8") as f:
+        return [os.path.join(root, line.rstrip("\n")) for line in f if line.strip()]
+
+
+def split_list_text(files, root):
+    """Returns the text of a split file: the paths of `files` relative to `root`, one per line."""
+    return "".join(os.path.relpath(f, root) + "\n" for f in files)

@@ -1,0 +1,129 @@
+"""Image classifiers on the backbones people use: a small CNN or a tf.keras.applications model,
+each taking uint8 images and running its own preprocessing inside the model."""
+import os
+
+import tensorflow as tf
+
+from models import WeightsUnavailableError
+from models.optimizers import Adam
+from models.vgg16_transfer import vgg16_preprocessing
+
+_APPLICATIONS = {
+    "vgg16": tf.keras.applications.VGG16,
+    "resnet50": tf.keras.applications.ResNet50,
+    "mobilenet_v2": tf.keras.applications.MobileNetV2,
+    "efficientnet_b0": tf.keras.applications.EfficientNetB0,
+}
+
+
+def _to_rgb(images):
+    if images.shape[-1] == 1:  # the applications take 3 channels: gray is repeated
+        return tf.keras.layers.Concatenate(name="gray_to_rgb")([images, images, images])
+    return images
+
+
+def _preprocess(name, images):
+    """Returns Keras layers applied to uint8 `images`: backbone `name`'s own preprocessing."""
+    if name in ("vgg16", "resnet50"):  # Keras's 'caffe' mode: BGR, ImageNet means subtracted
+        return vgg16_preprocessing(images)
+    images = _to_rgb(images)
+    if name == "mobilenet_v2":  # Keras's 'tf' mode: [-1, 1]
+        return tf.keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="scale_to_plus_minus_1")(images)
+    return tf.keras.layers.Rescaling(1.0, name="to_float")(images)  # EfficientNet rescales inside itself
+
+
+def _small_cnn(images, weights):
+    """Returns the base of the small CNN (today's Fashion-MNIST design, any size and channels)
+    on uint8 `images`, scaled to [0, 1]."""
+    x = tf.keras.layers.Rescaling(1 / 255, name="scale_to_unit")(images)
+    for i, filters in enumerate((32, 64)):
+        x = tf.keras.layers.Conv2D(filters, 3, activation="relu", name=f"conv{i + 1}")(x)
+        x = tf.keras.layers.MaxPooling2D(pool_size=2, strides=2, name=f"pool{i + 1}")(x)
+    x = tf.keras.layers.Conv2D(64, 3, activation="relu", name="conv3")(x)
+    x = tf.keras.layers.Flatten(name="flatten")(x)
+    x = tf.keras.layers.Dense(64, activation="relu", name="dense")(x)
+    base = tf.keras.Model(images, x, name="small_cnn")
+    if weights not in (None, "none"):
+        base.load_weights(weights)
+    return base
+
+
+def _application(name, images, weights):
+    weights = None if weights in (None, "none") else weights
+    try:
+        return _APPLICATIONS[name](include_top=False, weights=weights, input_tensor=_preprocess(name, images))
+    except Exception as e:  # noqa: BLE001 - Keras's get_file raises a bare Exception when offline
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if weights == "imagenet" and "URL fetch failure" in first:
+            raise WeightsUnavailableError(
+                f"the ImageNet {name} weights are not in ~/.keras/models and could not be downloaded ({first}); "
+                f"pass --weights PATH to a no-top {name} .h5 file, or --weights none to train from random "
+                "weights") from None
+        if weights not in (None, "imagenet") and isinstance(e, (ValueError, OSError)):
+            raise WeightsUnavailableError(f"cannot load --weights {weights} into {name} ({first}); pass a "
+                                          f"no-top {name} .h5 weights file, 'imagenet' or 'none'") from None
+        raise
+
+
+def build_image_classifier(backbone, num_classes, image_size, channels, weights="none", trainable_layers=None,
+                           learning_rate=1e-3, input_name="image", class_weights=None):
+    """Returns the compiled classifier: `backbone` ('small_cnn' or a BACKBONES application) without
+    its top, global average pooling (applications), and a float32 softmax over `num_classes`.
+
+    Its input is uint8 [image_size, channels] images (1 channel is repeated for
+    the 3-channel applications), preprocessed inside the model as the backbone
+    was trained. `weights`: 'imagenet' (applications), 'none' or the path of a
+    no-top .h5 weights file. `trainable_layers`: the backbone's last N layers
+    left trainable, the rest frozen (None: all). `class_weights` (one per class)
+    multiply each example's cross-entropy by its true class's weight.
+    Raises WeightsUnavailableError for weights that cannot be had, ValueError
+    for a trainable_layers beyond the backbone's layers.
+    """
+    if weights not in (None, "none", "imagenet") and not os.path.isfile(weights):
+        raise WeightsUnavailableError(f"weights file not found: {weights}; pass --weights with a no-top "
+                                      f"{backbone} .h5 file, 'imagenet' or 'none'")
+    inputs = tf.keras.Input(shape=tuple(image_size) + (channels,), dtype=tf.uint8, name=input_name)
+    if backbone == "small_cnn":
+        if weights == "imagenet":
+            raise WeightsUnavailableError("small_cnn has no ImageNet weights; pass --weights none or PATH")
+        base = _small_cnn(inputs, weights)
+        features = base.output
+    else:
+        base = _application(backbone, inputs, weights)
+        features = tf.keras.layers.GlobalAveragePooling2D(name="avg_pool_head")(base.output)
+    _freeze(base, trainable_layers)
+    # float32 softmax (and loss) under a mixed-precision policy: 16-bit probabilities round to 0 or 1.
+    outputs = tf.keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(features)
+    model = tf.keras.Model(inputs, outputs, name=f"{backbone}_classifier")
+    model.compile(optimizer=Adam(learning_rate=learning_rate), loss=_loss(class_weights), metrics=["accuracy"])
+    return model
+
+
+def backbone_layers(base):
+    """Returns the layers --trainable-layers counts from the end: every layer of the backbone after
+    its input, the preprocessing layers included (they come first and have no weights)."""
+    return [layer for layer in base.layers if not isinstance(layer, tf.keras.layers.InputLayer)]
+
+
+def _freeze(base, trainable_layers):
+    layers = backbone_layers(base)
+    if trainable_layers is None:
+        return
+    if not 0 <= trainable_layers <= len(layers):
+        raise ValueError(f"--trainable-layers {trainable_layers} is more than {base.name}'s {len(layers)} layers; "
+                         f"pass 0 to {len(layers)}")
+    for i, layer in enumerate(layers):
+        layer.trainable = i >= len(layers) - trainable_layers
+
+
+def _loss(class_weights):
+    if class_weights is None:
+        return "categorical_crossentropy"
+    weights = [float(w) for w in class_weights]
+
+    def weighted_categorical_crossentropy(y_true, y_pred):
+        per_example = tf.keras.losses.categorical_crossentropy(y_true, y_pred)
+        # The constant is made here, in the graph the Estimator builds, not at model build time.
+        return per_example * tf.reduce_sum(tf.cast(y_true, tf.float32) * tf.constant(weights), axis=-1)
+
+    return weighted_categorical_crossentropy

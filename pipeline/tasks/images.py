@@ -1,0 +1,75 @@
+"""The images job's command line: any folder of class folders (JPEG, PNG, BMP, GIF) on a small CNN
+or a tf.keras.applications backbone. Its data and model: images_job.py."""
+import argparse
+import os
+import re
+
+from models import BACKBONES
+from pipeline.flags import int_in_range, positive_float
+from pipeline.tasks import Task
+
+MAX_IMAGE_SIZE = 2048
+
+
+def regex(text):
+    """argparse type: a regular expression that compiles."""
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({e}): {text!r}") from None
+    return text
+
+
+def fraction(text):
+    """argparse type: a number strictly between 0 and 1."""
+    value = positive_float(text)
+    if not value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def add_flags(parser):
+    group = parser.add_argument_group("images")
+    group.add_argument("--image-size", type=int_in_range(32, MAX_IMAGE_SIZE), default=224,
+                       help="height and width every image is resized to")
+    group.add_argument("--channels", type=int, choices=(1, 3), default=None,
+                       help="decode the images to 1 (gray) or 3 (RGB) channels; default: 1 when every image is "
+                            "grayscale, else 3 (alpha is dropped; gray feeds 3-channel backbones repeated)")
+    group.add_argument("--model", choices=BACKBONES, default="small_cnn",
+                       help="'small_cnn' (the Fashion-MNIST design at any size) or a tf.keras.applications "
+                            "backbone, each with its own preprocessing inside the model")
+    group.add_argument("--weights", default=None, metavar="imagenet|none|PATH",
+                       help="backbone weights: 'imagenet' (Keras's cached file, downloaded once), 'none' "
+                            "(random) or a no-top .h5 weights file; default: imagenet for the applications, "
+                            "none for small_cnn")
+    group.add_argument("--trainable-layers", type=int_in_range(0, 10 ** 4), default=None,
+                       help="layers at the end of the backbone left trainable, the rest frozen; default: all "
+                            "with --weights none, 0 (the head only) with pretrained weights")
+    group.add_argument("--test-fraction", type=fraction, default=0.2,
+                       help="with DIR/<class>/<image>: share of each class held out for testing (the split is "
+                            "written to <model dir>/split and reused on resume)")
+    group.add_argument("--split-seed", type=int_in_range(0, 2 ** 31 - 1), default=0,
+                       help="seed of that split")
+    group.add_argument("--group-by", type=regex, default=None, metavar="REGEX",
+                       help="keep the images whose file names share a group (the regex's first group, or its "
+                            "whole match: a patient ID, say) on one side of the split")
+    group.add_argument("--class-weight", choices=("none", "balanced"), default="none",
+                       help="'balanced' weighs each training image's loss by n / (classes x its class's count), "
+                            "so that rare classes count as much as common ones")
+    group.add_argument("--on-bad-image", choices=("fail", "skip"), default="fail",
+                       help="a file with an image extension that cannot be decoded (another format, truncated, "
+                            "1-bit BMP, ...): 'fail' names it and stops before training, 'skip' leaves it out "
+                            "and lists it in results.json")
+
+
+TASK = Task(
+    name="images",
+    description="Train an image classifier on a folder of class folders (DIR/<class>/<image>, or "
+                "DIR/{train,test}/<class>/<image>) through a Keras-made Estimator, evaluate it on the "
+                "test split and export it for predict.py.",
+    full_train_examples=None,  # any folder: no published size to derive an epoch's time from
+    defaults={"data_dir": None, "batch_size": 32, "epochs": 10.0, "learning_rate": 1e-3,
+              "reference_batch_size": 32, "model_dir": os.path.join("runs", "images")},
+    add_flags=add_flags,
+    job="pipeline.tasks.images_job",
+)

@@ -1,0 +1,213 @@
+"""The images job's data and model: a folder of class folders, split (or split already) into
+train and test, read by image_list's input, and a models.backbones classifier. Its command line:
+images.py."""
+import collections
+import dataclasses
+import json
+import logging
+import os
+from typing import Dict, List, Tuple
+
+import tensorflow as tf
+
+from input_fns import class_folders, image_folder, image_list, synthetic
+from input_fns.errors import InputDataError
+from input_fns.files import write_json_atomically
+from models.backbones import build_image_classifier
+from pipeline.errors import UsageError
+from pipeline.tasks import FEATURE_KEY, TaskData
+
+log = logging.getLogger(__name__)
+
+SPLIT_DIR = "split"  # in the model dir: train.txt and test.txt (one path per line), split.json
+SYNTHETIC_CLASSES, SYNTHETIC_SIZES = 10, {"train": 10000, "test": 2000}
+SERVING_KEY = "image_bytes"
+
+
+@dataclasses.dataclass
+class Dataset:
+    """The job's data: class names, channels, and each split's (files, labels)."""
+    class_names: Tuple[str, ...]
+    channels: int
+    splits: Dict[str, Tuple[List[str], List[int]]]
+    report: dict
+
+    def train_class_counts(self):
+        """Returns the training images per class, in class_names order."""
+        counts = collections.Counter(self.splits["train"][1])
+        return [counts[i] for i in range(len(self.class_names))]
+
+
+_DATASETS = {}  # prepare_data and build_model read the folder once between them
+
+
+def load_dataset(args):
+    """Returns the Dataset of args.data_dir (scanned once per process for the same flags)."""
+    if not args.data_dir:
+        raise UsageError("pass --data-dir with a folder of class folders (DIR/<class>/<image>, or "
+                         "DIR/{train,test}/<class>/<image>), or --synthetic")
+    key = (os.path.abspath(args.data_dir), args.channels, args.test_fraction, args.split_seed, args.group_by,
+           args.on_bad_image, os.path.abspath(args.model_dir))
+    if key not in _DATASETS:
+        _DATASETS[key] = _load(args)
+    return _DATASETS[key]
+
+
+def _load(args):
+    folders = class_folders.scan_class_folders(args.data_dir, args.channels)
+    for scan in folders.scans.values():
+        image_folder.check_bad_files(scan, args.on_bad_image)
+    problems = {f: p for scan in folders.scans.values() for f, p in scan.problems.items()}
+    saved = read_split(args.model_dir, args.data_dir)
+    if saved:
+        _check_split_flags(saved, args, folders.presplit)
+    channels = args.channels or (saved or {}).get("channels") or (1 if folders.gray else 3)
+    if saved:
+        splits = _splits_from_lists(folders, saved, args.model_dir)
+    elif folders.presplit:
+        splits = {s: folders.scans[s].good() for s in class_folders.SPLITS}
+    else:
+        files, labels = folders.scans["all"].good()
+        entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by)
+        splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
+    split_dir = write_split(args.model_dir, args.data_dir, folders, splits, channels, args) if not saved else \
+        os.path.join(args.model_dir, SPLIT_DIR)
+    report = {"data_root": os.path.abspath(args.data_dir), "class_names": list(folders.class_names),
+              "layout": "train and test folders" if folders.presplit else "class folders, split here",
+              "split_dir": os.path.abspath(split_dir), "channels": channels,
+              "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
+              "skipped_file_problems": problems}
+    return Dataset(folders.class_names, channels, splits, report)
+
+
+def read_split(model_dir, data_dir):
+    """Returns the split.json an earlier run of this model dir wrote, or None; raises UsageError when
+    it was made from another data dir."""
+    path = os.path.join(model_dir, SPLIT_DIR, "split.json")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise InputDataError(f"cannot read {path} ({e}); remove the folder {os.path.dirname(path)} to split "
+                             "again, or pass another --model-dir") from None
+    if saved.get("data_dir") != os.path.abspath(data_dir):
+        raise UsageError(f"the model dir {model_dir} was trained on {saved.get('data_dir')}, not {data_dir}; pass "
+                         "that --data-dir, or another --model-dir")
+    return saved
+
+
+def _check_split_flags(saved, args, presplit):
+    """Raises UsageError when the flags ask for another split than the one the model dir holds."""
+    asked = {"--channels": (args.channels, saved.get("channels"))}
+    if not presplit:
+        asked.update({"--test-fraction": (args.test_fraction, saved.get("test_fraction")),
+                      "--split-seed": (args.split_seed, saved.get("split_seed")),
+                      "--group-by": (args.group_by, saved.get("group_by"))})
+    for flag, (value, was) in asked.items():
+        if value != was and not (flag == "--channels" and value is None):
+            raise UsageError(f"the model dir {args.model_dir} was split with {flag} {was}, not {value}; pass "
+                             f"{flag} {was} to go on with it, or another --model-dir for a new split")
+
+
+def _splits_from_lists(folders, saved, model_dir):
+    """Returns the splits listed in the model dir, minus files now skipped as bad."""
+    label_of = {f: label for scan in folders.scans.values() for f, label in zip(*scan.good())}
+    bad = {f for scan in folders.scans.values() for f in scan.problems}
+    splits, listed = {}, set()
+    for split in class_folders.SPLITS:
+        path = os.path.join(model_dir, SPLIT_DIR, f"{split}.txt")
+        files = [f for f in class_folders.read_split_list(path, saved["data_dir"]) if f not in bad]
+        gone = [f for f in files if f not in label_of]
+        if gone:
+            raise InputDataError(f"{gone[0]}, listed in {path}, is no longer an image of the data dir"
+                                 f"{f' (and {len(gone) - 1} more)' if len(gone) > 1 else ''}; restore it, or "
+                                 "pass another --model-dir to split the folder anew")
+        splits[split] = (files, [label_of[f] for f in files])
+        listed.update(files)
+    new = len(set(label_of) - listed)
+    if new:
+        log.warning("%d images were added to the data dir after this model dir's split was made; they are left "
+                    "out (another --model-dir splits the folder anew)", new)
+    return splits
+
+
+def write_split(model_dir, data_dir, folders, splits, channels, args):
+    """Writes the split to <model_dir>/split: train.txt and test.txt, then split.json (written last:
+    a split is whole when it exists); returns the folder."""
+    out = os.path.join(model_dir, SPLIT_DIR)
+    os.makedirs(out, exist_ok=True)
+    for split, (files, _) in splits.items():
+        tmp = os.path.join(out, f".tmp-{split}.txt")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(class_folders.split_list_text(files, os.path.abspath(data_dir)))
+        os.replace(tmp, os.path.join(out, f"{split}.txt"))
+    write_json_atomically(os.path.join(out, "split.json"), {
+        "data_dir": os.path.abspath(data_dir), "class_names": list(folders.class_names), "channels": channels,
+        "presplit": folders.presplit, "test_fraction": None if folders.presplit else args.test_fraction,
+        "split_seed": args.split_seed, "group_by": args.group_by,
+        "counts": {s: len(files) for s, (files, _) in splits.items()}})
+    return out
+
+
+def balanced_class_weights(counts):
+    """Returns n / (classes x count) for each class count: 1 for every class when they are equal."""
+    total = sum(counts)
+    return [total / (len(counts) * c) for c in counts]
+
+
+def prepare_data(args, batch_size):
+    """Returns TaskData over the folder's train and test splits (or synthetic images)."""
+    size = (args.image_size, args.image_size)
+    if args.synthetic:
+        channels = args.channels or 3
+        names = tuple(f"class_{i}" for i in range(SYNTHETIC_CLASSES))
+
+        def make(training, split):
+            return synthetic.make_input_fn(size + (channels,), SYNTHETIC_CLASSES, batch_size, training,
+                                           feature_key=FEATURE_KEY, num_examples=SYNTHETIC_SIZES[split],
+                                           dtype=tf.uint8)
+        return TaskData(make(True, "train"), make(False, "test"), SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"],
+                        "synthetic", class_names=names, serving_input_fn=_serving(size, channels))
+    data = load_dataset(args)
+
+    def make(split, training):
+        files, labels = data.splits[split]
+        return image_list.make_input_fn(image_list.ImageListConfig(
+            files, labels, len(data.class_names), size, data.channels, batch_size, training,
+            feature_key=FEATURE_KEY, seed=args.seed))
+
+    report = dict(data.report)
+    if args.class_weight == "balanced":
+        report["class_weights"] = balanced_class_weights(data.train_class_counts())
+    return TaskData(make("train", True), make("test", False), len(data.splits["train"][0]),
+                    len(data.splits["test"][0]), "real", class_names=data.class_names,
+                    eval_labels=data.splits["test"][1], train_class_counts=data.train_class_counts(),
+                    serving_input_fn=_serving(size, data.channels), report=report)
+
+
+def _serving(size, channels):
+    return image_folder.make_serving_input_fn(size, channels, feature_key=FEATURE_KEY, bytes_key=SERVING_KEY)
+
+
+def build_model(args, learning_rate):
+    """Returns the compiled classifier --model names, for the folder's classes and channels."""
+    if args.synthetic:
+        num_classes, channels, class_weights = SYNTHETIC_CLASSES, args.channels or 3, None
+    else:
+        data = load_dataset(args)
+        num_classes, channels = len(data.class_names), data.channels
+        class_weights = balanced_class_weights(data.train_class_counts()) if args.class_weight == "balanced" \
+            else None
+    weights = args.weights or ("none" if args.model == "small_cnn" else "imagenet")
+    trainable = args.trainable_layers
+    if trainable is None and weights != "none":
+        trainable = 0  # pretrained: the head learns first
+    try:
+        return build_image_classifier(args.model, num_classes, (args.image_size, args.image_size), channels,
+                                      weights=weights, trainable_layers=trainable, learning_rate=learning_rate,
+                                      input_name=FEATURE_KEY, class_weights=class_weights)
+    except ValueError as e:  # --trainable-layers beyond the backbone
+        raise UsageError(str(e)) from None
+

@@ -1,0 +1,119 @@
+"""Folders of class folders: their layouts, the stratified and grouped split, and a 100,000-image
+folder scanned and split at real size."""
+import collections
+import os
+import time
+
+import numpy as np
+import pytest
+
+from input_fns import class_folders
+from input_fns.errors import InputDataError
+from input_fns.image_list import ImageListConfig, make_input_fn
+from tests.images_data import draw_shape, encode, make_shapes_folder
+
+
+def write_images(folder, count, fmt=("RGB", "PNG", ".png"), prefix=""):
+    os.makedirs(folder, exist_ok=True)
+    data = encode(draw_shape("square", 24, np.random.default_rng(0)), fmt[0], fmt[1])
+    for i in range(count):
+        with open(os.path.join(folder, f"{prefix}{i:04d}{fmt[2]}"), "wb") as f:
+            f.write(data)
+
+
+def test_class_folders_with_spaces_and_non_ascii_names_and_junk(tmp_path):
+    root = make_shapes_folder(str(tmp_path / "shapes"), per_class=8, classes=("cœur", "plus sign", "Ω"))
+    folders = class_folders.scan_class_folders(root)
+    assert folders.class_names == ("cœur", "plus sign", "Ω") and not folders.presplit
+    assert folders.scans["all"].class_counts() == {"cœur": 8, "plus sign": 8, "Ω": 8}
+    assert folders.ignored_files == 3 and not folders.gray and not folders.scans["all"].problems
+
+
+def test_train_and_test_folders_are_used_as_they_are(tmp_path):
+    for split, count in (("Train", 6), ("test", 2)):
+        for name in ("a", "b"):
+            write_images(str(tmp_path / split / name), count, ("L", "BMP", ".BMP"))
+    folders = class_folders.scan_class_folders(str(tmp_path))
+    assert folders.presplit and folders.class_names == ("a", "b") and folders.gray
+    assert folders.scans["train"].num_good == 12 and folders.scans["test"].num_good == 4
+
+
+@pytest.mark.parametrize("layout,message", [
+    ({"only": 3}, r"holds 1 class folder\(s\); a classifier needs at least 2"),
+    ({"a": 3, "empty": 0}, "no readable images of class 'empty'"),
+])
+def test_folders_a_classifier_cannot_learn_from_are_one_line(tmp_path, layout, message):
+    for name, count in layout.items():
+        write_images(str(tmp_path / name), count)
+    with pytest.raises(InputDataError, match=message) as raised:
+        class_folders.scan_class_folders(str(tmp_path))
+    assert "\n" not in str(raised.value)
+
+
+def test_the_split_is_stratified_seeded_and_disjoint():
+    files = [f"/d/{c}/{i}.png" for c, n in (("a", 100), ("b", 30)) for i in range(n)]
+    labels = [0] * 100 + [1] * 30
+    split = class_folders.split_files(files, labels, 0.2, seed=3)
+    assert collections.Counter(l for _, l in split["test"]) == {0: 20, 1: 6}
+    assert not {f for f, _ in split["train"]} & {f for f, _ in split["test"]}
+    assert len(split["train"]) + len(split["test"]) == 130
+    assert split == class_folders.split_files(files, labels, 0.2, seed=3)
+    assert split != class_folders.split_files(files, labels, 0.2, seed=4)
+
+
+def test_group_by_keeps_each_group_on_one_side():
+    files = [f"/d/{c}/{c}-patient{p}-{i}.jpeg" for c in ("CNV", "NORMAL") for p in range(20) for i in range(3)]
+    labels = [0 if "CNV" in f else 1 for f in files]
+    split = class_folders.split_files(files, labels, 0.25, seed=0, group_by=r"-(patient\d+)-")
+    sides = {side: {class_folders.group_of(f, r"-(patient\d+)-") + f.split("/")[2] for f, _ in split[side]}
+             for side in ("train", "test")}
+    assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]
+    assert 24 <= len(split["test"]) <= 36  # about a quarter of 120
+    with pytest.raises(InputDataError, match=r"/d/x/odd\.jpeg does not match --group-by"):
+        class_folders.split_files(files + ["/d/x/odd.jpeg"], labels + [0], 0.25, group_by=r"-(patient\d+)-")
+
+
+def test_a_class_too_small_to_split_is_one_line():
+    with pytest.raises(InputDataError, match="the train split has no image of class index 1"):
+        class_folders.split_files(["/a/1", "/a/2", "/a/3", "/b/1"], [0, 0, 0, 1], 0.3)
+
+
+def test_the_image_list_input_shards_between_pipelines_and_keeps_eval_order(tmp_path):
+    write_images(str(tmp_path / "a"), 5)
+    write_images(str(tmp_path / "b"), 5, ("RGB", "GIF", ".gif"))
+    files = sorted(str(p) for p in tmp_path.rglob("*.*"))
+    labels = [0] * 5 + [1] * 5
+    config = ImageListConfig(files, labels, 2, (16, 16), 3, batch_size=4, training=False)
+    import tensorflow as tf
+    parts = [np.concatenate([l.argmax(1) for _, l in make_input_fn(config)(
+        tf.distribute.InputContext(2, i, 2)).as_numpy_iterator()]) for i in range(2)]
+    assert parts[0].tolist() == labels[0::2] and parts[1].tolist() == labels[1::2]
+    whole = list(make_input_fn(config)().as_numpy_iterator())
+    assert np.concatenate([l.argmax(1) for _, l in whole]).tolist() == labels
+    assert whole[0][0]["image"].dtype == np.uint8 and whole[0][0]["image"].shape == (4, 16, 16, 3)
+
+
+def test_a_folder_of_100000_images_is_scanned_and_split(tmp_path):
+    """Real size: 100,000 small images (hard links to 4 files of each format) in 10 class folders."""
+    sources = {}
+    for mode, fmt, ext in (("RGB", "JPEG", ".jpg"), ("P", "PNG", ".png"), ("RGB", "BMP", ".bmp"),
+                           ("RGB", "GIF", ".gif")):
+        sources[ext] = str(tmp_path / f"source{ext}")
+        with open(sources[ext], "wb") as f:
+            f.write(encode(draw_shape("circle", 32, np.random.default_rng(0)), mode, fmt))
+    root = tmp_path / "big"
+    for c in range(10):
+        folder = root / f"class {c}"
+        folder.mkdir(parents=True)
+        for i in range(10000):
+            ext = (".jpg", ".png", ".bmp", ".gif")[i % 4]
+            os.link(sources[ext], folder / f"{i:05d}{ext}")
+    start = time.perf_counter()
+    folders = class_folders.scan_class_folders(str(root))
+    files, labels = folders.scans["all"].good()
+    split = class_folders.split_files(files, labels, 0.2, seed=0)
+    seconds = time.perf_counter() - start
+    print(f"scanned and split {len(files)} images in {seconds:.1f} s")  # for the README; not asserted
+    assert len(files) == 100000 and not folders.scans["all"].problems
+    assert len(split["test"]) == 20000 and collections.Counter(l for _, l in split["test"]) == dict.fromkeys(
+        range(10), 2000)

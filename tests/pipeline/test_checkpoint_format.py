@@ -1,0 +1,39 @@
+"""Models with BatchNormalization train under model_to_estimator on 2 mirrored replicas, and their
+moving statistics reach the checkpoint (name-based: see pipeline.estimator.checkpoint_format)."""
+import numpy as np
+import tensorflow as tf
+
+from models.optimizers import Adam
+from pipeline.distribution import build_distribution
+from pipeline.estimator import build_estimator, build_run_config, checkpoint_format
+
+
+def model_with_batch_norm():
+    inputs = tf.keras.Input((8, 8, 1), name="image")
+    x = tf.keras.layers.Conv2D(4, 3)(inputs)
+    x = tf.keras.layers.BatchNormalization(name="bn")(x)
+    x = tf.keras.layers.GlobalAveragePooling2D()(x)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(2, activation="softmax")(x))
+    model.compile(Adam(0.01), "categorical_crossentropy")
+    return model
+
+
+def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistics(tmp_path):
+    model = model_with_batch_norm()
+    assert checkpoint_format(model) == "saver"
+    plain = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+    assert checkpoint_format(plain) == "checkpoint"  # the other jobs' checkpoints stay as they were
+
+    def input_fn(input_context=None):
+        images = np.random.default_rng(0).normal(5.0, 1.0, (16, 8, 8, 1)).astype(np.float32)
+        return tf.data.Dataset.from_tensor_slices(({"image": images}, np.eye(2, dtype=np.float32)[[0, 1] * 8])) \
+            .batch(4).repeat()
+
+    config = build_run_config(str(tmp_path), build_distribution(cpu_replicas=2), checkpoint_steps=100,
+                              summary_steps=100)
+    estimator = build_estimator(model, config)
+    estimator.train(input_fn, max_steps=3)
+    names = dict(tf.train.list_variables(estimator.latest_checkpoint()))
+    moving_mean = next(n for n in names if n.startswith("bn/moving_mean"))
+    assert tf.train.load_variable(estimator.latest_checkpoint(), moving_mean).mean() != 0  # updated from 0
+    assert estimator.evaluate(input_fn, steps=1)["global_step"] == 3

@@ -1,0 +1,122 @@
+"""The images job as a user with a folder of pictures runs it: train, evaluate, export, predict;
+its split, its bad files, and the same picture served as PNG and JPEG."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from input_fns import image_folder
+from input_fns.image_list import ImageListConfig, make_input_fn
+from tests.conftest import ROOT
+from tests.images_data import draw_shape, encode, make_shapes_folder
+
+SMALL = ["--image-size", "32", "--batch-size", "16", "--warm-up-steps", "1", "--log-steps", "100"]
+
+
+def script(name, *argv):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *argv],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    return make_shapes_folder(str(tmp_path_factory.mktemp("pictures") / "shapes"), per_class=80)
+
+
+def test_shapes_in_mixed_formats_train_to_high_accuracy_export_and_predict(shapes, tmp_path):
+    model_dir = tmp_path / "model"
+    result = script("train_images.py", "--data-dir", shapes, "--model-dir", str(model_dir), "--max-steps", "300",
+                    "--seed", "1", *SMALL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["eval_accuracy"] >= 0.9, result.stdout
+    assert results["eval_examples"] == 48 and results["train_examples"] == 192  # 20% of 80 per class held out
+    assert results["class_names"] == ["circle", "plus sign", "square"] and results["channels"] == 3
+    assert results["ignored_files"] == 3 and results["skipped_files"] == []
+    test_list = (model_dir / "split" / "test.txt").read_text().splitlines()
+    train_list = (model_dir / "split" / "train.txt").read_text().splitlines()
+    assert len(test_list) == 48 and not set(test_list) & set(train_list)
+    assert "plus sign precision" in result.stdout
+
+    predicted = script("predict.py", "--model", str(model_dir / "export"), "--json", "--batch-size", "7",
+                       os.path.join(shapes, "plus sign"))
+    assert predicted.returncode == 0, predicted.stderr
+    lines = [json.loads(line) for line in predicted.stdout.splitlines()]
+    assert len(lines) == 80 and all(line["file"].startswith(os.path.join(shapes, "plus sign")) for line in lines)
+    held_out = {os.path.join(shapes, f) for f in test_list if f.startswith("plus sign")}
+    right = [line["class"] == "plus sign" for line in lines if line["file"] in held_out]
+    assert len(right) == 16 and sum(right) >= 12
+
+    # The same picture as a PNG and as a JPEG, neither seen in training: the same answer.
+    picture = draw_shape("square", 48, np.random.default_rng(99))
+    for name, (mode, fmt) in {"same.png": ("RGBA", "PNG"), "same.jpg": ("RGB", "JPEG")}.items():
+        (tmp_path / name).write_bytes(encode(picture, mode, fmt))
+    pair = script("predict.py", "--model", str(model_dir / "export"), "--json", str(tmp_path / "same.png"),
+                  str(tmp_path / "same.jpg"), str(tmp_path / "absent.gif"))
+    png, jpeg, absent = [json.loads(line) for line in pair.stdout.splitlines()]
+    assert png["class"] == jpeg["class"] == "square"
+    assert png["probabilities"] == pytest.approx(jpeg["probabilities"], abs=0.05)
+    assert absent == {"file": str(tmp_path / "absent.gif"), "error": "file not found"} and pair.returncode == 1
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_the_export_decodes_each_format_as_training_does(tmp_path, channels):
+    picture = draw_shape("circle", 40, np.random.default_rng(5))
+    files = []
+    for mode, fmt, ext in (("RGBA", "PNG", ".png"), ("RGB", "JPEG", ".jpg"), ("RGB", "GIF", ".gif"),
+                           ("RGB", "BMP", ".bmp"), ("P", "PNG", ".png")):
+        files.append(str(tmp_path / f"{len(files)}{ext}"))
+        with open(files[-1], "wb") as f:
+            f.write(encode(picture, mode, fmt))
+    config = ImageListConfig(files, [0] * len(files), 2, (32, 32), channels, batch_size=8, training=False)
+    (trained, _), = list(make_input_fn(config)().as_numpy_iterator())
+    with tf.Graph().as_default():
+        receiver = image_folder.make_serving_input_fn((32, 32), channels, bytes_key="image_bytes")()
+        with tf.compat.v1.Session() as session:
+            served = session.run(receiver.features["image"], {
+                receiver.receiver_tensors["image_bytes"]: [open(f, "rb").read() for f in files]})
+    np.testing.assert_array_equal(served, trained["image"])
+
+
+def test_bad_files_are_named_in_one_line_or_skipped(tmp_path, capsys):
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=10)
+    (tmp_path / "data" / "square" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+    (tmp_path / "data" / "circle" / "one-bit.BMP").write_bytes(
+        encode(draw_shape("circle", 24, np.random.default_rng(0)), "1", "BMP"))
+    common = ["--data-dir", data, "--max-steps", "2", *SMALL]
+    from pipeline.cli import train_main  # in process: the same function as the script, without 10 s of start-up
+    from pipeline.tasks.images import TASK
+    assert train_main(TASK, ["--model-dir", str(tmp_path / "m1"), *common]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert all(f in last for f in ("one-bit.BMP is a 1-bit BMP", "(and 1 more bad files)", "--on-bad-image=skip"))
+    skipped = script("train_images.py", "--model-dir", str(tmp_path / "m2"), "--on-bad-image", "skip",
+                     "--class-weight", "balanced", *common)
+    assert skipped.returncode == 0, skipped.stderr[-2000:]
+    results = json.loads((tmp_path / "m2" / "results.json").read_text())
+    assert sorted(os.path.basename(f) for f in results["skipped_files"]) == ["broken.png", "one-bit.BMP"]
+    assert results["class_weights"] == pytest.approx([1.0, 1.0, 1.0])
+    assert "skipped: 2 files" in skipped.stdout
+
+
+@pytest.mark.parametrize("argv,fragments", [
+    ([], ["pass --data-dir with a folder of class folders"]),
+    (["--data-dir", "{tmp}/absent"], ["no folder", "absent"]),
+    (["--data-dir", "{data}", "--model", "resnet50"], ["ImageNet resnet50 weights", "--weights"]),
+    (["--data-dir", "{data}", "--trainable-layers", "50"], ["--trainable-layers 50 is more than"]),
+])
+def test_what_cannot_run_is_one_line(tmp_path, monkeypatch, capsys, argv, fragments):
+    """In process, through the function train_images.py runs (a subprocess each would cost 10 s)."""
+    from pipeline.cli import train_main
+    from pipeline.tasks.images import TASK
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=5)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no cached ImageNet weights, and no network
+    argv = [a.format(tmp=tmp_path, data=data) for a in argv]
+    assert train_main(TASK, [*argv, "--model-dir", str(tmp_path / "model"), "--max-steps", "1", *SMALL]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(lines)
+    assert ": error: " in lines[-1]
+    assert all(fragment in lines[-1] for fragment in fragments), lines[-1]

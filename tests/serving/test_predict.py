@@ -1,0 +1,44 @@
+"""predict.py's client: folders walked, files classified in batches as they are read, progress shown."""
+import os
+
+import numpy as np
+
+from serving.predict import Predictor, classify_files, image_paths
+from tests.images_data import draw_shape, encode
+
+
+def counting_predictor(calls):
+    """A Predictor whose classify records each batch's size and answers 'a' for every image."""
+    def classify(contents):
+        calls.append(len(contents))
+        return np.tile([[0.75, 0.25]], (len(contents), 1)), ["a"] * len(contents)
+    return Predictor("export", ["a", "b"], classify)
+
+
+def test_folders_are_walked_recursively_and_junk_left_out(tmp_path):
+    png = encode(draw_shape("circle", 24, np.random.default_rng(0)), "RGB", "PNG")
+    for path in ("x/1.png", "x/deep/er/2.PNG", "x/.hidden/3.png", "x/._4.png", "x/notes.txt", "x/Thumbs.db"):
+        os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+        (tmp_path / path).write_bytes(png)
+    assert list(image_paths([str(tmp_path / "x"), "given.txt"])) == [
+        str(tmp_path / "x" / "1.png"), str(tmp_path / "x" / "deep" / "er" / "2.PNG"), "given.txt"]
+
+
+def test_many_files_go_through_in_batches_with_progress(tmp_path):
+    source = tmp_path / "source.gif"
+    source.write_bytes(encode(draw_shape("square", 24, np.random.default_rng(0)), "RGB", "GIF"))
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(1000):
+        os.link(source, folder / f"{i:04d}.gif")
+    (folder / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut short")
+    calls, progress = [], []
+    results = classify_files(counting_predictor(calls), [str(folder)], batch_size=64, progress_every_secs=0,
+                             log=progress.append)
+    first = next(results)  # a generator: the first answer comes before the other files are read
+    assert calls == [64] and first == {"file": str(folder / "0000.gif"), "class": "a",
+                                       "probabilities": {"a": 0.75, "b": 0.25}}
+    rest = list(results)
+    assert len(rest) == 1000 and max(calls) == 64 and sum(calls) == 1000
+    assert rest[-1] == {"file": str(folder / "bad.jpg"), "error": "is truncated (no JPEG end marker)"}
+    assert progress[0].startswith("classified 64 files (") and progress[-1].startswith("classified 1001 files")
