@@ -3,7 +3,6 @@ the export answers the same with it on or off, and a resumed run draws what a st
 import os
 
 import numpy as np
-import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from cluster.launcher import cluster_tasks
 from cluster.peers import PEER_LOST_EXIT
