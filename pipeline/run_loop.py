@@ -303,13 +303,14 @@ def _print_header(task, args, plan, data, global_batch, schedule, steps):
 def _describe_images(steps, num_train_examples):
     def epochs(images):
         return f"{images / num_train_examples:.3g} epochs"
-    trained = (f"{steps.images_at_start:,} trained ({epochs(steps.images_at_start)}); "
-               if steps.start_step else "")
     left = steps.images_at_end - steps.images_at_start
-    target = (f" of the {steps.target_images:,} asked ({epochs(steps.target_images)} of {num_train_examples:,})"
+    in_steps = f"in {steps.max_steps - steps.start_step} steps of {steps.global_batch}"
+    if not steps.start_step:
+        return f"{left:,} ({epochs(left)} of {num_train_examples:,}) {in_steps}"
+    target = (f" of the {steps.target_images:,} asked ({epochs(steps.target_images)})"
               if steps.target_images is not None else "")
-    return (f"{trained}{left:,} to train ({epochs(left)}) in {steps.max_steps - steps.start_step} steps of "
-            f"{steps.global_batch}{target}")
+    return (f"{steps.images_at_start:,} trained ({epochs(steps.images_at_start)}); {left:,} to train "
+            f"({epochs(left)}) {in_steps}{target}")
 
 
 def _describe_augment(args):

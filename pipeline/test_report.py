@@ -132,7 +132,10 @@ def write_images(summary_dir, pngs, step, prefix="test_report/"):
         tag = prefix + (os.path.splitext(name)[0] if name.endswith(".png") else name)
         values.append(tf.compat.v1.Summary.Value(tag=tag, image=image))
     with tf.Graph().as_default():  # the v1 writer refuses eager mode
-        writer = tf.compat.v1.summary.FileWriter(summary_dir)
+        # An events file is named by the second it was made and the host: without a suffix of its own,
+        # one made in the same second as the evaluation's (still open in the Estimator's cache) would
+        # take its name, and one of the two would be lost.
+        writer = tf.compat.v1.summary.FileWriter(summary_dir, filename_suffix=".test_report")
         writer.add_summary(tf.compat.v1.Summary(value=values), step)
         writer.close()
 

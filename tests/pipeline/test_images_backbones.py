@@ -1,5 +1,6 @@
 """Each backbone of the images job trains a few steps under model_to_estimator and MirroredStrategy on
-2 CPU replicas, in fp32 and bf16, exports, and the export classifies files through serving.predict."""
+2 CPU replicas, in fp32 and bf16, with every --augment transform, exports, and the export classifies
+files through serving.predict."""
 import os
 
 import pytest
@@ -33,9 +34,11 @@ def test_backbone_trains_on_two_replicas_exports_and_predicts(shapes, tmp_path, 
     args = build_parser(TASK).parse_args([
         "--data-dir", shapes, "--model-dir", model_dir, "--model", backbone, "--weights", "none",
         "--channels", "1", "--image-size", "32", "--batch-size", "2", "--cpu-replicas", "2", "--max-steps", "2",
-        "--precision", precision, "--warm-up-steps", "0", "--checkpoint-steps", "100"])
+        "--precision", precision, "--warm-up-steps", "0", "--checkpoint-steps", "100",
+        "--augment", "flip,rotate=10,zoom=0.1,translate=0.1,contrast=0.2"])
     results = run(TASK, args)
     assert results["replicas"] == 2 and results["global_step"] == 2 and results["precision"] == precision
+    assert [name for name, _ in results["augment"]] == ["flip", "rotate", "zoom", "translate", "contrast"]
     assert results["eval_examples"] == 6 and sum(map(sum, results["confusion_matrix"])) == 6
     predictor = load_predictor(results["export_dir"])
     assert predictor.class_names == sorted(SHAPE_CLASSES)

@@ -3,6 +3,8 @@ import json
 import logging
 import os
 
+import pytest
+
 from pipeline import mfu as mfu_lib, peak as peak_lib
 from pipeline.peak import Peak
 
@@ -40,7 +42,7 @@ def test_a_run_whose_throughput_beats_an_injected_peak_warns_and_records_it(fash
     assert results["model_flops_per_image"] == {"forward": 5588480, "training": 3 * 5588480}
     assert results["peak_flops"]["flops"] == 1e6 and "measured fp32 peak" in results["peak_flops"]["source"]
     expected = results["train_images_per_sec"] * 3 * 5588480 / 1e6
-    assert results["mfu"] == expected > 1
+    assert results["mfu"] == pytest.approx(expected) and expected > 1
     assert [r.message for r in caplog.records if "is above 1" in r.message][0].startswith(f"MFU {expected:.2f}")
     printed = capsys.readouterr().out
     assert "model FLOPs:   5.59 MFLOP per image forward, 16.8 MFLOP training" in printed

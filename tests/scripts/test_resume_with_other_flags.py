@@ -28,7 +28,7 @@ def test_a_resume_with_a_doubled_batch_trains_the_images_that_remain(fashion_dat
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"to global step {step + 25}, resuming from step {step}" in rerun.stdout
     assert f"images:        {trained:,} trained ({trained / 800:.3g} epochs); 800 to train (1 epochs) in 25 steps " \
-           f"of 32 of the {trained + 800:,} asked" in rerun.stdout
+           f"of 32 of the {trained + 800:,} asked ({epochs:.3g} epochs)" in rerun.stdout
     results = json.loads((model_dir / "results.json").read_text())
     assert results["global_step"] == step + 25
     assert results["images_trained"] == trained + 800 and results["epochs_trained"] == round(epochs, 4)
