@@ -40,6 +40,7 @@ def configure_logging(verbose=False):
         handler._pipeline = True
         root.addHandler(handler)
     root.setLevel(logging.INFO)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font cache's INFO line in a fresh HOME
     tf_logger = tf.get_logger()
     tf_logger.handlers = []
     tf_logger.propagate = True

@@ -343,10 +343,11 @@ def _print_summary(results, path):
           f"  train:   {train}\n{trained}"
           f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
           f"on {results['eval_examples']} test images", flush=True)
+    width = max(map(len, results.get("per_class", {})), default=8)
     for name, figures in results.get("per_class", {}).items():
         precision, recall = (f"{v:.3f}" if v is not None else "n/a"
                              for v in (figures["precision"], figures["recall"]))
-        print(f"           {name:8s} precision {precision}  recall {recall}  ({figures['support']} images)")
+        print(f"           {name:{width}s} precision {precision}  recall {recall}  ({figures['support']} images)")
     if results.get("skipped_files"):
         print(f"  skipped: {len(results['skipped_files'])} files that cannot be decoded "
               "(listed with their problems in results.json)")
