@@ -88,8 +88,8 @@ def candidate_checkpoints(model_dir):
     prefixes = {}
     state = tf.train.get_checkpoint_state(model_dir)
     if state:
+        # get_checkpoint_state has already joined relative paths to model_dir (itself maybe relative).
         for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
-            path = path if os.path.isabs(path) else os.path.join(model_dir, path)
             match = re.search(r"-(\d+)$", path)
             if match:
                 prefixes[path] = int(match.group(1))

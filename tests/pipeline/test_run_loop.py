@@ -128,3 +128,14 @@ def test_a_run_left_untimed_says_why(fashion_data_dir, tmp_path, caplog, extra, 
                                      "8", "--max-steps", "3", *extra))
     assert results["train_images_per_sec"] is None
     assert f"no throughput measured: {why}" in caplog.text
+
+
+def test_a_relative_model_dir_resumes_from_its_newest_checkpoint(fashion_data_dir, tmp_path, monkeypatch):
+    # The default model dir, runs/<task>, is relative to where the command runs.
+    monkeypatch.chdir(tmp_path)
+    common = ["--data-dir", fashion_data_dir, "--model-dir", os.path.join("runs", "fashion"), "--batch-size", "8"]
+    run(TASK, fashion_args(*common, "--max-steps", "2"))
+    resumed = run(TASK, fashion_args(*common, "--max-steps", "4"))
+    assert resumed["start_global_step"] == 2 and resumed["global_step"] == 4
+    assert not [f for f in os.listdir(tmp_path / "runs" / "fashion") if f.endswith(".damaged")]
+    assert tf.train.latest_checkpoint(os.path.join("runs", "fashion")).endswith("model.ckpt-4")
