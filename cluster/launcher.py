@@ -1,10 +1,15 @@
 """Starts a TF_CONFIG cluster of local processes on 127.0.0.1 and supervises it.
 
 Every task runs the same command with its own TF_CONFIG; their output is
-streamed with a task prefix. When a task fails, or on Ctrl-C, every process
-started here is stopped; parameter servers, which never exit on their own, are
-stopped once the training tasks and the evaluator are done. An evaluator that dies is
-warned about once; training goes on.
+streamed with a task prefix. When a task fails, every process started here is
+stopped; parameter servers, which never exit on their own, are stopped once the
+training tasks and the evaluator are done. An evaluator that dies is warned about
+once; training goes on.
+
+No task outlives the launcher: SIGINT, SIGTERM and SIGHUP are passed on to every
+task (which checkpoints and ends), SIGKILL follows after `grace_secs`. Should the
+launcher itself be killed, each task's end of a pipe, the lifeline, reads
+end-of-file, and the task stops itself (cluster.lifeline).
 """
 import json
 import os
@@ -14,6 +19,11 @@ import subprocess
 import sys
 import threading
 import time
+
+from cluster.lifeline import GRACE_VARIABLE, LIFELINE_VARIABLE
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DEFAULT_GRACE_SECS = 30
 
 
 def free_ports(count):
@@ -64,12 +74,20 @@ def _advice(code):
 class LocalCluster:
     """The processes of one local cluster; `run()` supervises them and returns the exit code."""
 
-    def __init__(self, command, workers, ps=0, evaluator=False, out=None, evaluator_grace_secs=300):
+    def __init__(self, command, workers, ps=0, evaluator=False, out=None, evaluator_grace_secs=300,
+                 grace_secs=DEFAULT_GRACE_SECS, environ=None):
         self.command, self.out = command, out or sys.stdout
         self.tasks = cluster_tasks(workers, ps, evaluator)
-        self.evaluator_grace_secs = evaluator_grace_secs
+        self.evaluator_grace_secs, self.grace_secs = evaluator_grace_secs, grace_secs
+        self.environ = dict(os.environ if environ is None else environ)
         self.processes = {}
         self._lock = threading.Lock()
+        self._received = []
+
+    def ports(self):
+        """Returns the TCP ports the cluster's tasks listen on, as TF_CONFIG assigns them."""
+        cluster = self.tasks[0][1]["cluster"]
+        return [int(address.rsplit(":", 1)[1]) for addresses in cluster.values() for address in addresses]
 
     def say(self, label, line):
         with self._lock:
@@ -81,65 +99,105 @@ class LocalCluster:
             self.say(label, line)
 
     def start(self):
-        """Starts every task; returns {label: Popen}."""
-        for label, tf_config in self.tasks:
-            env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1")
-            process = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True, errors="replace")
-            self.processes[label] = process
-            threading.Thread(target=self._stream, args=(label, process), daemon=True).start()
-            self.say("launcher", f"started {label} (pid {process.pid})")
+        """Starts every task, each in a process group of its own (a terminal's Ctrl-C reaches the
+        launcher alone, which passes it on once); returns {label: Popen}."""
+        lifeline, self._lifeline = os.pipe()  # the write end stays here: its close is the launcher's death
+        try:
+            for label, tf_config in self.tasks:
+                env = dict(self.environ, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1")
+                env.update({LIFELINE_VARIABLE: str(lifeline), GRACE_VARIABLE: f"{self.grace_secs:g}"})
+                process = subprocess.Popen(
+                    self.command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True, errors="replace", pass_fds=(lifeline,),
+                    process_group=0)
+                self.processes[label] = process
+                threading.Thread(target=self._stream, args=(label, process), daemon=True).start()
+                self.say("launcher", f"started {label} (pid {process.pid})")
+        finally:
+            os.close(lifeline)
         return self.processes
 
-    def stop(self, labels=None):
-        """Stops the given (default: all) processes still running: SIGTERM, then SIGKILL after 10 s."""
-        running = [p for label, p in self.processes.items()
-                   if (labels is None or label in labels) and p.poll() is None]
-        for p in running:
-            p.terminate()
-        deadline = time.monotonic() + 10
-        for p in running:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    def stop(self, labels=None, signum=signal.SIGTERM, grace_secs=10):
+        """Sends `signum` to the given (default: all) processes still running, and SIGKILL to those
+        still running `grace_secs` later (at once on a second stop signal); returns the labels killed."""
+        running = {label: p for label, p in self.processes.items()
+                   if (labels is None or label in labels) and p.poll() is None}
+        for p in running.values():
+            p.send_signal(signum)
+        deadline, signals_before = time.monotonic() + grace_secs, len(self._received)
+        while any(p.poll() is None for p in running.values()) and time.monotonic() < deadline \
+                and len(self._received) == signals_before:
+            time.sleep(0.1)
+        killed = [label for label, p in running.items() if p.poll() is None]
+        for label in killed:
+            running[label].kill()
+        for p in running.values():
+            p.wait()
+        return killed
 
     def run(self):
         """Starts the cluster and waits for it; returns 0 when the chief, the workers and the
-        evaluator all succeed, 1 when any task fails, 130 on Ctrl-C."""
-        self.start()
+        evaluator all succeed, 1 when any task fails, 128 + the signal after SIGINT, SIGTERM or
+        SIGHUP (each task stopped as the signal's handling says, see pass_on)."""
+        previous = {}
+        try:
+            for signum in STOP_SIGNALS:
+                previous[signum] = signal.signal(signum, lambda signum, frame: self._received.append(signum))
+        except ValueError:  # not the main thread: the caller handles signals
+            pass
+        try:
+            self.start()
+            return self._supervise()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            if getattr(self, "_lifeline", None) is not None:
+                os.close(self._lifeline)
+                self._lifeline = None
+
+    def pass_on(self, signum):
+        """Passes stop signal `signum` on to every task (SIGHUP as SIGTERM, which the jobs catch):
+        each checkpoints at its next step and ends; SIGKILL follows `grace_secs` later, or at a
+        second signal. Returns 128 + `signum`, the launcher's exit code."""
+        forward = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
+        self.say("launcher", f"{signal.Signals(signum).name} received: passing {forward.name} on to every task, "
+                             f"which checkpoints and ends; SIGKILL to any still running after {self.grace_secs:g} s")
+        killed = self.stop(signum=forward, grace_secs=self.grace_secs)
+        if killed:
+            self.say("launcher", f"killed {', '.join(killed)} (SIGKILL): still running after the grace period or "
+                                 "a second signal; its newest whole checkpoint is kept")
+        self.say("launcher", "every task has ended")
+        return 128 + signum
+
+    def _supervise(self):
         must_finish = [label for label, _ in self.tasks if not label.startswith("ps")]
         trainers_done_at = None
-        try:
-            while True:
-                for label, process in self.processes.items():
-                    code = process.poll()
-                    if label == "evaluator" and code not in (None, 0):
-                        if label in must_finish:  # evaluations are a view on training, not part of it
-                            self.say("launcher", f"the evaluator {_describe_exit(code)}; training goes on "
-                                                 "without it")
-                            must_finish.remove(label)
-                        continue
-                    # A parameter server ends by itself only once training has finished (cluster.peers).
-                    ps_early = code == 0 and label.startswith("ps") and self.processes["chief"].poll() != 0
-                    if code not in (None, 0) or ps_early:
-                        self.say("launcher", f"{label} {_describe_exit(code)}; stopping the cluster. "
-                                             f"{_advice(code)[0].upper()}{_advice(code)[1:]}")
-                        self.stop()
-                        return 1
-                if all(self.processes[label].poll() == 0 for label in must_finish):
-                    self.stop()  # the parameter servers
-                    self.say("launcher", "all tasks finished")
-                    return 0
-                if all(self.processes[l].poll() == 0 for l in must_finish if l != "evaluator"):
-                    trainers_done_at = trainers_done_at or time.monotonic()
-                    if time.monotonic() - trainers_done_at > self.evaluator_grace_secs:
-                        self.say("launcher", "the evaluator did not finish after training ended; stopping it")
-                        self.stop()
-                        return 1
-                time.sleep(0.2)
-        except KeyboardInterrupt:
-            self.say("launcher", "interrupted; stopping every task")
-            self.stop()
-            return 130
+        while True:
+            if self._received:
+                return self.pass_on(self._received[0])
+            for label, process in self.processes.items():
+                code = process.poll()
+                if label == "evaluator" and code not in (None, 0):
+                    if label in must_finish:  # evaluations are a view on training, not part of it
+                        self.say("launcher", f"the evaluator {_describe_exit(code)}; training goes on "
+                                             "without it")
+                        must_finish.remove(label)
+                    continue
+                # A parameter server ends by itself only once training has finished (cluster.peers).
+                ps_early = code == 0 and label.startswith("ps") and self.processes["chief"].poll() != 0
+                if code not in (None, 0) or ps_early:
+                    self.say("launcher", f"{label} {_describe_exit(code)}; stopping the cluster. "
+                                         f"{_advice(code)[0].upper()}{_advice(code)[1:]}")
+                    self.stop()
+                    return 1
+            if all(self.processes[label].poll() == 0 for label in must_finish):
+                self.stop()  # the parameter servers
+                self.say("launcher", "all tasks finished")
+                return 0
+            if all(self.processes[l].poll() == 0 for l in must_finish if l != "evaluator"):
+                trainers_done_at = trainers_done_at or time.monotonic()
+                if time.monotonic() - trainers_done_at > self.evaluator_grace_secs:
+                    self.say("launcher", "the evaluator did not finish after training ended; stopping it")
+                    self.stop()
+                    return 1
+            time.sleep(0.2)

@@ -5,6 +5,7 @@ import os
 import sys
 import traceback
 
+from cluster.isolation import with_network_advice
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.out_of_memory import out_of_memory_message
@@ -30,7 +31,7 @@ def run_command(parser, work, argv=None, parse=None):
     try:
         return work(args) or 0
     except USER_ERRORS as e:
-        message, code = str(e), getattr(e, "exit_code", 1)
+        message, code = with_network_advice(str(e)), getattr(e, "exit_code", 1)
         _show_traceback(e)
     except Interrupted as e:
         print(f"{parser.prog}: {_interrupted_message(e, model_dir)}", file=sys.stderr)

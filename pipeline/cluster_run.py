@@ -1,10 +1,13 @@
 """The cluster side of a run: where the cluster comes from (--cluster), and the watches that end
 a task whose cluster cannot go on (peers that never start, or are lost or hung later)."""
 import json
+import logging
 import os
 
 import tensorflow as tf
 
+from cluster.isolation import log_listening_ports
+from cluster.lifeline import follow_launcher
 from cluster.peers import PeerWatch
 from cluster.slurm import slurm_tf_config
 from cluster.tf_config import read_tf_config, without_evaluator
@@ -16,7 +19,9 @@ from pipeline import estimator as estimator_lib, results as results_lib
 def resolve_cluster(args):
     """Returns this process's ClusterTask (None on one machine). With --cluster slurm, TF_CONFIG is
     first written from Slurm's job step, before any strategy or RunConfig reads it; an evaluator
-    listed in the cluster (as Kubeflow's operator lists it) is taken out for TensorFlow."""
+    listed in the cluster (as Kubeflow's operator lists it) is taken out for TensorFlow. A task of
+    launch_local_cluster.py starts following its launcher here: it ends when the launcher dies."""
+    follow_launcher()
     if getattr(args, "cluster", "tf_config") == "slurm":
         os.environ["TF_CONFIG"] = json.dumps(slurm_tf_config(args.slurm_port_base, args.slurm_ps))
     cluster = read_tf_config()
@@ -44,6 +49,7 @@ def watch_cluster(cluster, args, max_steps):
     the final step (None on a parameter server)."""
     if cluster is None:
         return []
+    log_listening_ports(cluster, logging.getLogger(__name__))
     peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
                       finished=lambda: training_finished(args.model_dir, max_steps))
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
