@@ -78,7 +78,7 @@ def launch(args):
         exposure = (f"the cluster is NOT isolated ({reason}): its tasks listen on every interface of this machine "
                     f"at TCP ports {ports}, and run any graph whoever connects sends them")
         if not args.allow_network:
-            raise UsageError(f"{exposure}; pass --allow-network to run it so anyway, on a machine whose network "
+            raise UsageError(f"{exposure}; pass --allow-network to run it anyway, on a machine whose network "
                              "only trusted users reach")
         print(f"{os.path.basename(sys.argv[0])}: warning: {exposure}", file=sys.stderr, flush=True)
     else:

@@ -27,9 +27,9 @@ def operator_tf_config(tfjob, replica_type, index, namespace="research"):
                        "environment": "cloud"})
 
 
-def load():
+def load(kind="TFJob"):
     with open(MANIFEST) as f:
-        return yaml.safe_load(f)
+        return next(document for document in yaml.safe_load_all(f) if document["kind"] == kind)
 
 
 def test_every_replica_of_the_manifest_gets_its_role_from_the_operators_tf_config():
