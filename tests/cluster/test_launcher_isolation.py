@@ -1,0 +1,107 @@
+"""The launcher script with stand-in tasks: the cluster's own network namespace, the fallback that
+needs --allow-network, and stop signals passed on to every task (real processes and signals)."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from cluster.isolation import NO_ISOLATION_VARIABLE, interfaces, namespace
+from tests.conftest import ROOT
+
+LAUNCHER = os.path.join(ROOT, "scripts", "launch_local_cluster.py")
+# A stand-in task: says where it runs, then, on SIGTERM, writes STOPPED-<pid> into the folder it
+# is given and exits 143, unless told to ignore the signal.
+STAND_IN = """
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from cluster.isolation import interfaces, namespace
+print("where", namespace(), ",".join(interfaces()), os.environ.get("LOCAL_CLUSTER_ISOLATED"), flush=True)
+def stop(signum, frame):
+    open(os.path.join(sys.argv[1], f"STOPPED-{{os.getpid()}}-{{signal.Signals(signum).name}}"), "w").close()
+    sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[2] == "ignore" else stop)
+signal.signal(signal.SIGINT, stop)
+print("ready", flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def stand_in(folder, on_term="stop", secs=600):
+    return [sys.executable, "-c", STAND_IN.format(root=ROOT), str(folder), on_term, str(secs)]
+
+
+def start(flags, command, env=None):
+    return subprocess.Popen([sys.executable, LAUNCHER, *flags, "--", *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
+
+
+def wait_ready(launcher, tasks):
+    """Reads the launcher's output until `tasks` stand-ins are ready; returns (lines, task pids)."""
+    lines, pids = [], []
+    for line in launcher.stdout:
+        lines.append(line)
+        match = re.match(r"\[launcher\] started .* \(pid (\d+)\)", line)
+        pids += [int(match.group(1))] if match else []
+        if sum(line.endswith("] ready\n") for line in lines) == tasks:
+            return lines, pids
+    raise AssertionError("".join(lines) + launcher.stderr.read())
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_tasks_share_one_network_namespace_whose_only_interface_is_lo(tmp_path):
+    result = subprocess.run([sys.executable, LAUNCHER, "--workers", "1", "--", *stand_in(tmp_path, secs=0)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    places = set(re.findall(r"\] where (\S+) (\S+) (\S+)", result.stdout))
+    assert len(places) == 1, result.stdout  # chief and worker: one namespace
+    net, names, isolated = places.pop()
+    assert net != namespace() and names == "lo" and isolated == "1"
+    assert interfaces() != ["lo"]  # this machine's own namespace has more: the test means something
+    assert re.search(r"\[launcher\] the cluster has a network of its own, reachable only from its tasks "
+                     r"\(TCP ports \d+, \d+ on its loopback\)", result.stdout)
+
+
+def test_without_a_namespace_the_launcher_names_the_open_ports_and_needs_allow_network(tmp_path):
+    env = dict(os.environ, **{NO_ISOLATION_VARIABLE: "1"})
+    refused = subprocess.run([sys.executable, LAUNCHER, "--workers", "1", "--", *stand_in(tmp_path, secs=0)],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 1 and "started" not in refused.stdout
+    line, = refused.stderr.strip().splitlines()
+    assert re.fullmatch(r"launch_local_cluster.py: error: the cluster is NOT isolated \(.*\): its tasks listen on "
+                        r"every interface of this machine at TCP ports \d+, \d+, .*; pass --allow-network to run "
+                        r"it anyway.*", line), line
+    allowed = subprocess.run([sys.executable, LAUNCHER, "--allow-network", "--workers", "1", "--",
+                              *stand_in(tmp_path, secs=0)], capture_output=True, text=True, timeout=60, env=env)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert re.search(r"warning: the cluster is NOT isolated .* at TCP ports \d+, \d+", allowed.stderr)
+    assert set(re.findall(r"\] where (\S+) \S+ (\S+)", allowed.stdout)) == {(namespace(), "None")}
+
+
+def test_sighup_and_sigterm_reach_every_task_and_sigkill_follows_the_grace_period(tmp_path):
+    for signum, on_term in ((signal.SIGHUP, "stop"), (signal.SIGTERM, "ignore")):
+        folder = tmp_path / signum.name
+        folder.mkdir()
+        launcher = start(["--workers", "1", "--grace-secs", "2"], stand_in(folder, on_term))
+        lines, pids = wait_ready(launcher, 2)
+        os.kill(launcher.pid, signum)
+        sent = time.monotonic()
+        out, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 128 + signum, out + err
+        assert not any(alive(pid) for pid in pids)
+        stopped = sorted(name.split("-")[2] for name in os.listdir(folder))
+        if on_term == "stop":  # SIGHUP is passed on as SIGTERM, which the jobs catch
+            assert stopped == ["SIGTERM", "SIGTERM"] and "killed" not in out
+        else:  # tasks that ignore it are killed once the grace period is over, not before
+            assert stopped == [] and time.monotonic() - sent >= 2
+            assert "[launcher] killed chief, worker 0 (SIGKILL): still running after the grace period" in out
+        assert f"[launcher] {signum.name} received: passing SIGTERM on to every task" in out
+        assert out.rstrip().endswith("[launcher] every task has ended")
