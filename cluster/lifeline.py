@@ -27,7 +27,7 @@ def follow_launcher(environ=None):
     when this process was not started by the launcher."""
     environ = os.environ if environ is None else environ
     try:
-        fd = int(environ[LIFELINE_VARIABLE])
+        fd = int(environ.pop(LIFELINE_VARIABLE))  # once: a second watch would stop the job twice
         os.fstat(fd)
     except (KeyError, ValueError, OSError):
         return None
