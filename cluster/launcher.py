@@ -117,16 +117,19 @@ class LocalCluster:
             os.close(lifeline)
         return self.processes
 
-    def stop(self, labels=None, signum=signal.SIGTERM, grace_secs=10):
+    def stop(self, labels=None, signum=signal.SIGTERM, grace_secs=10, trainers_decide=False):
         """Sends `signum` to the given (default: all) processes still running, and SIGKILL to those
-        still running `grace_secs` later (at once on a second stop signal); returns the labels killed."""
+        still running `grace_secs` later (at once on a second stop signal; with `trainers_decide`, as
+        soon as the chief and the workers have ended); returns the labels killed."""
         running = {label: p for label, p in self.processes.items()
                    if (labels is None or label in labels) and p.poll() is None}
         for p in running.values():
             p.send_signal(signum)
         deadline, signals_before = time.monotonic() + grace_secs, len(self._received)
+        trainers = [p for label, p in running.items() if label == "chief" or label.startswith("worker")]
         while any(p.poll() is None for p in running.values()) and time.monotonic() < deadline \
-                and len(self._received) == signals_before:
+                and len(self._received) == signals_before \
+                and not (trainers_decide and all(p.poll() is not None for p in trainers)):
             time.sleep(0.1)
         killed = [label for label, p in running.items() if p.poll() is None]
         for label in killed:
@@ -162,10 +165,16 @@ class LocalCluster:
         forward = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
         self.say("launcher", f"{signal.Signals(signum).name} received: passing {forward.name} on to every task, "
                              f"which checkpoints and ends; SIGKILL to any still running after {self.grace_secs:g} s")
-        killed = self.stop(signum=forward, grace_secs=self.grace_secs)
-        if killed:
+        # Parameter servers and the evaluator wait inside TensorFlow's C++, where Python's signal handler
+        # never runs, and keep nothing the chief's checkpoint lacks: they end with the trainers.
+        killed = self.stop(signum=forward, grace_secs=self.grace_secs, trainers_decide=True)
+        helpers = [label for label in killed if label.startswith("ps") or label == "evaluator"]
+        if helpers and len(helpers) == len(killed):
+            self.say("launcher", f"stopped {', '.join(helpers)} (SIGKILL) once training had ended: they keep no "
+                                 "state of their own")
+        elif killed:
             self.say("launcher", f"killed {', '.join(killed)} (SIGKILL): still running after the grace period or "
-                                 "a second signal; its newest whole checkpoint is kept")
+                                 "a second signal; the newest whole checkpoint is kept")
         self.say("launcher", "every task has ended")
         return 128 + signum
 

@@ -12,16 +12,18 @@ from tests.conftest import ROOT
 
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local_cluster.py")
 # A stand-in task: says where it runs, then, on SIGTERM, writes STOPPED-<pid> into the folder it
-# is given and exits 143, unless told to ignore the signal.
+# is given and exits 143, unless told to ignore the signal (all, or the ps tasks and the evaluator).
 STAND_IN = """
-import os, signal, sys, time
+import json, os, signal, sys, time
 sys.path.insert(0, {root!r})
 from cluster.isolation import interfaces, namespace
 print("where", namespace(), ",".join(interfaces()), os.environ.get("LOCAL_CLUSTER_ISOLATED"), flush=True)
 def stop(signum, frame):
     open(os.path.join(sys.argv[1], f"STOPPED-{{os.getpid()}}-{{signal.Signals(signum).name}}"), "w").close()
     sys.exit(128 + signum)
-signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[2] == "ignore" else stop)
+task = json.loads(os.environ["TF_CONFIG"])["task"]["type"]
+ignore = sys.argv[2] == "ignore" or (sys.argv[2] == "ignore-unless-training" and task in ("ps", "evaluator"))
+signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore else stop)
 signal.signal(signal.SIGINT, stop)
 print("ready", flush=True)
 time.sleep(float(sys.argv[3]))
@@ -105,3 +107,18 @@ def test_sighup_and_sigterm_reach_every_task_and_sigkill_follows_the_grace_perio
             assert "[launcher] killed chief, worker 0 (SIGKILL): still running after the grace period" in out
         assert f"[launcher] {signum.name} received: passing SIGTERM on to every task" in out
         assert out.rstrip().endswith("[launcher] every task has ended")
+
+
+def test_parameter_servers_and_the_evaluator_are_stopped_once_the_trainers_have_ended(tmp_path):
+    # Stand-ins for tasks blocked inside TensorFlow's C++ (they never see SIGTERM), beside trainers
+    # that stop on it: the launcher ends them with the trainers, not after the grace period.
+    launcher = start(["--workers", "1", "--ps", "1", "--evaluator", "--grace-secs", "60"],
+                     stand_in(tmp_path, "ignore-unless-training"))
+    lines, pids = wait_ready(launcher, 4)
+    os.kill(launcher.pid, signal.SIGTERM)
+    sent = time.monotonic()
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 143 and time.monotonic() - sent < 60, out + err
+    assert "[launcher] stopped ps 0, evaluator (SIGKILL) once training had ended" in out, out
+    assert len(os.listdir(tmp_path)) == 2  # the chief and the worker stopped on their SIGTERM
+    assert not any(alive(pid) for pid in pids)
