@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cluster.isolation import NO_ISOLATION_VARIABLE, interfaces, namespace
 from tests.conftest import ROOT
 
@@ -122,3 +124,13 @@ def test_parameter_servers_and_the_evaluator_are_stopped_once_the_trainers_have_
     assert "[launcher] stopped ps 0, evaluator (SIGKILL) once training had ended" in out, out
     assert len(os.listdir(tmp_path)) == 2  # the chief and the worker stopped on their SIGTERM
     assert not any(alive(pid) for pid in pids)
+
+
+def test_without_root_the_namespace_is_made_inside_a_user_namespace_that_maps_the_user_to_itself():
+    if os.getuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
+        pytest.skip("needs root and setpriv to become an unprivileged user")
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import os; from cluster.isolation import isolate_network, interfaces; "
+             "print(isolate_network(), interfaces(), open('/proc/self/uid_map').read().split(), os.getuid())")
+    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                             sys.executable, "-c", probe, ROOT], capture_output=True, text=True, timeout=60)
+    assert result.stdout.split("\n")[0] == "None ['lo'] ['65534', '65534', '1'] 65534", result.stdout + result.stderr
