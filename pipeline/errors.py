@@ -6,6 +6,7 @@ that does not import it.
 from cluster.tf_config import ClusterConfigError
 from input_fns.errors import InputDataError
 from models import WeightsUnavailableError
+from reporting import RunsError
 from serving import ExportNotFoundError
 
 
@@ -24,4 +25,4 @@ class TrainingError(Exception):
 
 
 USER_ERRORS = (UsageError, InputDataError, WeightsUnavailableError, TrainingError, ClusterConfigError,
-               ExportNotFoundError)
+               ExportNotFoundError, RunsError)

@@ -20,6 +20,7 @@ from models.optimizers import precision
 from pipeline import batching, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
     results as results_lib
 from pipeline import test_report
+from reporting import hparams
 from pipeline.cluster_run import resolve_cluster, watch_cluster
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import TrainingError, UsageError
@@ -222,6 +223,7 @@ def _run(task, args, cluster, chief, stop):
     results.update(data.report)
     results["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     path = results_lib.write_results(args.model_dir, results)
+    hparams.write_hparams(args.model_dir, results)  # after results.json: a failure here loses no figure
     _print_summary(results, path)
     test_report.print_headline(results, args.model_dir)
     return results

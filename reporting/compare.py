@@ -1,0 +1,126 @@
+"""One table of several runs' results.json, side by side, as markdown or CSV.
+
+Model dirs are read through tf.io.gfile, so they may be local or on any file system
+TensorFlow reads (gs://, and s3:// with tensorflow-io).
+"""
+import csv
+import io
+import json
+import posixpath
+
+import tensorflow as tf
+
+from reporting import RunsError
+
+RESULTS_FILE = "results.json"  # pipeline.results.RESULTS_FILE; kept here so this room imports no pipeline
+
+
+def _field(path):
+    def read(results):
+        value = results
+        for key in path.split("/"):
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+    return read
+
+
+def _augment(results):
+    return ",".join(f"{name}={value}" for name, value in results.get("augment") or []) or "none"
+
+
+def _schedule(results):
+    return (results.get("learning_rate_schedule") or {}).get("kind")
+
+
+# (column, how to read it from results.json, how to show it)
+COLUMNS = [
+    ("run", None, str),
+    ("task", _field("task"), str),
+    ("model", lambda r: r.get("model") or r.get("task"), str),
+    ("step", _field("global_step"), str),
+    ("replicas", _field("replicas"), str),
+    ("batch", _field("global_batch_size"), str),
+    ("precision", _field("precision"), str),
+    ("lr", _field("learning_rate_base"), "{:g}".format),
+    ("schedule", _schedule, str),
+    ("augment", _augment, str),
+    ("epochs", _field("epochs_trained"), "{:g}".format),
+    ("images/s", _field("train_images_per_sec"), "{:.1f}".format),
+    ("mfu", _field("mfu"), "{:.3f}".format),
+    ("best val acc", _field("best/validation_accuracy"), "{:.4f}".format),
+    ("test acc", _field("eval_accuracy"), "{:.4f}".format),
+    ("test loss", _field("eval_loss"), "{:.4f}".format),
+    ("finished", _field("finished_at"), str),
+]
+
+
+def find_runs(folders):
+    """Returns [(run dir, results dict)] for each folder given: the folder itself when it holds
+    results.json, else each model dir directly inside it that does (in name order).
+    Raises RunsError naming a folder that holds neither."""
+    runs = []
+    for folder in folders:
+        folder = folder.rstrip("/") or "/"
+        if tf.io.gfile.exists(posixpath.join(folder, RESULTS_FILE)):
+            runs.append((folder, _read(folder)))
+            continue
+        inside = sorted(name.rstrip("/") for name in _listdir(folder)
+                        if tf.io.gfile.exists(posixpath.join(folder, name.rstrip("/"), RESULTS_FILE)))
+        if not inside:
+            raise RunsError(f"{folder} holds no {RESULTS_FILE}, nor any model dir with one: pass the model dir "
+                            "of a finished run (or a folder of them)")
+        runs.extend((posixpath.join(folder, name), _read(posixpath.join(folder, name))) for name in inside)
+    return runs
+
+
+def _listdir(folder):
+    try:
+        return tf.io.gfile.listdir(folder)
+    except tf.errors.NotFoundError:
+        raise RunsError(f"{folder} does not exist: pass the model dir of a finished run") from None
+
+
+def _read(folder):
+    path = posixpath.join(folder, RESULTS_FILE)
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+    except ValueError as e:
+        raise RunsError(f"{path} is not valid JSON ({e}): the run that wrote it did not finish; "
+                        "leave it out or run it again") from None
+
+
+def table_rows(runs):
+    """Returns the table: a header row, then one row of strings per run ('' where a run lacks a figure)."""
+    rows = [[name for name, _, _ in COLUMNS]]
+    for run_dir, results in runs:
+        row = []
+        for name, read, show in COLUMNS:
+            value = run_dir if read is None else read(results)
+            row.append("" if value is None else show(value))
+        rows.append(row)
+    return rows
+
+
+def as_markdown(rows):
+    """Returns `rows` as a markdown table, numbers right-aligned."""
+    numeric = [all(_is_number(row[i]) for row in rows[1:] if row[i]) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(rows[0]) + " |",
+             "|" + "|".join("---:" if num else "---" for num in numeric) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    return "\n".join(lines)
+
+
+def as_csv(rows):
+    """Returns `rows` as CSV text."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,92 @@
+"""Runs compared side by side: the HParams events each run writes, and compare_runs.py's table
+of several real model dirs."""
+import csv
+import glob
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+
+from pipeline.cli import train_main
+from pipeline.tasks.fashion import TASK
+from reporting import RunsError, compare
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Three real runs that differ in the settings a comparison is for.
+RUNS = {"small_fp32": ["--batch-size", "8"], "large_fp32": ["--batch-size", "16"],
+        "small_bf16": ["--batch-size", "8", "--precision", "bf16"]}
+
+
+@pytest.fixture(scope="module")
+def runs_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("runs")
+    for name, flags in RUNS.items():
+        assert train_main(TASK, ["--synthetic", "--max-steps", "2", "--model-dir", str(folder / name),
+                                 "--warm-up-steps", "0", *flags]) == 0
+    return folder
+
+
+def _events(model_dir, suffix):
+    (path,) = glob.glob(os.path.join(model_dir, f"events.out.tfevents.*{suffix}"))
+    return list(tf.compat.v1.train.summary_iterator(path))
+
+
+def test_each_run_logs_its_settings_and_final_figures_for_the_hparams_dashboard(runs_folder):
+    model_dir = str(runs_folder / "small_bf16")
+    results = json.load(open(os.path.join(model_dir, "results.json")))
+    settings, figures = None, {}
+    for event in _events(model_dir, ".hparams"):
+        for value in event.summary.value:
+            if value.metadata.plugin_data.plugin_name == hparams_metadata.PLUGIN_NAME:
+                info = hparams_metadata.parse_session_start_info_plugin_data(value.metadata.plugin_data.content)
+                settings = {name: getattr(v, v.WhichOneof("kind")) for name, v in info.hparams.items()}
+            else:
+                figures[value.tag] = (event.step, value.simple_value)
+    assert settings["precision"] == "bf16" and settings["per_replica_batch"] == 8
+    assert settings["replicas"] == results["replicas"] and settings["global_batch"] == results["global_batch_size"]
+    assert settings["learning_rate"] == pytest.approx(results["learning_rate_base"])
+    assert settings["augment"] == "none" and settings["model"]
+    assert figures["final/test_accuracy"] == (2, pytest.approx(results["eval_accuracy"]))
+    assert figures["final/test_loss"] == (2, pytest.approx(results["eval_loss"]))
+
+
+def test_compare_runs_prints_one_row_per_model_dir_of_a_folder(runs_folder):
+    result = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "compare_runs.py"), str(runs_folder)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    header, rule, *rows = result.stdout.strip().splitlines()
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert len(rows) == 3 and set(rule.strip("|").split("|")) <= {"---", "---:"}
+    table = {os.path.basename(cells[0]): dict(zip(columns, cells)) for cells in
+             ([c.strip() for c in row.strip("|").split("|")] for row in rows)}
+    assert sorted(table) == sorted(RUNS)
+    for name in RUNS:
+        results = json.load(open(runs_folder / name / "results.json"))
+        assert table[name]["precision"] == results["precision"]
+        assert table[name]["batch"] == str(results["global_batch_size"])
+        assert table[name]["test acc"] == f"{results['eval_accuracy']:.4f}"
+
+
+def test_csv_and_model_dirs_on_another_file_system(runs_folder):
+    for name in RUNS:  # ram://, TensorFlow's in-process file system, stands in for gs://
+        tf.io.gfile.makedirs(f"ram://runs/{name}")
+        tf.io.gfile.copy(str(runs_folder / name / "results.json"), f"ram://runs/{name}/results.json", overwrite=True)
+    rows = list(csv.reader(io.StringIO(compare.as_csv(compare.table_rows(
+        compare.find_runs(["ram://runs/large_fp32", str(runs_folder / "small_fp32")]))))))
+    assert [row[0] for row in rows[1:]] == ["ram://runs/large_fp32", str(runs_folder / "small_fp32")]
+    assert rows[1][rows[0].index("batch")] == "16"
+
+
+def test_a_folder_without_runs_and_a_half_written_results_file_are_named(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunsError, match="empty holds no results.json"):
+        compare.find_runs([str(tmp_path / "empty")])
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "results.json").write_text('{"task": ')
+    with pytest.raises(RunsError, match="is not valid JSON"):
+        compare.find_runs([str(tmp_path / "half")])
