@@ -58,12 +58,13 @@ def summarize(rows):
 
 
 REFERENCES = (("keras", "Keras fit"), ("custom_loop", "custom loop"), ("limit", "limit"))
+ENGINE_NAMES = {"estimator": "Estimator", "keras": "Keras fit", "custom_loop": "custom loop", "limit": "limit"}
 
 
 def ratios(summary):
     """Returns (label, ratio of images/sec, ratio of CPU per image) comparisons measured in this run:
-    the Estimator against each reference engine, real / synthetic data, bf16 and fp16 against fp32,
-    and each input variant against the design's recipe."""
+    the Estimator against each reference engine, every other engine against the limit, real /
+    synthetic data, bf16 and fp16 against fp32, and each input variant against the design's recipe."""
     by_key = {(s["mode"], s["engine"], s["data"], s["precision"], s["replicas"], s["per_replica_batch_size"]): s
               for s in summary}
     found = []
@@ -75,6 +76,12 @@ def ratios(summary):
                 if other:
                     found.append((f"Estimator / {name}, {data} data, {where}",
                                   s["images_per_sec"] / other["images_per_sec"], None))
+        if mode == "train" and engine in ("keras", "custom_loop"):
+            limit = by_key.get(("train", "limit", data, precision, replicas, batch))
+            if limit:
+                found.append((f"{ENGINE_NAMES[engine]} / limit, {data} data, {where}",
+                              s["images_per_sec"] / limit["images_per_sec"], None))
+        if mode == "train" and engine == "estimator":
             if data == "real":
                 synthetic = by_key.get(("train", "estimator", "synthetic", precision, replicas, batch))
                 if synthetic:
@@ -91,6 +98,26 @@ def ratios(summary):
                 found.append((f"input '{data}' / design recipe, batch {batch}",
                               s["images_per_sec"] / design["images_per_sec"],
                               design["cpu_ms_per_image"] / s["cpu_ms_per_image"]))
+    return found
+
+
+def step_overheads(summary):
+    """Returns one dict per training configuration with a limit row beside it: each engine's
+    milliseconds per step (global batch / mean images/sec) and that minus the limit's, the time an
+    engine spends per step beyond the step's own computation."""
+    limits = {(s["data"], s["precision"], s["replicas"], s["per_replica_batch_size"]): s for s in summary
+              if s["mode"] == "train" and s["engine"] == "limit"}
+    found = []
+    for s in summary:
+        limit = limits.get((s["data"], s["precision"], s["replicas"], s["per_replica_batch_size"]))
+        if s["mode"] != "train" or s["engine"] == "limit" or not limit:
+            continue
+        step_ms = 1000 * s["global_batch_size"] / s["images_per_sec"]
+        limit_ms = 1000 * limit["global_batch_size"] / limit["images_per_sec"]
+        found.append({"engine": s["engine"], "data": s["data"], "precision": s["precision"],
+                      "replicas": s["replicas"], "per_replica_batch_size": s["per_replica_batch_size"],
+                      "step_ms": step_ms, "limit_step_ms": limit_ms, "overhead_ms": step_ms - limit_ms,
+                      "fraction_of_limit": limit_ms / step_ms})
     return found
 
 
@@ -121,6 +148,14 @@ def markdown_report(summary, header, rows=()):
         lines += ["", "Ratios (same invocation, means over repeats):", "",
                   "| comparison | images/sec ratio | CPU per image: baseline / this |", "|---|---|---|"]
         lines += [f"| {label} | {r:.2f} | {_fmt(c, '{:.2f}')} |" for label, r, c in found]
+    overheads = step_overheads(summary)
+    if overheads:
+        lines += ["", "Time per step beyond the limit's (ms; from the mean images/sec):", "",
+                  "| engine | data | precision | replicas | batch/replica | ms/step | limit ms/step "
+                  "| overhead ms/step | fraction of the limit |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {o['engine']} | {o['data']} | {o['precision']} | {o['replicas']} | {o['per_replica_batch_size']} "
+                  f"| {o['step_ms']:.2f} | {o['limit_step_ms']:.2f} | {o['overhead_ms']:.2f} "
+                  f"| {o['fraction_of_limit']:.2f} |" for o in overheads]
     return "\n".join(lines) + "\n"
 
 

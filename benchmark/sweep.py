@@ -3,13 +3,13 @@
 Every configuration runs a fixed number of warm-up steps, then timed steps;
 the sweep repeats all configurations `repeats` times, interleaved, so that
 drifts of a shared machine spread over all of them. Training is timed by the
-project's ExamplesPerSecondHook (Estimator), an equivalent Keras callback
-(model.fit) or around each step (custom_loop.py's engines): graph building and
-checkpoint writing fall outside.
+project's ExamplesPerSecondHook (Estimator, beside the run loop's loss watch and
+progress line), an equivalent Keras callback (model.fit), around each step (the
+custom loop) or around each call of several steps (the limit, custom_loop.py):
+graph building and checkpoint writing fall outside.
 """
 import copy
 import dataclasses
-import functools
 import math
 import os
 import tempfile
@@ -19,8 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 from hooks.examples_per_second import ExamplesPerSecondHook, throughput
+from hooks.loss_watch import LossWatchHook
+from hooks.progress import ProgressHook
 from benchmark import baselines
-from benchmark.custom_loop import measure_custom_loop
+from benchmark.custom_loop import measure_custom_loop, measure_limit
 from input_fns import fashion_mnist, image_folder, retinal_oct, synthetic
 from models.flops import model_flops_per_image
 from models.optimizers import precision
@@ -71,7 +73,8 @@ class _KerasStepTimer(tf.keras.callbacks.Callback):
 
 
 def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
-    """Returns (throughput figures, seconds of the whole train() call) of the Estimator pipeline."""
+    """Returns (throughput figures, seconds of the whole train() call) of the Estimator pipeline,
+    with the hooks that the run loop runs at every step: the loss watch and the progress line."""
     data = task.prepare_data(task_args, batch_size)
     global_batch = batch_size * plan.replicas
     with tempfile.TemporaryDirectory() as model_dir:
@@ -80,8 +83,10 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
                                                          task_args.inter_op_threads))
         estimator = build_estimator(task.build_model(task_args, task_args.learning_rate), config)
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
+        steps = warm_up_steps + timed_steps
+        run_loop_hooks = [LossWatchHook(task_args.log_steps), ProgressHook(steps, global_batch, task_args.log_steps)]
         start = time.perf_counter()
-        estimator.train(data.train_input_fn, hooks=[hook], max_steps=warm_up_steps + timed_steps)
+        estimator.train(data.train_input_fn, hooks=[hook] + run_loop_hooks, max_steps=steps)
         return hook.summary(), time.perf_counter() - start
 
 
@@ -238,7 +243,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
             task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
             task_args.lr_scaling)
         measure = {"estimator": measure_estimator, "keras": measure_keras, "custom_loop": measure_custom_loop,
-                   "limit": functools.partial(measure_custom_loop, one_batch=True)}[config.engine]
+                   "limit": measure_limit}[config.engine]
         with precision(config.precision):
             figures, seconds = measure(task, args, plan, config.batch_size, warm_up_steps, timed_steps)
         warm = warm_up_steps
