@@ -6,7 +6,7 @@ import time
 
 import tensorflow as tf
 
-from hooks.examples_per_second import throughput
+from benchmark.timing import step_figures
 
 # The limit's steps per tf.function call: each call's fixed cost (a Python call, the loop's
 # set-up, one loss read back) is spread over this many steps.
@@ -87,7 +87,7 @@ def measure_custom_loop(task, task_args, plan, batch_size, warm_up_steps, timed_
         if i >= warm_up_steps:
             step_times.append(time.perf_counter() - wall)
             cpu_times.append(time.process_time() - cpu)
-    return throughput(step_times, global_batch, cpu_times), time.perf_counter() - start
+    return step_figures(step_times, global_batch, cpu_times), time.perf_counter() - start
 
 
 def measure_limit(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -111,4 +111,4 @@ def measure_limit(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
         float(loop(features, labels, tf.constant(per_call)))  # waits for the call's last step
         step_times += [(time.perf_counter() - wall) / per_call] * per_call
         cpu_times += [(time.process_time() - cpu) / per_call] * per_call
-    return throughput(step_times, global_batch, cpu_times), time.perf_counter() - start
+    return step_figures(step_times, global_batch, cpu_times), time.perf_counter() - start

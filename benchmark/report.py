@@ -6,7 +6,8 @@ import os
 import statistics
 
 COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size", "repeat",
-           "warm_up_steps", "timed_steps", "images_per_sec", "images_per_sec_std", "step_time_mean",
+           "warm_up_steps", "timed_steps", "images_per_sec", "images_per_sec_std",
+           "images_per_sec_median", "step_time_mean",
            "cpu_seconds_per_image", "total_seconds", "epoch_seconds", "scaling_efficiency", "train_flops_per_image",
            "peak_flops", "peak_source", "mfu", "devices",
            "tensorflow_version", "host_cpus")
@@ -47,6 +48,8 @@ def summarize(rows):
             "global_batch_size": group[0]["global_batch_size"], "repeats": len(group),
             "images_per_sec": statistics.mean(rates), "images_per_sec_min": min(rates),
             "images_per_sec_max": max(rates),
+            "images_per_sec_median": (statistics.median(r["images_per_sec_median"] for r in group)
+                                      if group[0].get("images_per_sec_median") else None),
             "cpu_ms_per_image": 1000 * statistics.mean(r["cpu_seconds_per_image"] for r in group),
             "epoch_seconds": (statistics.mean(r["epoch_seconds"] for r in group)
                               if group[0]["epoch_seconds"] else None),
@@ -129,14 +132,15 @@ def markdown_report(summary, header, rows=()):
     """Returns report.md: the header, a table of configurations and the ratios."""
     lines = [f"# Benchmark: {header}", "",
              "| mode | engine | data | precision | replicas | batch/replica | global batch | images/sec (mean) "
-             "| min..max | CPU ms/image | full epoch s | scaling eff. | MFU | repeats |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| min..max | median-step images/sec | CPU ms/image | full epoch s | scaling eff. | MFU | repeats |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(
             f"| {s['mode']} | {s['engine']} | {s['data']} | {s['precision']} | {s['replicas']} "
             f"| {s['per_replica_batch_size']} "
             f"| {s['global_batch_size']} | {s['images_per_sec']:.1f} "
-            f"| {s['images_per_sec_min']:.1f}..{s['images_per_sec_max']:.1f} | {s['cpu_ms_per_image']:.2f} "
+            f"| {s['images_per_sec_min']:.1f}..{s['images_per_sec_max']:.1f} "
+            f"| {_fmt(s.get('images_per_sec_median'), '{:.1f}')} | {s['cpu_ms_per_image']:.2f} "
             f"| {_fmt(s['epoch_seconds'], '{:.1f}')} | {_fmt(s['scaling_efficiency'], '{:.2f}')} "
             f"| {_fmt(s.get('mfu'), '{:.2f}')} | {s['repeats']} |")
     peaks = sorted({(r["precision"], r["peak_flops"], r["peak_source"]) for r in rows if r.get("peak_flops")})

@@ -18,11 +18,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from hooks.examples_per_second import ExamplesPerSecondHook, throughput
+from hooks.examples_per_second import ExamplesPerSecondHook
 from hooks.loss_watch import LossWatchHook
 from hooks.progress import ProgressHook
 from benchmark import baselines
 from benchmark.custom_loop import measure_custom_loop, measure_limit
+from benchmark.timing import step_figures
 from input_fns import fashion_mnist, image_folder, retinal_oct, synthetic
 from models.flops import model_flops_per_image
 from models.optimizers import precision
@@ -87,7 +88,7 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
         run_loop_hooks = [LossWatchHook(task_args.log_steps), ProgressHook(steps, global_batch, task_args.log_steps)]
         start = time.perf_counter()
         estimator.train(data.train_input_fn, hooks=[hook] + run_loop_hooks, max_steps=steps)
-        return hook.summary(), time.perf_counter() - start
+        return step_figures(hook.step_times, global_batch, hook.cpu_times), time.perf_counter() - start
 
 
 def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -103,7 +104,7 @@ def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
     start = time.perf_counter()
     model.fit(data.train_input_fn(), steps_per_epoch=warm_up_steps + timed_steps, epochs=1, verbose=0,
               callbacks=[timer])
-    return throughput(timer.step_times, global_batch, timer.cpu_times), time.perf_counter() - start
+    return step_figures(timer.step_times, global_batch, timer.cpu_times), time.perf_counter() - start
 
 
 def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
@@ -118,7 +119,7 @@ def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
         next(iterator)
         step_times.append(time.perf_counter() - wall)
         cpu_times.append(time.process_time() - cpu)
-    return throughput(step_times, batch_size, cpu_times), time.perf_counter() - start
+    return step_figures(step_times, batch_size, cpu_times), time.perf_counter() - start
 
 
 class InputVariants:
@@ -261,6 +262,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         "timed_steps": figures["timed_steps"],
         "images_per_sec": figures["images_per_sec"],
         "images_per_sec_std": figures["images_per_sec_std"],
+        "images_per_sec_median": figures["images_per_sec_median"],
         "step_time_mean": figures["step_time_mean"],
         "cpu_seconds_per_image": figures["cpu_seconds_per_image"],
         "total_seconds": seconds,
