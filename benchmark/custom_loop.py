@@ -80,14 +80,17 @@ def measure_custom_loop(task, task_args, plan, batch_size, warm_up_steps, timed_
     step = _train_step(model, strategy, global_batch, task_args.xla)
     iterator = iter(dataset)
     step_times, cpu_times = [], []
-    start = time.perf_counter()
+    start = span_start = time.perf_counter()
     for i in range(warm_up_steps + timed_steps):
         wall, cpu = time.perf_counter(), time.process_time()
+        if i == warm_up_steps:
+            span_start = wall
         float(step(*next(iterator)))  # waits for the step to finish
         if i >= warm_up_steps:
             step_times.append(time.perf_counter() - wall)
             cpu_times.append(time.process_time() - cpu)
-    return step_figures(step_times, global_batch, cpu_times), time.perf_counter() - start
+    span = time.perf_counter() - span_start
+    return step_figures(step_times, global_batch, cpu_times, span), time.perf_counter() - start
 
 
 def measure_limit(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -106,9 +109,11 @@ def measure_limit(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
     start = time.perf_counter()
     float(loop(features, labels, tf.constant(max(warm_up_steps, 1))))  # traces, then the warm-up steps
     step_times, cpu_times = [], []
+    span_start = time.perf_counter()
     for _ in range(-(-timed_steps // per_call)):
         wall, cpu = time.perf_counter(), time.process_time()
         float(loop(features, labels, tf.constant(per_call)))  # waits for the call's last step
         step_times += [(time.perf_counter() - wall) / per_call] * per_call
         cpu_times += [(time.process_time() - cpu) / per_call] * per_call
-    return step_figures(step_times, global_batch, cpu_times), time.perf_counter() - start
+    span = time.perf_counter() - span_start
+    return step_figures(step_times, global_batch, cpu_times, span), time.perf_counter() - start

@@ -23,7 +23,7 @@ from hooks.loss_watch import LossWatchHook
 from hooks.progress import ProgressHook
 from benchmark import baselines
 from benchmark.custom_loop import measure_custom_loop, measure_limit
-from benchmark.timing import step_figures
+from benchmark.timing import SpanHook, step_figures
 from input_fns import fashion_mnist, image_folder, retinal_oct, synthetic
 from models.flops import model_flops_per_image
 from models.optimizers import precision
@@ -66,11 +66,14 @@ class _KerasStepTimer(tf.keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._start, self._cpu_start = time.perf_counter(), time.process_time()
+        if batch == self.warm_up_steps:
+            self.span_start = self._start
 
     def on_train_batch_end(self, batch, logs=None):
         if batch >= self.warm_up_steps:
             self.step_times.append(time.perf_counter() - self._start)
             self.cpu_times.append(time.process_time() - self._cpu_start)
+            self.span_end = time.perf_counter()
 
 
 def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -86,9 +89,10 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
         steps = warm_up_steps + timed_steps
         run_loop_hooks = [LossWatchHook(task_args.log_steps), ProgressHook(steps, global_batch, task_args.log_steps)]
+        span = SpanHook(warm_up_steps)
         start = time.perf_counter()
-        estimator.train(data.train_input_fn, hooks=[hook] + run_loop_hooks, max_steps=steps)
-        return step_figures(hook.step_times, global_batch, hook.cpu_times), time.perf_counter() - start
+        estimator.train(data.train_input_fn, hooks=[hook] + run_loop_hooks + [span], max_steps=steps)
+        return step_figures(hook.step_times, global_batch, hook.cpu_times, span.seconds), time.perf_counter() - start
 
 
 def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -104,7 +108,8 @@ def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
     start = time.perf_counter()
     model.fit(data.train_input_fn(), steps_per_epoch=warm_up_steps + timed_steps, epochs=1, verbose=0,
               callbacks=[timer])
-    return step_figures(timer.step_times, global_batch, timer.cpu_times), time.perf_counter() - start
+    return (step_figures(timer.step_times, global_batch, timer.cpu_times, timer.span_end - timer.span_start),
+            time.perf_counter() - start)
 
 
 def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
@@ -114,12 +119,14 @@ def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
     for _ in range(warm_up_steps):
         next(iterator)
     step_times, cpu_times = [], []
+    span_start = time.perf_counter()
     for _ in range(timed_steps):
         wall, cpu = time.perf_counter(), time.process_time()
         next(iterator)
         step_times.append(time.perf_counter() - wall)
         cpu_times.append(time.process_time() - cpu)
-    return step_figures(step_times, batch_size, cpu_times), time.perf_counter() - start
+    return (step_figures(step_times, batch_size, cpu_times, time.perf_counter() - span_start),
+            time.perf_counter() - start)
 
 
 class InputVariants:
@@ -263,6 +270,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         "images_per_sec": figures["images_per_sec"],
         "images_per_sec_std": figures["images_per_sec_std"],
         "images_per_sec_median": figures["images_per_sec_median"],
+        "images_per_sec_span": figures["images_per_sec_span"],
         "step_time_mean": figures["step_time_mean"],
         "cpu_seconds_per_image": figures["cpu_seconds_per_image"],
         "total_seconds": seconds,
