@@ -29,18 +29,18 @@ class SpanHook(tf.estimator.SessionRunHook):
 
     def __init__(self, warm_up_steps, clock=time.perf_counter):
         self.warm_up_steps, self._clock = warm_up_steps, clock
-        self.start = self.end = None
+        self.started = self.stopped = None
         self._runs = 0
 
     def before_run(self, run_context):
         self._runs += 1
         if self._runs == self.warm_up_steps + 1:
-            self.start = self._clock()
+            self.started = self._clock()
 
     def after_run(self, run_context, run_values):
-        self.end = self._clock()
+        self.stopped = self._clock()
 
     @property
     def seconds(self):
         """Returns the timed span in seconds."""
-        return self.end - self.start
+        return self.stopped - self.started

@@ -72,6 +72,8 @@ def test_the_reference_engines_and_precisions_write_well_formed_rows_and_ratios(
         (e, p) for e in ("estimator", "keras", "custom_loop", "limit") for p in ("fp32", "bf16")}
     assert all(float(r["images_per_sec"]) > 0 and int(r["timed_steps"]) == 2 and r["global_batch_size"] == "16"
                for r in rows)
+    # The span (between steps included) is never shorter than the steps' own windows.
+    assert all(0 < float(r["images_per_sec_span"]) <= 1.01 * float(r["images_per_sec"]) for r in rows)
     assert all(r["devices"] == "/cpu:0 /cpu:1" for r in rows)
     report = (tmp_path / "bench" / "report.md").read_text()
     for reference in ("Keras fit", "custom loop", "limit"):
@@ -135,7 +137,8 @@ def test_each_engines_time_per_step_beyond_the_limits_comes_from_its_mean_rate()
     def summary(engine, rate, batch=8):
         return {"mode": "train", "engine": engine, "data": "synthetic", "precision": "fp32", "replicas": 1,
                 "per_replica_batch_size": batch, "global_batch_size": batch, "images_per_sec": rate}
-    found = benchmark_report.step_overheads([summary("estimator", 800.0), summary("keras", 400.0),
+    spanned = dict(summary("estimator", 900.0), images_per_sec_span=800.0)  # the span's rate is used
+    found = benchmark_report.step_overheads([spanned, summary("keras", 400.0),
                                              summary("limit", 1000.0), summary("keras", 100.0, batch=16)])
     assert [(o["engine"], round(o["step_ms"], 3), round(o["overhead_ms"], 3), o["fraction_of_limit"])
             for o in found] == [("estimator", 10.0, 2.0, 0.8), ("keras", 20.0, 12.0, 0.4)]  # no batch-16 limit
