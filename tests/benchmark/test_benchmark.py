@@ -136,11 +136,13 @@ def test_the_limit_runs_the_asked_steps_in_one_call_and_the_tiny_model_keeps_the
 def test_each_engines_time_per_step_beyond_the_limits_comes_from_its_mean_rate():
     def summary(engine, rate, batch=8):
         return {"mode": "train", "engine": engine, "data": "synthetic", "precision": "fp32", "replicas": 1,
-                "per_replica_batch_size": batch, "global_batch_size": batch, "images_per_sec": rate}
+                "per_replica_batch_size": batch, "global_batch_size": batch, "images_per_sec": rate,
+                "cpu_ms_per_image": 8000 / rate}
     spanned = dict(summary("estimator", 900.0), images_per_sec_span=800.0)  # the span's rate is used
     found = benchmark_report.step_overheads([spanned, summary("keras", 400.0),
                                              summary("limit", 1000.0), summary("keras", 100.0, batch=16)])
     assert [(o["engine"], round(o["step_ms"], 3), round(o["overhead_ms"], 3), o["fraction_of_limit"])
             for o in found] == [("estimator", 10.0, 2.0, 0.8), ("keras", 20.0, 12.0, 0.4)]  # no batch-16 limit
+    assert [o["cpu_overhead_ms"] for o in found] == pytest.approx([(8000 / 900 - 8) * 8, (20 - 8) * 8])
     labels = [label for label, _, _ in benchmark_report.ratios([summary("keras", 400.0), summary("limit", 1000.0)])]
     assert labels == ["Keras fit / limit, synthetic data, fp32, 1 replica(s), batch 8/replica"]
