@@ -91,11 +91,13 @@ class _TraceCallback(tf.keras.callbacks.Callback):
         self.tracer.end_step()
 
 
-def model(batch):
+def model():
+    """Returns the compiled Fashion CNN, as fashion_job builds it."""
     return build_fashion_cnn(1e-3, input_shape=fashion_mnist.IMAGE_SHAPE, num_classes=10, input_name=FEATURE_KEY)
 
 
 def input_fn(batch):
+    """Returns the synthetic training input_fn: one generated batch, repeated."""
     return synthetic.make_input_fn(fashion_mnist.IMAGE_SHAPE, 10, batch, True, feature_key=FEATURE_KEY)
 
 
@@ -104,14 +106,14 @@ def estimator_step(batch, steps):
     tracer = _Tracer(steps)
     with tempfile.TemporaryDirectory() as model_dir:
         config = build_run_config(model_dir, plan, checkpoint_steps=10 ** 9, summary_steps=10 ** 9)
-        build_estimator(model(batch), config).train(input_fn(batch), hooks=[_TraceHook(tracer)],
+        build_estimator(model(), config).train(input_fn(batch), hooks=[_TraceHook(tracer)],
                                                     max_steps=WARM_UP + steps)
     return tracer
 
 
 def keras_step(batch, steps):
     tracer = _Tracer(steps)
-    model(batch).fit(input_fn(batch)(), steps_per_epoch=WARM_UP + steps, epochs=1, verbose=0,
+    model().fit(input_fn(batch)(), steps_per_epoch=WARM_UP + steps, epochs=1, verbose=0,
                      callbacks=[_TraceCallback(tracer)])
     return tracer
 
