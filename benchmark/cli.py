@@ -56,6 +56,10 @@ def build_benchmark_parser():
     parser.add_argument("--variants", type=str, default=None,
                         help="input-only variants, comma-separated; default all of the task's: "
                              + "; ".join(f"{t}: {', '.join(v)}" for t, v in benchmark.INPUT_VARIANTS.items()))
+    parser.add_argument("--tiny-model", action="store_true",
+                        help="train a trivially small model (Flatten + one Dense layer) on the job's input instead "
+                             "of the job's model: each engine's time per step beyond the limit's is then its host "
+                             "work per step (see docs/benchmarks.md, GPU figures)")
     parser.add_argument("--timed-steps", type=positive_int, default=20, help="timed steps of each measurement")
     parser.add_argument("--repeats", type=positive_int, default=3, help="times the whole sweep runs, interleaved")
     parser.add_argument("--output", default=os.path.join("runs", "benchmark"), help="folder for the outputs")
@@ -77,6 +81,8 @@ def _parse(parser, argv):
             variants = choice_list(known)(args.variants or ",".join(known))
         except argparse.ArgumentTypeError as e:
             parser.error(f"argument --variants: {e}")
+    if args.input_only and args.tiny_model:
+        parser.error("argument --tiny-model: --input-only measures no model; use one or the other")
     set_tensorflow_environment(task_args)  # --xla
     return args, task, task_args, variants
 
@@ -84,10 +90,13 @@ def _parse(parser, argv):
 def _benchmark(args, task, task_args, variants):
     import tensorflow as tf  # only once the arguments are known good
     from benchmark import report as report_lib, sweep
+    from benchmark.tiny_model import TinyModelTask
     from pipeline.logs import configure_logging
     from pipeline.machine import describe_cpu, describe_gpus
 
     configure_logging(task_args.verbose)
+    if args.tiny_model:
+        task = TinyModelTask(task)
     use_gpus = args.gpus is not None
     batch_sizes = args.batch_size or [task_args.batch_size]
     replica_counts = [1] if args.input_only else (args.gpus or args.cpu_replicas or [1])

@@ -6,7 +6,8 @@ import os
 import statistics
 
 COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size", "repeat",
-           "warm_up_steps", "timed_steps", "images_per_sec", "images_per_sec_std", "step_time_mean",
+           "warm_up_steps", "timed_steps", "images_per_sec", "images_per_sec_std",
+           "images_per_sec_median", "images_per_sec_span", "step_time_mean",
            "cpu_seconds_per_image", "total_seconds", "epoch_seconds", "scaling_efficiency", "train_flops_per_image",
            "peak_flops", "peak_source", "mfu", "devices",
            "tensorflow_version", "host_cpus")
@@ -47,6 +48,10 @@ def summarize(rows):
             "global_batch_size": group[0]["global_batch_size"], "repeats": len(group),
             "images_per_sec": statistics.mean(rates), "images_per_sec_min": min(rates),
             "images_per_sec_max": max(rates),
+            "images_per_sec_median": (statistics.median(r["images_per_sec_median"] for r in group)
+                                      if group[0].get("images_per_sec_median") else None),
+            "images_per_sec_span": (statistics.mean(r["images_per_sec_span"] for r in group)
+                                    if group[0].get("images_per_sec_span") else None),
             "cpu_ms_per_image": 1000 * statistics.mean(r["cpu_seconds_per_image"] for r in group),
             "epoch_seconds": (statistics.mean(r["epoch_seconds"] for r in group)
                               if group[0]["epoch_seconds"] else None),
@@ -58,12 +63,13 @@ def summarize(rows):
 
 
 REFERENCES = (("keras", "Keras fit"), ("custom_loop", "custom loop"), ("limit", "limit"))
+ENGINE_NAMES = {"estimator": "Estimator", "keras": "Keras fit", "custom_loop": "custom loop", "limit": "limit"}
 
 
 def ratios(summary):
     """Returns (label, ratio of images/sec, ratio of CPU per image) comparisons measured in this run:
-    the Estimator against each reference engine, real / synthetic data, bf16 and fp16 against fp32,
-    and each input variant against the design's recipe."""
+    the Estimator against each reference engine, every other engine against the limit, real /
+    synthetic data, bf16 and fp16 against fp32, and each input variant against the design's recipe."""
     by_key = {(s["mode"], s["engine"], s["data"], s["precision"], s["replicas"], s["per_replica_batch_size"]): s
               for s in summary}
     found = []
@@ -75,6 +81,12 @@ def ratios(summary):
                 if other:
                     found.append((f"Estimator / {name}, {data} data, {where}",
                                   s["images_per_sec"] / other["images_per_sec"], None))
+        if mode == "train" and engine in ("keras", "custom_loop"):
+            limit = by_key.get(("train", "limit", data, precision, replicas, batch))
+            if limit:
+                found.append((f"{ENGINE_NAMES[engine]} / limit, {data} data, {where}",
+                              s["images_per_sec"] / limit["images_per_sec"], None))
+        if mode == "train" and engine == "estimator":
             if data == "real":
                 synthetic = by_key.get(("train", "estimator", "synthetic", precision, replicas, batch))
                 if synthetic:
@@ -94,6 +106,30 @@ def ratios(summary):
     return found
 
 
+def step_overheads(summary):
+    """Returns one dict per training configuration with a limit row beside it: each engine's
+    milliseconds per step (global batch / images/sec over the timed span, everything between steps
+    included; the mean of the steps' own windows for rows without one) and that minus the limit's,
+    the time an engine spends per step beyond the step's own computation; and the same in process
+    CPU milliseconds per step (all threads), which a shared machine's load moves far less."""
+    limits = {(s["data"], s["precision"], s["replicas"], s["per_replica_batch_size"]): s for s in summary
+              if s["mode"] == "train" and s["engine"] == "limit"}
+    found = []
+    for s in summary:
+        limit = limits.get((s["data"], s["precision"], s["replicas"], s["per_replica_batch_size"]))
+        if s["mode"] != "train" or s["engine"] == "limit" or not limit:
+            continue
+        step_ms = 1000 * s["global_batch_size"] / (s.get("images_per_sec_span") or s["images_per_sec"])
+        limit_ms = 1000 * limit["global_batch_size"] / (limit.get("images_per_sec_span") or limit["images_per_sec"])
+        found.append({"engine": s["engine"], "data": s["data"], "precision": s["precision"],
+                      "replicas": s["replicas"], "per_replica_batch_size": s["per_replica_batch_size"],
+                      "step_ms": step_ms, "limit_step_ms": limit_ms, "overhead_ms": step_ms - limit_ms,
+                      "fraction_of_limit": limit_ms / step_ms,
+                      "cpu_overhead_ms": (s["cpu_ms_per_image"] - limit["cpu_ms_per_image"]) * s["global_batch_size"],
+                      "cpu_fraction_of_limit": limit["cpu_ms_per_image"] / s["cpu_ms_per_image"]})
+    return found
+
+
 def _fmt(value, pattern):
     return "" if value is None else pattern.format(value)
 
@@ -102,14 +138,16 @@ def markdown_report(summary, header, rows=()):
     """Returns report.md: the header, a table of configurations and the ratios."""
     lines = [f"# Benchmark: {header}", "",
              "| mode | engine | data | precision | replicas | batch/replica | global batch | images/sec (mean) "
-             "| min..max | CPU ms/image | full epoch s | scaling eff. | MFU | repeats |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| min..max | median-step images/sec | span images/sec | CPU ms/image | full epoch s | scaling eff. | MFU | repeats |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(
             f"| {s['mode']} | {s['engine']} | {s['data']} | {s['precision']} | {s['replicas']} "
             f"| {s['per_replica_batch_size']} "
             f"| {s['global_batch_size']} | {s['images_per_sec']:.1f} "
-            f"| {s['images_per_sec_min']:.1f}..{s['images_per_sec_max']:.1f} | {s['cpu_ms_per_image']:.2f} "
+            f"| {s['images_per_sec_min']:.1f}..{s['images_per_sec_max']:.1f} "
+            f"| {_fmt(s.get('images_per_sec_median'), '{:.1f}')} | {_fmt(s.get('images_per_sec_span'), '{:.1f}')} "
+            f"| {s['cpu_ms_per_image']:.2f} "
             f"| {_fmt(s['epoch_seconds'], '{:.1f}')} | {_fmt(s['scaling_efficiency'], '{:.2f}')} "
             f"| {_fmt(s.get('mfu'), '{:.2f}')} | {s['repeats']} |")
     peaks = sorted({(r["precision"], r["peak_flops"], r["peak_source"]) for r in rows if r.get("peak_flops")})
@@ -121,6 +159,16 @@ def markdown_report(summary, header, rows=()):
         lines += ["", "Ratios (same invocation, means over repeats):", "",
                   "| comparison | images/sec ratio | CPU per image: baseline / this |", "|---|---|---|"]
         lines += [f"| {label} | {r:.2f} | {_fmt(c, '{:.2f}')} |" for label, r, c in found]
+    overheads = step_overheads(summary)
+    if overheads:
+        lines += ["", "Time per step beyond the limit's (ms; from the images/sec over each timed span):", "",
+                  "| engine | data | precision | replicas | batch/replica | ms/step | limit ms/step "
+                  "| overhead ms/step | fraction of the limit | CPU ms/step beyond the limit's "
+                  "| fraction of the limit's CPU |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {o['engine']} | {o['data']} | {o['precision']} | {o['replicas']} | {o['per_replica_batch_size']} "
+                  f"| {o['step_ms']:.2f} | {o['limit_step_ms']:.2f} | {o['overhead_ms']:.2f} "
+                  f"| {o['fraction_of_limit']:.2f} | {o['cpu_overhead_ms']:.2f} | {o['cpu_fraction_of_limit']:.2f} |"
+                  for o in overheads]
     return "\n".join(lines) + "\n"
 
 

@@ -3,13 +3,13 @@
 Every configuration runs a fixed number of warm-up steps, then timed steps;
 the sweep repeats all configurations `repeats` times, interleaved, so that
 drifts of a shared machine spread over all of them. Training is timed by the
-project's ExamplesPerSecondHook (Estimator), an equivalent Keras callback
-(model.fit) or around each step (custom_loop.py's engines): graph building and
-checkpoint writing fall outside.
+project's ExamplesPerSecondHook (Estimator, beside the run loop's loss watch and
+progress line), an equivalent Keras callback (model.fit), around each step (the
+custom loop) or around each call of several steps (the limit, custom_loop.py):
+graph building and checkpoint writing fall outside.
 """
 import copy
 import dataclasses
-import functools
 import math
 import os
 import tempfile
@@ -18,9 +18,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from hooks.examples_per_second import ExamplesPerSecondHook, throughput
+from hooks.examples_per_second import ExamplesPerSecondHook
+from hooks.loss_watch import LossWatchHook
+from hooks.progress import ProgressHook
 from benchmark import baselines
-from benchmark.custom_loop import measure_custom_loop
+from benchmark.custom_loop import measure_custom_loop, measure_limit
+from benchmark.timing import SpanHook, step_figures
 from input_fns import fashion_mnist, image_folder, retinal_oct, synthetic
 from models.flops import model_flops_per_image
 from models.optimizers import precision
@@ -63,15 +66,19 @@ class _KerasStepTimer(tf.keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._start, self._cpu_start = time.perf_counter(), time.process_time()
+        if batch == self.warm_up_steps:
+            self.span_start = self._start
 
     def on_train_batch_end(self, batch, logs=None):
         if batch >= self.warm_up_steps:
             self.step_times.append(time.perf_counter() - self._start)
             self.cpu_times.append(time.process_time() - self._cpu_start)
+            self.span_end = time.perf_counter()
 
 
 def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
-    """Returns (throughput figures, seconds of the whole train() call) of the Estimator pipeline."""
+    """Returns (throughput figures, seconds of the whole train() call) of the Estimator pipeline,
+    with the hooks that the run loop runs at every step: the loss watch and the progress line."""
     data = task.prepare_data(task_args, batch_size)
     global_batch = batch_size * plan.replicas
     with tempfile.TemporaryDirectory() as model_dir:
@@ -80,9 +87,12 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
                                                          task_args.inter_op_threads))
         estimator = build_estimator(task.build_model(task_args, task_args.learning_rate), config)
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
+        steps = warm_up_steps + timed_steps
+        run_loop_hooks = [LossWatchHook(task_args.log_steps), ProgressHook(steps, global_batch, task_args.log_steps)]
+        span = SpanHook(warm_up_steps)
         start = time.perf_counter()
-        estimator.train(data.train_input_fn, hooks=[hook], max_steps=warm_up_steps + timed_steps)
-        return hook.summary(), time.perf_counter() - start
+        estimator.train(data.train_input_fn, hooks=[hook] + run_loop_hooks + [span], max_steps=steps)
+        return step_figures(hook.step_times, global_batch, hook.cpu_times, span.seconds), time.perf_counter() - start
 
 
 def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -98,7 +108,8 @@ def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
     start = time.perf_counter()
     model.fit(data.train_input_fn(), steps_per_epoch=warm_up_steps + timed_steps, epochs=1, verbose=0,
               callbacks=[timer])
-    return throughput(timer.step_times, global_batch, timer.cpu_times), time.perf_counter() - start
+    return (step_figures(timer.step_times, global_batch, timer.cpu_times, timer.span_end - timer.span_start),
+            time.perf_counter() - start)
 
 
 def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
@@ -108,12 +119,14 @@ def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
     for _ in range(warm_up_steps):
         next(iterator)
     step_times, cpu_times = [], []
+    span_start = time.perf_counter()
     for _ in range(timed_steps):
         wall, cpu = time.perf_counter(), time.process_time()
         next(iterator)
         step_times.append(time.perf_counter() - wall)
         cpu_times.append(time.process_time() - cpu)
-    return throughput(step_times, batch_size, cpu_times), time.perf_counter() - start
+    return (step_figures(step_times, batch_size, cpu_times, time.perf_counter() - span_start),
+            time.perf_counter() - start)
 
 
 class InputVariants:
@@ -238,7 +251,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
             task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
             task_args.lr_scaling)
         measure = {"estimator": measure_estimator, "keras": measure_keras, "custom_loop": measure_custom_loop,
-                   "limit": functools.partial(measure_custom_loop, one_batch=True)}[config.engine]
+                   "limit": measure_limit}[config.engine]
         with precision(config.precision):
             figures, seconds = measure(task, args, plan, config.batch_size, warm_up_steps, timed_steps)
         warm = warm_up_steps
@@ -256,6 +269,8 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         "timed_steps": figures["timed_steps"],
         "images_per_sec": figures["images_per_sec"],
         "images_per_sec_std": figures["images_per_sec_std"],
+        "images_per_sec_median": figures["images_per_sec_median"],
+        "images_per_sec_span": figures["images_per_sec_span"],
         "step_time_mean": figures["step_time_mean"],
         "cpu_seconds_per_image": figures["cpu_seconds_per_image"],
         "total_seconds": seconds,

@@ -72,11 +72,15 @@ def test_the_reference_engines_and_precisions_write_well_formed_rows_and_ratios(
         (e, p) for e in ("estimator", "keras", "custom_loop", "limit") for p in ("fp32", "bf16")}
     assert all(float(r["images_per_sec"]) > 0 and int(r["timed_steps"]) == 2 and r["global_batch_size"] == "16"
                for r in rows)
+    # The span (between steps included) is never shorter than the steps' own windows.
+    assert all(0 < float(r["images_per_sec_span"]) <= 1.01 * float(r["images_per_sec"]) for r in rows)
     assert all(r["devices"] == "/cpu:0 /cpu:1" for r in rows)
     report = (tmp_path / "bench" / "report.md").read_text()
     for reference in ("Keras fit", "custom loop", "limit"):
         assert f"Estimator / {reference}, synthetic data, bf16, 2 replica(s)" in report
     assert "bf16 / fp32, estimator, synthetic data, 2 replica(s)" in report
+    assert "custom loop / limit, synthetic data, fp32, 2 replica(s)" in report
+    assert "| keras | synthetic | bf16 | 2 | 8 |" in report  # its time per step beyond the limit's
     assert strategy in report.splitlines()[0]
 
 
@@ -85,6 +89,10 @@ def test_bad_sweep_flags_are_refused(capsys):
         main(["--task", "fashion", "--batch-size", "0,8"])
     assert exit_info.value.code == 2
     assert "expected numbers greater than 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--task", "fashion", "--input-only", "--tiny-model"])
+    assert exit_info.value.code == 2
+    assert "--input-only measures no model" in capsys.readouterr().err
 
 
 def test_scaling_efficiency_and_ratios_come_from_the_same_run():
@@ -105,3 +113,36 @@ def test_scaling_efficiency_and_ratios_come_from_the_same_run():
     assert found["real / synthetic data, Estimator, fp32, 2 replica(s), batch 32/replica"] == pytest.approx(0.75)
     assert found["bf16 / fp32, estimator, real data, 2 replica(s), batch 32/replica"] == pytest.approx(1.8)
     assert "Estimator / limit, real data, bf16, 2 replica(s), batch 32/replica" not in found  # no bf16 limit run
+
+
+def test_the_limit_runs_the_asked_steps_in_one_call_and_the_tiny_model_keeps_the_jobs_input():
+    import tensorflow as tf
+    from benchmark.custom_loop import _train_loop
+    from benchmark.tiny_model import TinyModelTask
+    from pipeline.tasks.registry import TASKS, build_parser
+
+    task = TinyModelTask(TASKS["fashion"])
+    model = task.build_model(build_parser(TASKS["fashion"]).parse_args(["--synthetic"]), 1e-3)
+    assert task.name == "fashion-tiny" and model.input_names == ["image"] and model.count_params() == 7850
+    features = tf.random.stateless_uniform((4, 28, 28, 1), seed=(1, 2))
+    labels = tf.one_hot([0, 1, 2, 3], 10)
+    loop = _train_loop(model, tf.distribute.get_strategy(), 4)
+    first = float(loop(features, labels, tf.constant(1)))
+    last = float(loop(features, labels, tf.constant(5)))
+    assert int(model.optimizer.iterations) == 6  # 1 + 5 steps, in two calls
+    assert last < first  # the same batch, trained on again: its loss falls
+
+
+def test_each_engines_time_per_step_beyond_the_limits_comes_from_its_mean_rate():
+    def summary(engine, rate, batch=8):
+        return {"mode": "train", "engine": engine, "data": "synthetic", "precision": "fp32", "replicas": 1,
+                "per_replica_batch_size": batch, "global_batch_size": batch, "images_per_sec": rate,
+                "cpu_ms_per_image": 8000 / rate}
+    spanned = dict(summary("estimator", 900.0), images_per_sec_span=800.0)  # the span's rate is used
+    found = benchmark_report.step_overheads([spanned, summary("keras", 400.0),
+                                             summary("limit", 1000.0), summary("keras", 100.0, batch=16)])
+    assert [(o["engine"], round(o["step_ms"], 3), round(o["overhead_ms"], 3), o["fraction_of_limit"])
+            for o in found] == [("estimator", 10.0, 2.0, 0.8), ("keras", 20.0, 12.0, 0.4)]  # no batch-16 limit
+    assert [o["cpu_overhead_ms"] for o in found] == pytest.approx([(8000 / 900 - 8) * 8, (20 - 8) * 8])
+    labels = [label for label, _, _ in benchmark_report.ratios([summary("keras", 400.0), summary("limit", 1000.0)])]
+    assert labels == ["Keras fit / limit, synthetic data, fp32, 1 replica(s), batch 8/replica"]
