@@ -52,6 +52,14 @@ class RunResults:
     eval_accuracy: float
     eval_loss: float
     tensorflow_version: str
+    # Validation (see pipeline.validation): its size, each evaluation, the best, why training ended, and
+    # the step of the checkpoint the test figures belong to (the best one; the last without validation).
+    validation_examples: int = 0
+    evaluations: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    best: Optional[Dict[str, Any]] = None
+    stopped_because: str = "max_steps"
+    eval_step: Optional[int] = None
+    validation_seconds: float = 0.0
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_dict(self):

@@ -92,24 +92,36 @@ def _why_untimed(args, steps_run):
             "--warm-up-steps")
 
 
-def report(setup, estimator, hooks, figures, train_seconds):
-    """Evaluates the trained model on the test split, exports it, writes results.json and prints the
-    summary; returns results.json's dict. `figures` is (model FLOPs per image, the peak)."""
+def report(setup, estimator, hooks, figures, train_seconds, validation=None):
+    """Evaluates the chosen model on the test split (the best checkpoint `validation`, a
+    ValidationListener, recorded; else the last), exports it (the best is exported already), writes
+    results.json and prints the summary; returns results.json's dict. `figures` is (model FLOPs per
+    image, the peak)."""
     args, data = setup.args, setup.data
     throughput = hooks.throughput()
-    if throughput is None and setup.start_step < setup.max_steps:
+    if throughput is None and setup.start_step < setup.max_steps and not args.eval_only:
         log.warning("no throughput measured: %s", _why_untimed(args, setup.max_steps - setup.start_step))
-    log.info("evaluating on %d %s test images", data.num_eval_examples, data.source)
-    evaluation, scores = test_report.evaluate(estimator, data.eval_input_fn)
+    best = validation.record["best"] if validation else None
+    log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
+             f" the best checkpoint, of step {best['step']}" if best else "")
+    evaluation, scores = test_report.evaluate(estimator, data.eval_input_fn, best and best["checkpoint"])
     results = _results(setup, hooks, figures, train_seconds, throughput, evaluation)
+    if validation:
+        results.validation_examples = data.num_validation_examples
+        results.evaluations = [dict(e) for e in validation.record["evaluations"]]
+        results.best = {k: best[k] for k in ("step", "validation_accuracy", "validation_loss", "export_dir")} \
+            if best else None
+        results.stopped_because = validation.stopped_because or "max_steps"
+        results.validation_seconds = round(validation.seconds, 3)
     extra = results.extra
     if setup.cluster is not None:
         extra["cluster"] = {"strategy": args.strategy, "training_workers": setup.cluster.num_workers}
     if data.serving_input_fn:
-        extra["export_dir"] = export_model(estimator, data.serving_input_fn, data.class_names,
-                                           os.path.join(args.model_dir, "export"))
+        extra["export_dir"] = best["export_dir"] if best and best.get("export_dir") else export_model(
+            estimator, data.serving_input_fn, data.class_names, os.path.join(args.model_dir, "export"),
+            best and best["checkpoint"])
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
-        extra.update(test_report.write_report(setup.task, args, data, scores, args.model_dir, results.global_step,
+        extra.update(test_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
                                               extra.get("export_dir")))
     extra.update(data.report)
     extra["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -123,7 +135,7 @@ def report(setup, estimator, hooks, figures, train_seconds):
 def _results(setup, hooks, figures, train_seconds, throughput, evaluation):
     args, data, plan = setup.args, setup.data, setup.plan
     model_flops, peak = figures
-    step = int(evaluation["global_step"])
+    step = estimator_lib.latest_global_step(args.model_dir)
     images_trained = progress.images_at(progress.read(args.model_dir, setup.task.name).segments, step,
                                         setup.global_batch)[0]
     return results_lib.RunResults(
@@ -147,4 +159,5 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation):
         checkpoint_seconds=round(hooks.checkpoint_timer.seconds, 3),
         checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
         eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
-        eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__)
+        eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
+        eval_step=int(evaluation["global_step"]))

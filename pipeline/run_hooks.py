@@ -31,19 +31,33 @@ class TrainingHooks:
         return None
 
 
-def build_training_hooks(setup, stop_requested):
+class TimeElsewhere:
+    """The seconds its parts (objects with `seconds`) spent outside the training steps, added up."""
+
+    def __init__(self, *parts):
+        self._parts = [p for p in parts if p is not None]
+
+    @property
+    def seconds(self):
+        return sum(p.seconds for p in self._parts)
+
+
+def build_training_hooks(setup, stop_requested, validation=None):
     """Returns the TrainingHooks of `setup` (a prepared RunSetup); `stop_requested()` is true once a
-    stop signal came. In a cluster they include the watches of its peers (see watch_cluster)."""
+    stop signal came. `validation` (a ValidationListener, or None) evaluates after the checkpoints it
+    needs. In a cluster they include the watches of its peers (see watch_cluster)."""
     args = setup.args
     stop_hook, loss_watch = StopOnRequestHook(stop_requested), LossWatchHook(args.log_steps)
     rate_hook = LearningRateHook(args.model_dir if setup.chief else None, args.summary_steps)
-    # The checkpoint timer measures each write of the Estimator's checkpoint saver, which
-    # runs before every hook here: the throughput hook leaves that time out of its steps.
+    # The checkpoint timer measures each write of the Estimator's checkpoint saver, which runs
+    # before every hook here, and the validation listener its evaluations after those writes:
+    # the throughput hook leaves both out of its steps.
     checkpoint_timer = CheckpointTimer()
     train_hooks = [stop_hook] + hooks_lib.build_hooks(
         args.hooks, global_batch_size=setup.global_batch, model_dir=args.model_dir,
         every_n_steps=args.summary_steps, warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps,
-        excluded_time=checkpoint_timer) \
+        excluded_time=TimeElsewhere(checkpoint_timer, validation)) \
         + [loss_watch, rate_hook, ProgressHook(setup.max_steps, setup.global_batch, args.log_steps)]
     train_hooks += watch_cluster(setup.cluster, args, setup.max_steps)
-    return TrainingHooks(train_hooks, [checkpoint_timer], stop_hook, loss_watch, rate_hook, checkpoint_timer)
+    listeners = [checkpoint_timer] + ([validation] if validation is not None else [])
+    return TrainingHooks(train_hooks, listeners, stop_hook, loss_watch, rate_hook, checkpoint_timer)

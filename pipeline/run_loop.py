@@ -2,17 +2,21 @@
 process's role (see pipeline.roles), and report."""
 import contextlib
 import logging
+import os
 
 import tensorflow as tf
 
 from models.optimizers import precision
-from pipeline import estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, roles
+from pipeline import estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, roles, \
+    validation as validation_lib
 from pipeline.cluster_run import resolve_cluster, watch_cluster
+from pipeline.errors import UsageError
 from pipeline.logs import configure_logging
 from pipeline.run_hooks import build_training_hooks
 from pipeline.run_output import finished_results, print_header
 from pipeline.run_setup import RunSetup, build_plan, ensure_writable_dir, prepare_run, warn_about
 from pipeline.stopping import Interrupted, StopSignals
+from serving.export import export_model
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +47,22 @@ def _run(task, args, cluster, chief, stop):
         watch_cluster(cluster, args, max_steps=None)
         return roles.run_parameter_server(setup)
     prepare_run(setup)
-    if chief and setup.start_step >= setup.max_steps:
+    if args.eval_only:
+        if not setup.start_step:
+            raise UsageError(f"--eval-only needs a trained model dir, and {args.model_dir} holds no checkpoint; "
+                             "train first (without --eval-only), or pass the --model-dir of a trained run")
+    elif chief and setup.start_step >= setup.max_steps:
         finished = finished_results(args.model_dir, setup.start_step, setup.max_steps)
         if finished:
             return finished
     print_header(setup)
     warn_about(setup)
-    estimator, figures = build_estimator(setup)
-    hooks = build_training_hooks(setup, stop.requested)
+    cadence = validation_cadence(setup)
+    estimator, figures = build_estimator(setup, cadence)
+    validation = build_validation(setup, estimator, cadence, stop.requested)
+    hooks = build_training_hooks(setup, stop.requested, validation)
+    if args.eval_only:
+        return roles.report(setup, estimator, hooks, figures, 0.0, validation)
     if chief and setup.start_step < setup.max_steps:  # written last before training: a failure above leaves it
         progress.record_start(args.model_dir, task.name, setup.record, setup.steps, setup.trained_on)
     train_seconds = roles.train(setup, estimator, hooks, stop)
@@ -59,17 +71,42 @@ def _run(task, args, cluster, chief, stop):
     if not chief:
         log.info("%s %d finished", cluster.task_type, cluster.index)
         return None
-    return roles.report(setup, estimator, hooks, figures, train_seconds)
+    return roles.report(setup, estimator, hooks, figures, train_seconds, validation)
 
 
-def build_estimator(setup):
+def validation_cadence(setup):
+    """Returns the validation's Cadence on one machine, or None: no validation split, or a cluster
+    (whose evaluator task evaluates the test split as it did)."""
+    if setup.data.validation_input_fn is None or setup.cluster is not None:
+        return None
+    return validation_lib.cadence_for(setup.args, setup)
+
+
+def build_validation(setup, estimator, cadence, stop_requested):
+    """Returns the ValidationListener evaluating as training goes and exporting the best, or None."""
+    if cadence is None:
+        return None
+    args, data = setup.args, setup.data
+    export = None
+    if data.serving_input_fn:
+        def export(checkpoint):
+            return export_model(estimator, data.serving_input_fn, data.class_names,
+                                os.path.join(args.model_dir, validation_lib.BEST_EXPORT_DIR), checkpoint)
+    return validation_lib.ValidationListener(
+        estimator, data.validation_input_fn, cadence, args.model_dir, setup.start_step, export=export,
+        stop_at_accuracy=args.stop_at_accuracy, patience=args.patience, stop_requested=stop_requested)
+
+
+def build_estimator(setup, cadence=None):
     """Returns (the Estimator of `setup`'s model, (its FLOPs per image, the devices' peak)), the
     model checked to fit the model dir's checkpoint."""
     args = setup.args
     if args.seed is not None:
         tf.keras.utils.set_random_seed(args.seed)
+    checkpoint_steps = cadence.checkpoint_steps(setup.global_batch, args.checkpoint_steps) if cadence \
+        else args.checkpoint_steps  # each evaluation needs a checkpoint of its step
     config = estimator_lib.build_run_config(
-        args.model_dir, setup.plan, args.checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed,
+        args.model_dir, setup.plan, checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed,
         estimator_lib.session_config(args.xla, args.intra_op_threads, args.inter_op_threads))
     keras_model = setup.task.build_model(args, setup.schedule)
     model_flops, peak = mfu_lib.run_figures(keras_model, args.precision, setup.plan.devices, probe=setup.chief)
