@@ -290,7 +290,7 @@ def build_parser(task):
                         help="seed of the bootstrap's resampling")
 
     from pipeline.validation_flags import add_validation_flags  # it reuses this module's argparse types
-    add_validation_flags(parser)
+    add_validation_flags(parser, d)
     task.add_flags(parser)
     parser.set_defaults(explicit_flags=frozenset())  # filled by RecordedStore's flags
     return parser

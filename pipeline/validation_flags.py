@@ -5,10 +5,12 @@ from pipeline.flags import fraction, positive_float, positive_int
 DEFAULT_VALIDATION_FRACTION = 0.1  # why 0.1: README, "Picking the best model while training"
 
 
-def add_validation_flags(parser):
-    """Adds the validation flags to `parser`; returns their group."""
+def add_validation_flags(parser, defaults):
+    """Adds the validation flags to `parser`, with a task's `defaults` ('validation_fraction'); returns
+    their group."""
     group = parser.add_argument_group("validation")
-    group.add_argument("--validation-fraction", type=fraction, default=DEFAULT_VALIDATION_FRACTION,
+    group.add_argument("--validation-fraction", type=fraction,
+                       default=defaults.get("validation_fraction", DEFAULT_VALIDATION_FRACTION),
                        help="share of each class of the training data held out for validation (seeded, "
                             "stratified; grouped by patient for OCT): evaluated as training goes, it chooses the "
                             "exported model; 0 turns it off (the last checkpoint is exported and tested)")
