@@ -1,6 +1,7 @@
 """The one run loop every job uses: check the settings, build the Estimator and its hooks, run this
 process's role (see pipeline.roles), and report."""
 import contextlib
+import dataclasses
 import logging
 import os
 
@@ -97,6 +98,23 @@ def build_validation(setup, estimator, cadence, stop_requested):
         stop_at_accuracy=args.stop_at_accuracy, patience=args.patience, stop_requested=stop_requested)
 
 
+def mirror_evaluation(setup):
+    """Returns whether evaluations run mirrored over the replicas (a mirrored plan on one machine with
+    more than one replica and no fewer evaluation examples than replicas); if so, sets `setup`'s
+    evaluation inputs to batches every replica gets its share of."""
+    data, replicas = setup.data, setup.plan.replicas
+    sizes = [data.num_eval_examples] + ([data.num_validation_examples] if data.validation_input_fn else [])
+    if setup.cluster is not None or replicas < 2 or setup.args.strategy != "mirrored" or min(sizes) < replicas:
+        return False
+    batch = setup.args.batch_size
+    setup.data = dataclasses.replace(data, eval_input_fn=estimator_lib.replica_batched_input_fn(
+        data.eval_input_fn, data.num_eval_examples, batch, replicas))
+    if data.validation_input_fn:
+        setup.data.validation_input_fn = estimator_lib.replica_batched_input_fn(
+            data.validation_input_fn, data.num_validation_examples, batch, replicas)
+    return True
+
+
 def build_estimator(setup, cadence=None):
     """Returns (the Estimator of `setup`'s model, (its FLOPs per image, the devices' peak)), the
     model checked to fit the model dir's checkpoint."""
@@ -105,9 +123,10 @@ def build_estimator(setup, cadence=None):
         tf.keras.utils.set_random_seed(args.seed)
     checkpoint_steps = cadence.checkpoint_steps(setup.global_batch, args.checkpoint_steps) if cadence \
         else args.checkpoint_steps  # each evaluation needs a checkpoint of its step
+    mirrored = mirror_evaluation(setup)
     config = estimator_lib.build_run_config(
         args.model_dir, setup.plan, checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed,
-        estimator_lib.session_config(args.xla, args.intra_op_threads, args.inter_op_threads))
+        estimator_lib.session_config(args.xla, args.intra_op_threads, args.inter_op_threads), mirrored)
     keras_model = setup.task.build_model(args, setup.schedule)
     model_flops, peak = mfu_lib.run_figures(keras_model, args.precision, setup.plan.devices, probe=setup.chief)
     print(mfu_lib.header_lines(model_flops, peak), flush=True)
