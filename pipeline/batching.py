@@ -22,14 +22,15 @@ def batch_sizes_for_replicas(num_examples, batch_size, replicas):
     """Returns the sizes of an evaluation's batches over `num_examples` such that their number is a
     multiple of `replicas`, none empty and none over `batch_size`: a mirrored evaluation hands the
     batches round the replicas and stops at the first replica without one, so any other count would
-    leave the last batches uncounted. Full batches first, the rest spread over the last ones."""
-    full, rest = divmod(num_examples, batch_size)
-    count = full + (rest > 0)
+    leave the last batches uncounted. Full batches first, then what is left, at least one example
+    in each of the last ones."""
+    count = -(-num_examples // batch_size)
     target = -(-count // replicas) * replicas
-    if target == count or num_examples < target:
-        return [batch_size] * full + ([rest] if rest else [])
-    tail_batches = target - full + (1 if rest == 0 else 0)  # the batches the tail is spread over
-    kept = target - tail_batches
-    tail = num_examples - kept * batch_size
-    small, extra = divmod(tail, tail_batches)
-    return [batch_size] * kept + [small + 1] * extra + [small] * (tail_batches - extra)
+    if num_examples < target:  # too few examples to give every replica a batch: as they come
+        return [batch_size] * (num_examples // batch_size) + ([num_examples % batch_size] if num_examples % batch_size
+                                                                else [])
+    sizes, left = [], num_examples
+    for i in range(target):
+        sizes.append(min(batch_size, left - (target - i - 1)))  # full while the rest can still give one each
+        left -= sizes[-1]
+    return sizes
