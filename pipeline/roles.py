@@ -50,12 +50,15 @@ def train_on_one_machine(setup, estimator, hooks):
 
 def run_in_cluster(setup, estimator, hooks):
     """Runs this task's role of the cluster (chief, worker or evaluator) through train_and_evaluate:
-    the chief and the workers train, the evaluator evaluates each new checkpoint on the test split."""
+    the chief and the workers train, the evaluator evaluates each new checkpoint on the validation
+    split (TensorBoard's eval_validation), or the test split when there is none."""
+    data = setup.data
+    evaluated = (data.validation_input_fn, "validation") if data.validation_input_fn else (data.eval_input_fn, None)
     tf.estimator.train_and_evaluate(
         estimator,
-        tf.estimator.TrainSpec(setup.data.train_input_fn, max_steps=setup.max_steps, hooks=hooks.all,
+        tf.estimator.TrainSpec(data.train_input_fn, max_steps=setup.max_steps, hooks=hooks.all,
                                saving_listeners=hooks.listeners),
-        tf.estimator.EvalSpec(setup.data.eval_input_fn, steps=None, start_delay_secs=0,
+        tf.estimator.EvalSpec(evaluated[0], steps=None, name=evaluated[1], start_delay_secs=0,
                               throttle_secs=setup.args.eval_throttle_secs))
 
 
