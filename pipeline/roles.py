@@ -106,7 +106,7 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
         log.warning("no throughput measured: %s", _why_untimed(args, setup.max_steps - setup.start_step))
     best = validation.record["best"] if validation else None
     log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
-             f" the best checkpoint, of step {best['step']}" if best else "")
+             f" with the best checkpoint, of step {best['step']}" if best else "")
     evaluation, scores = test_report.evaluate(estimator, data.eval_input_fn, best and best["checkpoint"])
     results = _results(setup, hooks, figures, train_seconds, throughput, evaluation)
     if validation:
@@ -128,7 +128,10 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
                                               extra.get("export_dir")))
     extra.update(data.report)
     extra["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    path = results_lib.write_results(args.model_dir, results)
+    if args.eval_only:  # the training run's results.json stays as it was
+        path = "(not written: --eval-only)"
+    else:
+        path = results_lib.write_results(args.model_dir, results)
     written = results.as_dict()
     print_summary(written, path)
     test_report.print_headline(written, args.model_dir)

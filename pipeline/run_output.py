@@ -66,10 +66,15 @@ def print_summary(results, path):
         train = "no steps timed in this run"
     trained = (f"  images:  {results['images_trained']:,} trained, {results['epochs_trained']:g} epochs\n"
                if "images_trained" in results else "")
+    best = results.get("best")
+    validation = (f"  valid.:  best accuracy {best['validation_accuracy']:.4f} at step {best['step']} of "
+                  f"{len(results['evaluations'])} evaluations on {results['validation_examples']} images "
+                  f"({results['validation_seconds']:.1f} s); stopped: {results['stopped_because']}\n" if best else "")
+    chosen = f" (the best checkpoint, step {results['eval_step']})" if best else ""
     print(f"{results['task']}: finished at global step {results['global_step']}\n"
-          f"  train:   {train}\n{trained}"
+          f"  train:   {train}\n{trained}{validation}"
           f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
-          f"on {results['eval_examples']} test images", flush=True)
+          f"on {results['eval_examples']} test images{chosen}", flush=True)
     width = max(map(len, results.get("per_class", {})), default=8)
     for name, figures in results.get("per_class", {}).items():
         precision, recall = (f"{v:.3f}" if v is not None else "n/a"
