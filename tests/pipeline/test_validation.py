@@ -177,6 +177,12 @@ def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_exp
     assert os.path.isfile(os.path.join(best["export_dir"], "saved_model.pb"))
     # The mirrored evaluations counted each validation and test image once (the report checks the test's).
     assert sum(f["support"] for f in results["per_class"].values()) == results["eval_examples"]
+    written = (tmp_path / "model" / "results.json").read_bytes()
+    again = run(images.TASK, build_parser(images.TASK).parse_args(
+        ["--data-dir", data, "--model-dir", model_dir, "--image-size", "32", "--batch-size", "8", "--group-by",
+         PATIENT_PATTERN, "--validation-fraction", "0.2", "--bootstrap-resamples", "10", "--eval-only"]))
+    assert again["eval_step"] == best["step"] and again["eval_accuracy"] == pytest.approx(results["eval_accuracy"])
+    assert (tmp_path / "model" / "results.json").read_bytes() == written  # --eval-only trains and rewrites nothing
 
 
 def test_a_target_accuracy_stops_the_fashion_job_on_2_replicas(fashion_data_dir, tmp_path):
