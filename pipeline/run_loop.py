@@ -88,13 +88,13 @@ def build_validation(setup, estimator, cadence, stop_requested):
     if cadence is None:
         return None
     args, data = setup.args, setup.data
-    export = None
-    if data.serving_input_fn:
-        def export(checkpoint):
-            return export_model(estimator, data.serving_input_fn, data.class_names,
-                                os.path.join(args.model_dir, validation_lib.BEST_EXPORT_DIR), checkpoint)
+
+    def export_best(checkpoint):
+        return export_model(estimator, data.serving_input_fn, data.class_names,
+                            os.path.join(args.model_dir, validation_lib.BEST_EXPORT_DIR), checkpoint)
     return validation_lib.ValidationListener(
-        estimator, data.validation_input_fn, cadence, args.model_dir, setup.start_step, export=export,
+        estimator, data.validation_input_fn, cadence, args.model_dir, setup.start_step,
+        export=export_best if data.serving_input_fn else None,
         stop_at_accuracy=args.stop_at_accuracy, patience=args.patience, stop_requested=stop_requested)
 
 
