@@ -196,3 +196,19 @@ def test_a_target_accuracy_stops_the_fashion_job_on_2_replicas(fashion_data_dir,
     assert results["global_step"] == results["evaluations"][-1]["step"] < 200
     assert results["train_examples"] + results["validation_examples"] == 800
     assert results["eval_step"] == results["best"]["step"]
+
+
+def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
+    from pipeline.tasks import images_job
+    from tests.images_data import make_shapes_folder
+    data, held = make_shapes_folder(str(tmp_path / "data"), per_class=5), make_shapes_folder(
+        str(tmp_path / "val"), per_class=2)
+    args = build_parser(images.TASK).parse_args(["--data-dir", data, "--model-dir", str(tmp_path / "model"),
+                                                 "--image-size", "32", "--validation-dir", held])
+    dataset = images_job.load_dataset(args)
+    sides = images_job.split_off_validation(args, dataset)
+    assert sides["train"] == dataset.splits["train"]  # nothing of the training split held out
+    files, labels = sides["validation"]
+    assert files and all(f.startswith(held) for f in files)
+    assert [dataset.class_names[label] for label in labels] == [os.path.basename(os.path.dirname(f)) for f in files]
+    assert (tmp_path / "model" / "validation_files.txt").read_text().splitlines() == files
