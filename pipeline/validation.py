@@ -25,7 +25,7 @@ from pipeline.errors import UsageError
 log = logging.getLogger(__name__)
 VALIDATION_FILE = "validation.json"
 BEST_DIR = "best"  # the best checkpoint's copy, beside the rotating ones
-BEST_EXPORT_DIR = os.path.join("export", "best")
+BEST_EXPORT_DIR = "export"  # where the export of a run without validation goes: predict.py finds it the same way
 EVAL_NAME = "validation"  # TensorBoard: <model dir>/eval_validation, beside the training curves
 
 
@@ -174,6 +174,6 @@ def remove_superseded(model_dir, best):
     for path in glob.glob(os.path.join(model_dir, BEST_DIR, "*")):
         if not os.path.basename(path).startswith(keep + "."):
             os.remove(path)
-    for path in glob.glob(os.path.join(model_dir, BEST_EXPORT_DIR, "*")):
+    for path in glob.glob(os.path.join(model_dir, BEST_EXPORT_DIR, "[0-9]*")):  # not an export being written
         if best.get("export_dir") and os.path.abspath(path) != best["export_dir"]:
             shutil.rmtree(path, ignore_errors=True)
