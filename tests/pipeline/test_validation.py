@@ -188,8 +188,8 @@ def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_exp
 def test_a_target_accuracy_stops_the_fashion_job_on_2_replicas(fashion_data_dir, tmp_path):
     args = build_parser(fashion.TASK).parse_args([
         "--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--cpu-replicas", "2", "--batch-size", "32",
-        "--learning-rate", "0.003", "--lr-scaling", "none", "--max-steps", "200", "--eval-every-steps", "10",
-        "--stop-at-accuracy", "0.7", "--seed", "1", "--warm-up-steps", "2"])
+        "--learning-rate", "0.003", "--lr-scaling", "none", "--max-steps", "200", "--eval-every-steps", "15",
+        "--stop-at-accuracy", "0.7", "--seed", "1", "--warm-up-steps", "2", "--bootstrap-resamples", "10"])
     results = run(fashion.TASK, args)
     accuracies = [e["validation_accuracy"] for e in results["evaluations"]]
     assert results["stopped_because"] == "target_accuracy" and accuracies[-1] >= 0.7
