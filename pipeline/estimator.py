@@ -1,11 +1,13 @@
 """Turns a compiled Keras model into an Estimator configured for a DistributionPlan."""
 import re
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 from hooks.scores import add_scores_to_collection
 from input_fns import augmentation
+from pipeline.batching import batch_sizes_for_replicas
 from pipeline.metrics import per_class_metric_ops
 from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
@@ -31,13 +33,13 @@ def session_config(xla=False, intra_op_threads=0, inter_op_threads=0):
 
 
 def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_checkpoints=5, seed=None,
-                     session=None):
+                     session=None, mirrored_evaluation=False):
     """Returns the RunConfig: the plan's strategy for training, checkpoint and summary cadence, and
     `session` (see session_config; None: the Estimator's default).
 
-    Evaluation runs on one device (eval_distribute=None): a mirrored evaluation
-    splits the last, partial batches between replicas and can drop some of
-    them, and every test example must be counted exactly once.
+    Evaluation runs on one device, or with `mirrored_evaluation` over the plan's
+    replicas: its input must then come in batches whose number is a multiple of
+    the replicas (see replica_batched_input_fn), or the last ones are dropped.
     """
     return tf.estimator.RunConfig(
         model_dir=model_dir,
@@ -47,7 +49,7 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
         log_step_count_steps=None,  # the run loop's ProgressHook logs loss and speed, in one line
         keep_checkpoint_max=keep_checkpoints,
         train_distribute=plan.strategy,
-        eval_distribute=None,
+        eval_distribute=plan.strategy if mirrored_evaluation else None,
         session_config=session)
 
 
@@ -89,6 +91,8 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
             add_training_summaries(spec.loss, probabilities, labels)
         if mode == tf.estimator.ModeKeys.EVAL:  # for a hooks.scores.ScoreCollectorHook, if evaluate has one
             add_scores_to_collection(probabilities, labels, keys)
+            if tf.distribute.has_strategy():  # each replica's loss comes divided by the replicas, as in training
+                spec = spec._replace(loss=spec.loss * tf.distribute.get_strategy().num_replicas_in_sync)
         if mode == tf.estimator.ModeKeys.EVAL and class_names:
             spec = spec._replace(eval_metric_ops={**spec.eval_metric_ops,
                                                   **per_class_metric_ops(labels, probabilities, class_names)})
@@ -149,3 +153,20 @@ def latest_global_step(model_dir):
     checkpoint = tf.train.latest_checkpoint(model_dir)
     match = re.search(r"-(\d+)$", checkpoint or "")
     return int(match.group(1)) if match else 0
+
+
+def replica_batched_input_fn(input_fn, num_examples, batch_size, replicas):
+    """Returns an evaluation input_fn giving `input_fn`'s `num_examples` examples in the batches of
+    pipeline.batching.batch_sizes_for_replicas: a mirrored evaluation then counts each exactly once."""
+    sizes = batch_sizes_for_replicas(num_examples, batch_size, replicas)
+
+    def replica_input_fn(input_context=None):
+        ends, lengths = tf.constant(np.cumsum(sizes), tf.int64), tf.constant(sizes, tf.int64)
+
+        def batch_of(index, example):
+            return tf.searchsorted(ends, index[None], side="right", out_type=tf.int64)[0]
+        examples = input_fn(input_context=input_context).unbatch().enumerate()
+        return examples.group_by_window(
+            batch_of, lambda key, window: window.map(lambda index, example: example).batch(lengths[key]),
+            window_size_func=lambda key: lengths[key])
+    return replica_input_fn

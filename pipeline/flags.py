@@ -289,6 +289,8 @@ def build_parser(task):
     report.add_argument("--bootstrap-seed", type=int_in_range(0, 2 ** 31 - 1), default=0,
                         help="seed of the bootstrap's resampling")
 
+    from pipeline.validation_flags import add_validation_flags  # it reuses this module's argparse types
+    add_validation_flags(parser, d)
     task.add_flags(parser)
     parser.set_defaults(explicit_flags=frozenset())  # filled by RecordedStore's flags
     return parser

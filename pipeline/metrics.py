@@ -1,6 +1,7 @@
 """Classification figures: from predicted and true class indices, and as evaluation metrics."""
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import metrics_impl  # TF 2.15's v1 metrics: frozen, private helpers
 
 
 def classification_report(true_labels, predicted_labels, class_names):
@@ -35,12 +36,15 @@ def per_class_metric_ops(labels, probabilities, class_names, cell_pixels=16):
         ops[f"precision/{name}"] = tf.compat.v1.metrics.precision(is_true, is_predicted)
         ops[f"recall/{name}"] = tf.compat.v1.metrics.recall(is_true, is_predicted)
     n = len(class_names)
-    counts = tf.compat.v1.Variable(tf.zeros([n, n]), trainable=False, name="confusion_matrix_counts",
-                                   collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
-                                                tf.compat.v1.GraphKeys.METRIC_VARIABLES])
-    update = counts.assign_add(tf.math.confusion_matrix(true, predicted, num_classes=n, dtype=tf.float32))
-    shares = tf.math.divide_no_nan(counts, tf.reduce_sum(counts, axis=1, keepdims=True))
-    pixels = tf.repeat(tf.repeat(shares, cell_pixels, axis=0), cell_pixels, axis=1)
-    image = tf.cast(tf.round(255.0 * pixels), tf.uint8)[None, :, :, None]
-    ops["confusion_matrix"] = (tf.compat.v1.summary.image("confusion_matrix", image, collections=[]), update)
+    # A metric variable (sync-on-read, summed over the replicas when read) and a value made in
+    # cross-replica context, as tf.compat.v1.metrics.mean_iou does: under a mirrored evaluation
+    # a plain variable and a summary made in each replica cannot be read back.
+    counts, update = metrics_impl._streaming_confusion_matrix(true, predicted, n)
+
+    def image(_, total):
+        shares = tf.math.divide_no_nan(total, tf.reduce_sum(total, axis=1, keepdims=True))
+        pixels = tf.repeat(tf.repeat(shares, cell_pixels, axis=0), cell_pixels, axis=1)
+        picture = tf.cast(tf.round(255.0 * pixels), tf.uint8)[None, :, :, None]
+        return tf.compat.v1.summary.image("confusion_matrix", picture, collections=[])
+    ops["confusion_matrix"] = (metrics_impl._aggregate_across_replicas(None, image, counts), update)
     return ops

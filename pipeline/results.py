@@ -1,15 +1,78 @@
-"""The results.json file each run writes into its model dir."""
+"""The results.json file each run writes into its model dir, and the typed record it holds."""
+import dataclasses
 import json
 import os
+from typing import Any, Dict, List, Optional
 
 from input_fns.files import write_json_atomically
 
 RESULTS_FILE = "results.json"
 
 
+@dataclasses.dataclass
+class RunResults:
+    """What a finished run reports: written to results.json in this field order, then `extra`'s
+    fields (the cluster, the export, the test report's and the data's own)."""
+    task: str
+    data_source: str
+    model_dir: str
+    global_step: int
+    start_global_step: int
+    max_steps: int
+    replicas: int
+    devices: List[str]
+    distribution: str
+    precision: str
+    augment: List
+    xla: bool
+    intra_op_threads: int
+    inter_op_threads: int
+    per_replica_batch_size: int
+    global_batch_size: int
+    learning_rate: Optional[float]  # the rate the optimizer applied at this run's last step, read from the graph
+    learning_rate_first_step: Optional[float]
+    learning_rate_base: float
+    learning_rate_schedule: Dict[str, Any]
+    train_examples: int
+    epochs_requested: Optional[float]
+    images_trained: int
+    epochs_trained: float
+    train_seconds: float
+    train_images_per_sec: Optional[float]
+    train_images_per_sec_std: Optional[float]
+    train_step_time_mean: Optional[float]
+    timed_steps: int
+    model_flops_per_image: Dict[str, Any]
+    peak_flops: Dict[str, Any]
+    mfu: Optional[float]
+    checkpoint_seconds: float
+    checkpoints_saved: int
+    loss_warnings: List[str]
+    eval_examples: int
+    eval_accuracy: float
+    eval_loss: float
+    tensorflow_version: str
+    # Validation (see pipeline.validation): its size, each evaluation, the best, why training ended, and
+    # the step of the checkpoint the test figures belong to (the best one; the last without validation).
+    validation_examples: int = 0
+    evaluations: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    best: Optional[Dict[str, Any]] = None
+    stopped_because: str = "max_steps"
+    eval_step: Optional[int] = None
+    validation_seconds: float = 0.0
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def as_dict(self):
+        """Returns the results as results.json holds them: the fields, then `extra`'s."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**fields, **self.extra}
+
+
 def write_results(model_dir, results):
-    """Writes `results` as JSON to <model_dir>/results.json atomically (see write_json_atomically);
-    returns the path."""
+    """Writes `results` (a dict or RunResults) as JSON to <model_dir>/results.json atomically (see
+    write_json_atomically); returns the path."""
+    if isinstance(results, RunResults):
+        results = results.as_dict()
     return write_json_atomically(os.path.join(model_dir, RESULTS_FILE), results)
 
 

@@ -24,15 +24,17 @@ def with_class_names(spec, probabilities, class_names):
         tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: tf.estimator.export.PredictOutput(predictions)})
 
 
-def export_model(estimator, serving_input_fn, class_names, export_base):
-    """Exports the estimator's latest checkpoint under `export_base` (in a temporary folder,
-    renamed when whole) with the class names in assets.extra; returns the export's path."""
+def export_model(estimator, serving_input_fn, class_names, export_base, checkpoint_path=None):
+    """Exports the checkpoint `checkpoint_path` (default: the estimator's latest) under `export_base`
+    (in a temporary folder, renamed when whole) with the class names in assets.extra; returns the
+    export's path."""
     with tempfile.TemporaryDirectory() as tmp:
         names = os.path.join(tmp, CLASS_NAMES_FILE)
         with open(names, "w") as f:
             f.write("\n".join(class_names) + "\n")
         path = estimator.export_saved_model(export_base, serving_input_fn,
-                                            assets_extra={CLASS_NAMES_FILE: names})
+                                            assets_extra={CLASS_NAMES_FILE: names},
+                                            checkpoint_path=checkpoint_path)
     path = path.decode() if isinstance(path, bytes) else path
     log.info("exported the model to %s", path)
     return os.path.abspath(path)

@@ -33,6 +33,10 @@ class TaskData:
     # With it, the run loop exports a SavedModel taking this serving input.
     serving_input_fn: Optional[Callable] = None
     report: dict = dataclasses.field(default_factory=dict)  # extra fields for results.json
+    # The validation split held out from the training data (None when there is none): evaluated as
+    # training goes, it chooses the model that is exported and tested.
+    validation_input_fn: Optional[Callable] = None
+    num_validation_examples: int = 0
     # The training recipe the task chose for this data, and why (the run header shows it); None for the flags'.
     recipe: Optional[str] = None
 

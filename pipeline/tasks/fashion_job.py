@@ -1,10 +1,14 @@
 """The Fashion-MNIST job's data and model: the dataset (downloaded, or the shipped sample when
 that fails), converted to TFRecord shards, and the design's CNN. Its command line: fashion.py."""
+import json
 import logging
 import os
 
+import numpy as np
+
 from cluster.tf_config import read_tf_config
-from input_fns import fashion_mnist, synthetic
+from input_fns import class_folders, fashion_mnist, locks, records, synthetic
+from input_fns.files import write_json_atomically
 from models.fashion_cnn import build_fashion_cnn
 from pipeline.tasks import FEATURE_KEY, TaskData
 from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE, TRAIN_EXAMPLES
@@ -12,6 +16,7 @@ from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE
 log = logging.getLogger(__name__)
 
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 10000}  # the real dataset's, so --epochs means the same
+VALIDATION_SEED = 0  # the validation split is drawn with a fixed seed: the same images on every run
 
 
 def prepare_data(args, batch_size):
@@ -35,6 +40,8 @@ def prepare_data(args, batch_size):
         report = {"recipe": "shipped sample" if applied else "flags"}
         batch_size = args.batch_size
     splits = fashion_mnist.prepare_tfrecords(data_dir, args.cache_dir)
+    if args.validation_fraction:
+        return _with_validation(args, batch_size, data_dir, splits, source, recipe, report)
     return TaskData(
         fashion_mnist.make_input_fn(splits["train"]["pattern"], batch_size, training=True,
                                     feature_key=FEATURE_KEY, seed=args.seed),
@@ -43,6 +50,54 @@ def prepare_data(args, batch_size):
         splits["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
         train_class_counts=splits["train"]["class_counts"], recipe=recipe,
         report=report)
+
+
+def _with_validation(args, batch_size, data_dir, splits, source, recipe, report):
+    """Returns TaskData training on the training images left after split_off_validation's share."""
+    held = split_off_validation(data_dir, os.path.dirname(splits["train"]["pattern"]), args.validation_fraction)
+
+    def make(split, training):
+        return fashion_mnist.make_input_fn(held[split]["pattern"], batch_size, training=training,
+                                           feature_key=FEATURE_KEY, seed=args.seed if training else None)
+    return TaskData(make("train", True), fashion_mnist.make_input_fn(splits["test"]["pattern"], batch_size,
+                                                                     training=False, feature_key=FEATURE_KEY),
+                    held["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
+                    train_class_counts=held["train"]["class_counts"], recipe=recipe, report=report,
+                    validation_input_fn=make("validation", False),
+                    num_validation_examples=held["validation"]["count"])
+
+
+def split_off_validation(data_dir, shards_dir, fraction, seed=VALIDATION_SEED):
+    """Returns {'train', 'validation'} -> {'pattern', 'count', 'class_counts'}: the training images
+    split (stratified by class, drawn with `seed`) into `fraction` held out for validation and the rest,
+    written once as shards under `shards_dir` (reused while the training IDX files are unchanged)."""
+    out = os.path.join(shards_dir, f"validation-{fraction:g}-seed{seed}")
+    source = {name: [os.stat(os.path.join(data_dir, name)).st_size, os.stat(os.path.join(data_dir, name)).st_mtime_ns]
+              for name in fashion_mnist.FILES["train"]}
+    os.makedirs(out, exist_ok=True)
+    with locks.exclusive(os.path.join(out, ".split.lock")):
+        try:
+            with open(os.path.join(out, "manifest.json")) as f:
+                manifest = json.load(f)
+            if manifest["source"] == source:
+                return manifest["splits"]
+        except (OSError, ValueError, KeyError):
+            pass  # none yet, or of other files: split
+        records.remove_partial_shards(out, prefixes=("train", "validation"))
+        images, labels = fashion_mnist.load_split(data_dir, "train")
+        sides = class_folders.split_files(list(range(len(labels))), labels.tolist(), fraction, seed)
+        sides = {"train": sides["train"], "validation": sides["test"]}
+        splits = {}
+        for side, entries in sides.items():
+            order = [entries[i][0] for i in records.shuffled_order(len(entries), seed)] if side == "train" \
+                else [i for i, _ in entries]
+            records.write_shards((records.serialize_image_example(images[i], labels[i]) for i in order), out, side,
+                                 fashion_mnist.NUM_SHARDS["train" if side == "train" else "test"])
+            splits[side] = {"pattern": records.shard_pattern(out, side), "count": len(order),
+                            "class_counts": np.bincount(labels[order], minlength=fashion_mnist.NUM_CLASSES).tolist()}
+        write_json_atomically(os.path.join(out, "manifest.json"), {"source": source, "fraction": fraction,
+                                                                   "seed": seed, "splits": splits})
+        return splits
 
 
 def apply_sample_recipe(args):

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 SPLIT_DIR = "split"  # in the model dir: train.txt and test.txt (one path per line), split.json
 SYNTHETIC_CLASSES, SYNTHETIC_SIZES = 10, {"train": 10000, "test": 2000}
 SERVING_KEY = "image_bytes"
+VALIDATION_FILES = "validation_files.txt"  # in the model dir: the validation split, one path per line
 
 
 @dataclasses.dataclass
@@ -181,10 +182,55 @@ def prepare_data(args, batch_size):
     report = dict(data.report)
     if args.class_weight == "balanced":
         report["class_weights"] = balanced_class_weights(data.train_class_counts())
+    held_out = split_off_validation(args, data)
+    if held_out:
+        data = dataclasses.replace(data, splits={**data.splits, **held_out})
+        report["validation_files"] = os.path.abspath(os.path.join(args.model_dir, VALIDATION_FILES))
     return TaskData(make("train", True), make("test", False), len(data.splits["train"][0]),
                     len(data.splits["test"][0]), "real", class_names=data.class_names,
                     eval_labels=data.splits["test"][1], train_class_counts=data.train_class_counts(),
-                    serving_input_fn=_serving(size, data.channels), report=report)
+                    serving_input_fn=_serving(size, data.channels), report=report,
+                    validation_input_fn=make("validation", False) if held_out else None,
+                    num_validation_examples=len(held_out["validation"][0]) if held_out else 0)
+
+
+def split_off_validation(args, data):
+    """Returns {'train': (files, labels), 'validation': (files, labels)}: --validation-dir's images,
+    or --validation-fraction of the training split's (seeded by --split-seed, stratified, grouped by
+    --group-by: a patient's images all on one side); None with neither. Writes the validation files,
+    one path per line, to <model dir>/validation_files.txt."""
+    train = data.splits["train"]
+    if args.validation_dir:
+        validation = _validation_dir(args.validation_dir, data.class_names, data.channels, args.on_bad_image)
+    elif args.validation_fraction:
+        try:
+            sides = class_folders.split_files(*train, args.validation_fraction, args.split_seed, args.group_by)
+        except InputDataError as e:
+            raise InputDataError(str(e).replace("the test split", "the validation split")
+                                 .replace("--test-fraction", "--validation-fraction")) from None
+        train = ([f for f, _ in sides["train"]], [label for _, label in sides["train"]])
+        validation = ([f for f, _ in sides["test"]], [label for _, label in sides["test"]])
+    else:
+        return None
+    os.makedirs(args.model_dir, exist_ok=True)
+    with open(os.path.join(args.model_dir, VALIDATION_FILES), "w", encoding="utf-8") as f:
+        f.write("".join(path + "\n" for path in validation[0]))
+    return {"train": train, "validation": validation}
+
+
+def _validation_dir(folder, class_names, channels, on_bad_image):
+    """Returns (files, labels) of the class folders in `folder`, labelled by the training classes."""
+    scan = class_folders.scan_class_folders(folder, channels).scans
+    if "all" not in scan:
+        raise UsageError(f"--validation-dir {folder} holds train and test folders; pass a folder of class folders")
+    found = scan["all"]
+    unknown = sorted(set(found.class_names) - set(class_names))
+    if unknown:
+        raise InputDataError(f"--validation-dir {folder} has class folder(s) {', '.join(unknown)} that training "
+                             "does not; every validation class needs training images")
+    image_folder.check_bad_files(found, on_bad_image)
+    files, labels = found.good()
+    return files, [class_names.index(found.class_names[label]) for label in labels]
 
 
 def _serving(size, channels):

@@ -11,7 +11,7 @@ from input_fns.files import write_json_atomically
 from models.vgg16_transfer import build_vgg16_classifier
 from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, TaskData
-from pipeline.tasks.oct import TRAIN_EXAMPLES
+from pipeline.tasks.oct import PATIENT_PATTERN, TRAIN_EXAMPLES
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 968}
@@ -51,6 +51,10 @@ def prepare_data(args, batch_size):
         return TaskData(make(True, "train"), make(False, "test"), SYNTHETIC_SIZES["train"],
                         SYNTHETIC_SIZES["test"], "synthetic", class_names=retinal_oct.CLASS_NAMES,
                         serving_input_fn=serving)
+    if args.validation_fraction or args.validation_dir:
+        raise UsageError("the oct job has no validation split yet; train OCT2017's train folder with "
+                         "scripts/train_images.py --group-by '" + PATIENT_PATTERN + "' for a split by patient, or "
+                         "pass --validation-fraction 0")
     if args.records_dir:
         return _records_data(args, batch_size, size, serving)
     root = retinal_oct.ensure_dataset(args.data_dir)

@@ -110,7 +110,8 @@ def test_a_resumed_run_on_more_replicas_applies_the_rescaled_rate(fashion_data_d
 def test_warm_up_and_cosine_decay_follow_the_global_step(fashion_data_dir, tmp_path):
     results = run(TASK, fashion_args("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--batch-size",
                                      "16", "--lr-scaling", "none", "--learning-rate", "0.01", "--max-steps", "50",
-                                     "--lr-schedule", "cosine", "--warm-up-epochs", "0.2", "--summary-steps", "1"))
+                                     "--lr-schedule", "cosine", "--warm-up-epochs", "0.2", "--summary-steps", "1",
+                                     "--validation-fraction", "0"))  # all 800 sample images train
     rates = learning_rates_in_tensorboard(str(tmp_path))
     assert results["learning_rate_schedule"]["warm_up_images"] == 160  # 0.2 x 800 images: 10 steps of 16
     assert rates[0] == pytest.approx(0.001, rel=1e-6) and rates[4] == pytest.approx(0.005, rel=1e-6)  # (step+1)/10

@@ -81,16 +81,16 @@ def test_a_killed_worker_fails_the_launch_and_a_relaunch_resumes(fashion_data_di
 
 
 def test_an_evaluator_cluster_driven_by_epochs_finishes(fashion_data_dir, tmp_path):
-    # Chief + 1 worker, 1 replica each, 16 images per replica: 800 images take 25 steps an epoch.
-    # The evaluator must count the trainers' replicas to wait for step 25, not 50.
+    # Chief + 1 worker, 1 replica each, 16 images per replica: the 718 images left beside the validation
+    # split take 23 steps an epoch. The evaluator must count the trainers' replicas to wait for step 23, not 45.
     flags = ["--strategy", "multi_worker_mirrored", "--data-dir", fashion_data_dir, "--model-dir",
              str(tmp_path / "m"), "--batch-size", "16", "--epochs", "1", "--warm-up-steps", "2",
              "--eval-throttle-secs", "1"]
     result = launch(["--workers", "1", "--evaluator"], flags)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert re.search(r"\[evaluator\] .*steps: +to global step 25,", result.stdout), result.stdout[-3000:]
-    assert re.search(r"\[evaluator\] .*Saving dict for global step 25: accuracy", result.stdout)
-    assert json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] == 25
+    assert re.search(r"\[evaluator\] .*steps: +to global step 23,", result.stdout), result.stdout[-3000:]
+    assert re.search(r"\[evaluator\] .*Saving dict for global step 23: accuracy", result.stdout)
+    assert json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] == 23
 
 
 def test_a_task_whose_peers_never_start_names_them_and_gives_up(fashion_data_dir, tmp_path):

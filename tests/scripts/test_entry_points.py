@@ -78,10 +78,10 @@ def test_without_network_the_first_run_trains_on_the_shipped_sample_and_says_so(
     assert result.returncode == 0, result.stderr[-3000:]
     loud = [line for line in result.stderr.splitlines() if "NOT THE FULL DATASET" in line]
     assert len(loud) == 1 and "Connection refused" in loud[0] and "--no-sample-fallback" in loud[0]
-    assert "real (shipped 1,000-image sample) data, 800 training / 200 test images" in result.stdout
+    assert "real (shipped 1,000-image sample) data, 718 training / 82 validation / 200 test images" in result.stdout
     results = json.loads((model_dir / "results.json").read_text())
     assert results["data_source"] == "real (shipped 1,000-image sample)"
-    assert results["train_examples"] == 800 and results["eval_examples"] == 200
+    assert results["train_examples"] == 718 and results["eval_examples"] == 200
 
 
 def test_no_sample_fallback_makes_the_failed_download_one_line(tmp_path):
@@ -121,5 +121,5 @@ def test_the_default_data_dir_spelled_otherwise_still_falls_back(tmp_path, monke
                 "relative": os.path.join(".", "datasets", "..", "datasets", "fashion-mnist")}[spelling]
     args = build_parser(fashion.TASK).parse_args(["--data-dir", data_dir, "--download-url", refused_url()])
     data = fashion_job.prepare_data(args, 32)
-    assert data.source == "real (shipped 1,000-image sample)" and data.num_train_examples == 800
+    assert data.source == "real (shipped 1,000-image sample)" and data.num_train_examples == 718
     assert (tmp_path / "datasets" / "fashion-mnist-sample").is_dir()

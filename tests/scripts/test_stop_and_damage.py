@@ -19,7 +19,7 @@ TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
 
 def command(data_dir, model_dir, *extra):
     return [sys.executable, TRAIN, "--data-dir", data_dir, "--model-dir", str(model_dir), "--batch-size", "16",
-            "--checkpoint-steps", "1000", "--log-steps", "50", *extra]
+            "--checkpoint-steps", "1000", "--log-steps", "50", "--validation-fraction", "0", *extra]
 
 
 def start(data_dir, model_dir, *extra):

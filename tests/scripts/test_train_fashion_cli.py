@@ -26,7 +26,9 @@ def test_the_job_trains_on_two_cpu_replicas_and_learns(fashion_data_dir, tmp_pat
     assert "32 per replica x 2 replica(s) = 64 global" in result.stdout
     assert "images/sec" in result.stderr  # the throughput hook's progress lines
     results = json.loads((model_dir / "results.json").read_text())
-    assert results["global_step"] == 100 and results["replicas"] == 2
+    # 8 epochs of the 718 images left after the validation split (82 held out), 64 a step
+    assert results["train_examples"] == 718 and results["validation_examples"] == 82
+    assert results["global_step"] == 90 and results["replicas"] == 2
     assert results["eval_accuracy"] > 0.5  # chance is 0.1
     assert f"accuracy {results['eval_accuracy']:.4f}" in result.stdout
 

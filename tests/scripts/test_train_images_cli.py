@@ -34,7 +34,8 @@ def test_shapes_in_mixed_formats_train_to_high_accuracy_export_and_predict(shape
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((model_dir / "results.json").read_text())
     assert results["eval_accuracy"] >= 0.9, result.stdout
-    assert results["eval_examples"] == 48 and results["train_examples"] == 192  # 20% of 80 per class held out
+    assert results["eval_examples"] == 48 and results["train_examples"] == 174  # 20% of 80 per class held out
+    assert results["validation_examples"] == 18  # and 10% of the rest
     assert results["class_names"] == ["circle", "plus sign", "square"] and results["channels"] == 3
     assert results["ignored_files"] == 3 and results["skipped_files"] == []
     test_list = (model_dir / "split" / "test.txt").read_text().splitlines()

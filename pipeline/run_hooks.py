@@ -1,0 +1,63 @@
+"""The training hooks of a run, built in one place."""
+import dataclasses
+from typing import List
+
+import hooks as hooks_lib
+from hooks.checkpoint_timer import CheckpointTimer
+from hooks.examples_per_second import ExamplesPerSecondHook
+from hooks.learning_rate import LearningRateHook
+from hooks.loss_watch import LossWatchHook
+from hooks.progress import ProgressHook
+from hooks.stop import StopOnRequestHook
+from pipeline.cluster_run import watch_cluster
+
+
+@dataclasses.dataclass
+class TrainingHooks:
+    """A run's training hooks (`all`, in the order they run) and its saving listeners, with the ones
+    whose figures the results read by name."""
+    all: List
+    listeners: List
+    stop: StopOnRequestHook
+    loss_watch: LossWatchHook
+    rate: LearningRateHook
+    checkpoint_timer: CheckpointTimer
+
+    def throughput(self):
+        """Returns the ExamplesPerSecondHook's summary, or None when --hooks leaves it out."""
+        for hook in self.all:
+            if isinstance(hook, ExamplesPerSecondHook):
+                return hook.summary()
+        return None
+
+
+class TimeElsewhere:
+    """The seconds its parts (objects with `seconds`) spent outside the training steps, added up."""
+
+    def __init__(self, *parts):
+        self._parts = [p for p in parts if p is not None]
+
+    @property
+    def seconds(self):
+        return sum(p.seconds for p in self._parts)
+
+
+def build_training_hooks(setup, stop_requested, validation=None):
+    """Returns the TrainingHooks of `setup` (a prepared RunSetup); `stop_requested()` is true once a
+    stop signal came. `validation` (a ValidationListener, or None) evaluates after the checkpoints it
+    needs. In a cluster they include the watches of its peers (see watch_cluster)."""
+    args = setup.args
+    stop_hook, loss_watch = StopOnRequestHook(stop_requested), LossWatchHook(args.log_steps)
+    rate_hook = LearningRateHook(args.model_dir if setup.chief else None, args.summary_steps)
+    # The checkpoint timer measures each write of the Estimator's checkpoint saver, which runs
+    # before every hook here, and the validation listener its evaluations after those writes:
+    # the throughput hook leaves both out of its steps.
+    checkpoint_timer = CheckpointTimer()
+    train_hooks = [stop_hook] + hooks_lib.build_hooks(
+        args.hooks, global_batch_size=setup.global_batch, model_dir=args.model_dir,
+        every_n_steps=args.summary_steps, warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps,
+        excluded_time=TimeElsewhere(checkpoint_timer, validation)) \
+        + [loss_watch, rate_hook, ProgressHook(setup.max_steps, setup.global_batch, args.log_steps)]
+    train_hooks += watch_cluster(setup.cluster, args, setup.max_steps)
+    listeners = [checkpoint_timer] + ([validation] if validation is not None else [])
+    return TrainingHooks(train_hooks, listeners, stop_hook, loss_watch, rate_hook, checkpoint_timer)

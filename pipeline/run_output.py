@@ -1,0 +1,103 @@
+"""What a run prints: the header before training and the summary after it."""
+import os
+
+from pipeline import mfu as mfu_lib, results as results_lib
+
+
+def print_header(setup):
+    """Prints the run's settings (`setup`, a prepared pipeline.run_setup.RunSetup) before training."""
+    task, args, plan, data, steps = setup.task, setup.args, setup.plan, setup.data, setup.steps
+    scaling = (f"{args.learning_rate:g} x {setup.global_batch}/{args.reference_batch_size}, linear scaling"
+               if args.lr_scaling == "linear" else "not scaled with the batch")
+    resume = (f"resuming from step {steps.start_step}" if steps.start_step else "starting from scratch")
+    validation = (f" / {data.num_validation_examples} validation" if getattr(data, "num_validation_examples", 0)
+                  else "")
+    print(f"{task.name}: {data.source} data, {data.num_train_examples} training{validation} / "
+          f"{data.num_eval_examples} test images\n"
+          f"  devices:       {plan.description}\n"
+          f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {setup.global_batch} "
+          "global\n"
+          f"  precision:     {_describe_precision(args)}\n"
+          f"{_describe_augment(args)}"
+          f"  learning rate: {setup.schedule.base_rate:g} ({scaling}), {setup.schedule.describe()}\n"
+          f"  steps:         to global step {steps.max_steps}, {resume}\n"
+          f"  images:        {_describe_images(steps, data.num_train_examples)}\n"
+          f"  model dir:     {args.model_dir}"
+          + (f"\n  recipe:        {data.recipe}" if data.recipe else ""), flush=True)
+
+
+def _describe_images(steps, num_train_examples):
+    def epochs(images):
+        return f"{images / num_train_examples:.3g} epochs"
+    left = steps.images_at_end - steps.images_at_start
+    in_steps = f"in {steps.max_steps - steps.start_step} steps of {steps.global_batch}"
+    if not steps.start_step:
+        return f"{left:,} ({epochs(left)} of {num_train_examples:,}) {in_steps}"
+    target = (f" of the {steps.target_images:,} asked ({epochs(steps.target_images)})"
+              if steps.target_images is not None else "")
+    return (f"{steps.images_at_start:,} trained ({epochs(steps.images_at_start)}); {left:,} to train "
+            f"({epochs(left)}) {in_steps}{target}")
+
+
+def _describe_augment(args):
+    if not args.augment:
+        return ""
+    transforms = ", ".join(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+                           for name, value in args.augment)
+    return (f"  augment:       {transforms} (training batches only, drawn from seed {args.seed or 0}, the step "
+            "and the replica)\n")
+
+
+def _describe_precision(args):
+    described = {"fp32": "fp32", "bf16": "bf16 (float32 variables, bfloat16 math, float32 softmax and loss)",
+                 "fp16": "fp16 (float32 variables, float16 math, dynamic loss scaling)"}[args.precision]
+    extras = (["XLA"] if args.xla else []) + [f"{n} {kind}-op threads" for kind, n in
+                                              (("intra", args.intra_op_threads), ("inter", args.inter_op_threads)) if n]
+    return described + (f"; {', '.join(extras)}" if extras else "")
+
+
+def print_summary(results, path):
+    """Prints the summary of `results` (results.json's dict, written to `path`)."""
+    if results["train_images_per_sec"] is not None:
+        train = (f"{results['train_images_per_sec']:.1f} images/sec "
+                 f"(+/- {results['train_images_per_sec_std']:.1f}) over {results['timed_steps']} timed steps, "
+                 f"{results['train_seconds']:.1f} s in train()" + mfu_lib.describe_mfu(results))
+    else:
+        train = "no steps timed in this run"
+    trained = (f"  images:  {results['images_trained']:,} trained, {results['epochs_trained']:g} epochs\n"
+               if "images_trained" in results else "")
+    best = results.get("best")
+    validation = (f"  valid.:  best accuracy {best['validation_accuracy']:.4f} at step {best['step']} of "
+                  f"{len(results['evaluations'])} evaluations on {results['validation_examples']} images "
+                  f"({results['validation_seconds']:.1f} s); stopped: {results['stopped_because']}\n" if best else "")
+    chosen = f" (the best checkpoint, step {results['eval_step']})" if best else ""
+    print(f"{results['task']}: finished at global step {results['global_step']}\n"
+          f"  train:   {train}\n{trained}{validation}"
+          f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
+          f"on {results['eval_examples']} test images{chosen}", flush=True)
+    width = max(map(len, results.get("per_class", {})), default=8)
+    for name, figures in results.get("per_class", {}).items():
+        precision, recall = (f"{v:.3f}" if v is not None else "n/a"
+                             for v in (figures["precision"], figures["recall"]))
+        print(f"           {name:{width}s} precision {precision}  recall {recall}  ({figures['support']} images)")
+    if results.get("skipped_files"):
+        print(f"  skipped: {len(results['skipped_files'])} files that cannot be decoded "
+              "(listed with their problems in results.json)")
+    if results.get("export_dir"):
+        print(f"  export:  {results['export_dir']}")
+    print(f"  results: {path}", flush=True)
+
+
+def finished_results(model_dir, step, max_steps):
+    """Returns the results of the run that finished at `step` in `model_dir` (re-printed), or None."""
+    try:
+        results = results_lib.read_results(model_dir)
+    except (OSError, ValueError):
+        return None
+    if results.get("global_step") != step:
+        return None
+    past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""
+    print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}){past}; "
+          "nothing to do. Its results:", flush=True)
+    print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
+    return results

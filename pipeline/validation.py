@@ -1,0 +1,179 @@
+"""Evaluation as training goes: the validation split evaluated at a cadence (a saving listener, so the
+training session and its graph stay up), the best checkpoint kept out of --keep-checkpoints' rotation
+and exported at once, and early stopping.
+
+A model dir's record is validation.json: every evaluation ({step, validation_accuracy,
+validation_loss}) and the best ({step, validation_accuracy, validation_loss, checkpoint, export_dir}).
+It is written after the best checkpoint's copy and export are whole, so a run killed at any point
+leaves the recorded best intact, and a resumed run compares with it: a worse model never replaces it.
+"""
+import dataclasses
+import glob
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from input_fns.files import write_json_atomically
+from pipeline.errors import UsageError
+
+log = logging.getLogger(__name__)
+VALIDATION_FILE = "validation.json"
+BEST_DIR = "best"  # the best checkpoint's copy, beside the rotating ones
+BEST_EXPORT_DIR = "export"  # where the export of a run without validation goes: predict.py finds it the same way
+EVAL_NAME = "validation"  # TensorBoard: <model dir>/eval_validation, beside the training curves
+
+
+@dataclasses.dataclass
+class Cadence:
+    """When an evaluation is due: every `every_steps` global steps, or each time another
+    `every_images` images have been trained (images counted from `images_at(step)`)."""
+    every_steps: Optional[int]
+    every_images: Optional[int]
+    images_at: Callable[[int], int]
+
+    def due(self, step, last_step):
+        """Returns whether a checkpoint at `step` is due for evaluation after one at `last_step`."""
+        if self.every_steps:
+            return step // self.every_steps > last_step // self.every_steps
+        return self.images_at(step) // self.every_images > self.images_at(last_step) // self.every_images
+
+    def checkpoint_steps(self, global_batch, checkpoint_steps):
+        """Returns the checkpoint cadence that gives each due evaluation a checkpoint in time."""
+        every = self.every_steps or math.ceil(self.every_images / global_batch)
+        return max(1, min(checkpoint_steps, every))
+
+
+def cadence_for(args, setup):
+    """Returns the Cadence --eval-every-steps or --eval-every-epochs (default 1) asks for."""
+    steps = setup.steps
+
+    def images_at(step):
+        return steps.images_at_start + (step - steps.start_step) * steps.global_batch
+    if args.eval_every_steps:
+        return Cadence(args.eval_every_steps, None, images_at)
+    epochs = args.eval_every_epochs or 1.0
+    return Cadence(None, max(1, round(epochs * setup.data.num_train_examples)), images_at)
+
+
+def read_record(model_dir):
+    """Returns the model dir's validation record ({'evaluations': [...], 'best': {...} or None})."""
+    path = os.path.join(model_dir, VALIDATION_FILE)
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        return {"evaluations": list(record["evaluations"]), "best": record.get("best")}
+    except FileNotFoundError:
+        return {"evaluations": [], "best": None}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"cannot read {path} ({getattr(e, 'strerror', None) or e}); it records the best model "
+                         "so far: restore it, or pass another --model-dir") from None
+
+
+def better(evaluation, best):
+    """Returns whether `evaluation` beats `best` (None: nothing yet): higher validation accuracy, or
+    the same accuracy at a lower validation loss."""
+    if best is None:
+        return True
+    return (evaluation["validation_accuracy"], -evaluation["validation_loss"]) > \
+        (best["validation_accuracy"], -best["validation_loss"])
+
+
+class ValidationListener(tf.estimator.CheckpointSaverListener):
+    """Evaluates the checkpoints the cadence makes due on the whole validation split, keeps and exports
+    the best, and asks training to stop at --stop-at-accuracy or after --patience evaluations without
+    improvement (the one training session stops: every replica at the same step).
+
+    `export(checkpoint_path)` exports a checkpoint and returns the export's path (None: no export).
+    After training, `record` holds the evaluations and the best, `stopped_because` is
+    'target_accuracy', 'patience' or None, and `seconds` the time spent evaluating and exporting.
+    """
+
+    def __init__(self, estimator, input_fn, cadence, model_dir, start_step, export=None, stop_at_accuracy=None,
+                 patience=None, stop_requested=lambda: False):
+        self._estimator, self._input_fn, self._cadence = estimator, input_fn, cadence
+        self._model_dir, self._export = model_dir, export
+        self._stop_at, self._patience, self._stop_requested = stop_at_accuracy, patience, stop_requested
+        self.record = read_record(model_dir)
+        # Evaluations past the newest checkpoint belong to checkpoints a failed run lost.
+        self.record["evaluations"] = [e for e in self.record["evaluations"] if e["step"] <= start_step]
+        self._last_step = start_step
+        self.stopped_because, self.seconds = None, 0.0
+
+    def after_save(self, session, global_step_value):
+        step = int(global_step_value)
+        if step > self._last_step and not self._stop_requested() and self._cadence.due(step, self._last_step):
+            return self.evaluate(step)
+        return False
+
+    def end(self, session, global_step_value):
+        step = int(global_step_value)
+        if step > self._last_step and not self._stop_requested() and self.stopped_because is None:
+            self.evaluate(step)
+
+    def evaluate(self, step):
+        """Evaluates the checkpoint of `step` and keeps it when best; returns whether training should stop."""
+        start = time.perf_counter()
+        self._last_step = step
+        checkpoint = os.path.join(self._model_dir, f"model.ckpt-{step}")
+        metrics = self._estimator.evaluate(self._input_fn, checkpoint_path=checkpoint, name=EVAL_NAME)
+        evaluation = {"step": step, "validation_accuracy": float(metrics["accuracy"]),
+                      "validation_loss": float(metrics["loss"])}
+        self.record["evaluations"].append(evaluation)
+        improved = better(evaluation, self.record["best"])
+        if improved:
+            self.record["best"] = self._keep(evaluation, checkpoint)
+        self._write()
+        best = self.record["best"]
+        log.info("validation at step %d: accuracy %.4f, loss %.4f; best %.4f at step %d%s", step,
+                 evaluation["validation_accuracy"], evaluation["validation_loss"], best["validation_accuracy"],
+                 best["step"], " (new best, exported)" if improved and best.get("export_dir") else "")
+        self.seconds += time.perf_counter() - start
+        if self._stop_at is not None and evaluation["validation_accuracy"] >= self._stop_at:
+            self.stopped_because = "target_accuracy"
+        elif self._patience and self.evaluations_without_improvement() >= self._patience:
+            self.stopped_because = "patience"
+        if self.stopped_because:
+            log.info("stopping at step %d: %s", step, "validation accuracy reached --stop-at-accuracy "
+                     f"{self._stop_at:g}" if self.stopped_because == "target_accuracy" else
+                     f"{self._patience} evaluations without a better validation accuracy (--patience)")
+        return self.stopped_because is not None
+
+    def evaluations_without_improvement(self):
+        """Returns how many evaluations came after the best one."""
+        return sum(1 for e in self.record["evaluations"] if e["step"] > self.record["best"]["step"])
+
+    def _keep(self, evaluation, checkpoint):
+        """Copies `checkpoint` to <model dir>/best and exports it; returns the new best's record."""
+        best_dir = os.path.join(self._model_dir, BEST_DIR)
+        os.makedirs(best_dir, exist_ok=True)
+        for path in glob.glob(checkpoint + ".*"):
+            shutil.copy2(path, os.path.join(best_dir, os.path.basename(path) + ".tmp"))
+            os.replace(os.path.join(best_dir, os.path.basename(path) + ".tmp"),
+                       os.path.join(best_dir, os.path.basename(path)))
+        kept = os.path.join(best_dir, os.path.basename(checkpoint))
+        export_dir = self._export(kept) if self._export else None
+        return {**evaluation, "checkpoint": os.path.abspath(kept), "export_dir": export_dir}
+
+    def _write(self):
+        write_json_atomically(os.path.join(self._model_dir, VALIDATION_FILE), self.record)
+        remove_superseded(self._model_dir, self.record["best"])
+
+
+def remove_superseded(model_dir, best):
+    """Removes the best checkpoints and exports that `best` (validation.json's) replaced, and those of
+    a run killed before it recorded them."""
+    if best is None:
+        return
+    keep = os.path.basename(best["checkpoint"])
+    for path in glob.glob(os.path.join(model_dir, BEST_DIR, "*")):
+        if not os.path.basename(path).startswith(keep + "."):
+            os.remove(path)
+    for path in glob.glob(os.path.join(model_dir, BEST_EXPORT_DIR, "[0-9]*")):  # not an export being written
+        if best.get("export_dir") and os.path.abspath(path) != best["export_dir"]:
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,33 @@
+"""The flags of validation during training (a split held out from the training data, evaluated as
+training goes, the best model kept, early stopping), defined once for every job's parser."""
+from pipeline.flags import fraction, positive_float, positive_int
+
+DEFAULT_VALIDATION_FRACTION = 0.1  # why 0.1: README, "Picking the best model while training"
+
+
+def add_validation_flags(parser, defaults):
+    """Adds the validation flags to `parser`, with a task's `defaults` ('validation_fraction'); returns
+    their group."""
+    group = parser.add_argument_group("validation")
+    group.add_argument("--validation-fraction", type=fraction,
+                       default=defaults.get("validation_fraction", DEFAULT_VALIDATION_FRACTION),
+                       help="share of each class of the training data held out for validation (seeded, "
+                            "stratified; grouped by patient for OCT): evaluated as training goes, it chooses the "
+                            "exported model; 0 turns it off (the last checkpoint is exported and tested)")
+    group.add_argument("--validation-dir", default=None,
+                       help="a folder of class folders to validate on instead of a share of the training data "
+                            "(folder datasets only)")
+    cadence = group.add_mutually_exclusive_group()
+    cadence.add_argument("--eval-every-epochs", type=positive_float, default=None,
+                         help="evaluate on the validation split each time this many epochs of images have been "
+                              "trained, counted across resumes (default 1 when there is a validation split)")
+    cadence.add_argument("--eval-every-steps", type=positive_int, default=None,
+                         help="evaluate on the validation split every N global steps instead")
+    group.add_argument("--stop-at-accuracy", type=fraction, default=None,
+                       help="stop at the first evaluation whose validation accuracy reaches this")
+    group.add_argument("--patience", type=positive_int, default=None,
+                       help="stop after N evaluations in a row without a better validation accuracy")
+    group.add_argument("--eval-only", action="store_true",
+                       help="train nothing: evaluate the model dir's best checkpoint (or its latest) on the test "
+                            "split and report")
+    return group

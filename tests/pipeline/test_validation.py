@@ -1,0 +1,215 @@
+"""Validation during training: the split, the cadence, the best model kept, early stopping, and a
+mirrored evaluation that counts every example once."""
+import collections
+import glob
+import json
+import os
+import random
+
+import pytest
+import tensorflow as tf
+
+from input_fns import class_folders
+from pipeline import validation
+from pipeline.batching import batch_sizes_for_replicas
+from pipeline.estimator import replica_batched_input_fn
+from pipeline.flags import build_parser
+from pipeline.run_loop import run
+from pipeline.tasks import fashion, images
+from pipeline.tasks.oct import PATIENT_PATTERN
+
+OCT_CLASSES = ("CNV", "DME", "DRUSEN", "NORMAL")
+
+
+def patients(files):
+    return {class_folders.group_of(f, PATIENT_PATTERN) for f in files}
+
+
+def test_the_patient_split_at_real_size_keeps_every_patient_on_one_side():
+    # OCT2017's training set: about 4,700 patients, around 18 scans each, some in two class folders.
+    rng = random.Random(0)
+    files, labels = [], []
+    for patient in range(4700):
+        classes = rng.sample(range(4), 2 if patient % 10 == 0 else 1)
+        for n in range(rng.randint(8, 28)):
+            label = classes[n % len(classes)]
+            files.append(f"/OCT2017/train/{OCT_CLASSES[label]}/{OCT_CLASSES[label]}-{100000 + patient}-{n}.jpeg")
+            labels.append(label)
+    split = class_folders.split_files(files, labels, 0.1, seed=0, group_by=PATIENT_PATTERN)
+    train, held = patients(f for f, _ in split["train"]), patients(f for f, _ in split["test"])
+    assert not train & held and len(train | held) == 4700
+    assert len(split["train"]) + len(split["test"]) == len(files)
+    per_class = collections.Counter(labels)
+    for label, count in collections.Counter(label for _, label in split["test"]).items():
+        assert abs(count / per_class[label] - 0.1) < 0.02  # stratified, patients whole
+
+
+def test_batches_for_replicas_count_every_example_once():
+    for n in range(1, 90):
+        for replicas in (2, 3):
+            sizes = batch_sizes_for_replicas(n, 16, replicas)
+            assert sum(sizes) == n and all(0 < s <= 16 for s in sizes)
+            assert n < replicas or len(sizes) % replicas == 0
+    dataset = tf.data.Dataset.range(70).batch(16)
+    batched = replica_batched_input_fn(lambda input_context=None: dataset.map(lambda x: ({"x": x}, x)), 70, 16, 2)
+    seen = [batch[1].numpy().tolist() for batch in batched()]
+    assert [len(b) for b in seen] == [16, 16, 16, 16, 5, 1] and sum(seen, []) == list(range(70))
+
+
+class ScriptedEstimator:
+    """Stands in for the Estimator: each evaluation returns the next scripted (accuracy, loss)."""
+
+    def __init__(self, figures):
+        self.figures, self.evaluated = list(figures), []
+
+    def evaluate(self, input_fn, checkpoint_path=None, name=None):
+        self.evaluated.append(checkpoint_path)
+        accuracy, loss = self.figures.pop(0)
+        return {"accuracy": accuracy, "loss": loss, "global_step": int(checkpoint_path.rsplit("-", 1)[1])}
+
+
+def fake_checkpoint(model_dir, step):
+    for suffix in (".index", ".data-00000-of-00001"):
+        with open(os.path.join(model_dir, f"model.ckpt-{step}{suffix}"), "w") as f:
+            f.write(str(step))
+
+
+def listener(model_dir, figures, start_step=0, exports=None, **stops):
+    exports = [] if exports is None else exports
+
+    def export(checkpoint):
+        path = os.path.join(model_dir, validation.BEST_EXPORT_DIR, str(len(exports)))
+        os.makedirs(path)
+        exports.append(checkpoint)
+        return path
+    cadence = validation.Cadence(every_steps=10, every_images=None, images_at=lambda step: step)
+    return validation.ValidationListener(ScriptedEstimator(figures), None, cadence, model_dir, start_step,
+                                         export=export, **stops)
+
+
+def train_to(listener_, model_dir, steps):
+    for step in steps:
+        fake_checkpoint(model_dir, step)
+        if listener_.after_save(None, step):
+            return step
+    return None
+
+
+def test_patience_stops_at_the_expected_evaluation_and_ties_go_to_the_lower_loss(tmp_path):
+    model_dir = str(tmp_path)
+    figures = [(0.5, 1.0), (0.7, 0.9), (0.7, 0.8), (0.6, 0.7), (0.7, 0.8), (0.9, 0.1)]
+    watcher = listener(model_dir, figures, patience=2)
+    stopped = train_to(watcher, model_dir, range(5, 100, 5))
+    assert stopped == 50 and watcher.stopped_because == "patience"  # 30 is best; 40 and 50 are not better
+    assert [e["step"] for e in watcher.record["evaluations"]] == [10, 20, 30, 40, 50]  # every 10 steps, from 5s
+    assert watcher.record["best"]["step"] == 30
+    assert os.listdir(os.path.join(model_dir, validation.BEST_DIR)) == ["model.ckpt-30.index",
+                                                                         "model.ckpt-30.data-00000-of-00001"] or \
+        sorted(os.listdir(os.path.join(model_dir, validation.BEST_DIR))) == ["model.ckpt-30.data-00000-of-00001",
+                                                                             "model.ckpt-30.index"]
+
+
+def test_a_target_accuracy_stops_at_the_first_evaluation_reaching_it(tmp_path):
+    watcher = listener(str(tmp_path), [(0.5, 1.0), (0.81, 0.5), (0.9, 0.4)], stop_at_accuracy=0.8)
+    assert train_to(watcher, str(tmp_path), range(10, 40, 10)) == 20 and watcher.stopped_because == "target_accuracy"
+
+
+def test_a_resumed_run_never_replaces_the_best_with_a_worse_model(tmp_path):
+    model_dir, exports = str(tmp_path), []
+    first = listener(model_dir, [(0.6, 1.0), (0.8, 0.5), (0.7, 0.6)], exports=exports)
+    train_to(first, model_dir, [10, 20])
+    # Killed (as kill -9 does) midway through keeping a better checkpoint: its copy is half made.
+    fake_checkpoint(os.path.join(model_dir, validation.BEST_DIR), 25)
+    recorded = json.loads((tmp_path / validation.VALIDATION_FILE).read_text())
+    resumed = listener(model_dir, [(0.7, 0.6), (0.85, 0.4)], start_step=20, exports=exports)
+    assert resumed.record == recorded
+    train_to(resumed, model_dir, [30])  # worse than the recorded best: kept as it was
+    assert resumed.record["best"]["step"] == 20 and len(exports) == 2
+    assert sorted(glob.glob(os.path.join(model_dir, validation.BEST_DIR, "*"))) == sorted(
+        glob.glob(os.path.join(model_dir, validation.BEST_DIR, "model.ckpt-20.*")))
+    train_to(resumed, model_dir, [40])
+    assert resumed.record["best"]["step"] == 40 and exports[-1].endswith("model.ckpt-40")
+    assert os.listdir(os.path.join(model_dir, validation.BEST_EXPORT_DIR)) == ["2"]  # the superseded are gone
+
+
+def events(folder, tag):
+    return {e.step: v.simple_value for path in glob.glob(os.path.join(folder, "events.out.tfevents.*"))
+            for e in tf.compat.v1.train.summary_iterator(path) for v in e.summary.value if v.tag == tag}
+
+
+def make_oct_shaped_folder(sample, root, patients_per_class=12, scans_per_patient=6):
+    """Class folders of <CLASS>-<patient>-<n>.jpeg hard-linked from the real sample's scans; every
+    fourth patient also has scans in the next class's folder."""
+    for c, name in enumerate(OCT_CLASSES):
+        os.makedirs(os.path.join(root, name))
+    for c, name in enumerate(OCT_CLASSES):
+        scans = sorted(os.listdir(os.path.join(sample, name)))
+        for p in range(patients_per_class):
+            patient = 1000 * (c + 1) + p
+            for n in range(scans_per_patient):
+                label = (c + 1) % 4 if p % 4 == 0 and n % 2 else c
+                os.link(os.path.join(sample, name, scans[(p * scans_per_patient + n) % len(scans)]),
+                        os.path.join(root, OCT_CLASSES[label], f"{OCT_CLASSES[label]}-{patient}-{n}.jpeg"))
+    return root
+
+
+def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_export(oct_sample, tmp_path):
+    data = make_oct_shaped_folder(oct_sample, str(tmp_path / "OCT"))
+    model_dir = str(tmp_path / "model")
+    args = build_parser(images.TASK).parse_args([
+        "--data-dir", data, "--model-dir", model_dir, "--image-size", "32", "--batch-size", "8",
+        "--cpu-replicas", "2", "--max-steps", "8", "--eval-every-steps", "4", "--group-by", PATIENT_PATTERN,
+        "--validation-fraction", "0.2", "--warm-up-steps", "1", "--bootstrap-resamples", "10"])
+    results = run(images.TASK, args)
+    held = (tmp_path / "model" / "validation_files.txt").read_text().splitlines()
+    train = [os.path.join(data, f) for f in (tmp_path / "model" / "split" / "train.txt").read_text().splitlines()]
+    test = [os.path.join(data, f) for f in (tmp_path / "model" / "split" / "test.txt").read_text().splitlines()]
+    assert len(held) == results["validation_examples"] > 0
+    assert results["train_examples"] == len(train) - len(held)
+    assert not patients(held) & patients(set(train) - set(held)) and not patients(train) & patients(test)
+    steps = [e["step"] for e in results["evaluations"]]
+    assert steps == [4, 8] and results["stopped_because"] == "max_steps"
+    accuracies = events(os.path.join(model_dir, "eval_" + validation.EVAL_NAME), "accuracy")
+    assert sorted(accuracies) == steps
+    best = results["best"]
+    assert best["validation_accuracy"] == pytest.approx(max(accuracies.values()))
+    assert best["step"] == results["eval_step"] and results["export_dir"] == best["export_dir"]
+    assert os.path.isfile(os.path.join(best["export_dir"], "saved_model.pb"))
+    # The mirrored evaluations counted each validation and test image once (the report checks the test's).
+    assert sum(f["support"] for f in results["per_class"].values()) == results["eval_examples"]
+    written = (tmp_path / "model" / "results.json").read_bytes()
+    again = run(images.TASK, build_parser(images.TASK).parse_args(
+        ["--data-dir", data, "--model-dir", model_dir, "--image-size", "32", "--batch-size", "8", "--group-by",
+         PATIENT_PATTERN, "--validation-fraction", "0.2", "--bootstrap-resamples", "10", "--eval-only"]))
+    assert again["eval_step"] == best["step"] and again["eval_accuracy"] == pytest.approx(results["eval_accuracy"])
+    assert (tmp_path / "model" / "results.json").read_bytes() == written  # --eval-only trains and rewrites nothing
+
+
+def test_a_target_accuracy_stops_the_fashion_job_on_2_replicas(fashion_data_dir, tmp_path):
+    args = build_parser(fashion.TASK).parse_args([
+        "--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--cpu-replicas", "2", "--batch-size", "32",
+        "--learning-rate", "0.003", "--lr-scaling", "none", "--max-steps", "200", "--eval-every-steps", "15",
+        "--stop-at-accuracy", "0.7", "--seed", "1", "--warm-up-steps", "2", "--bootstrap-resamples", "10"])
+    results = run(fashion.TASK, args)
+    accuracies = [e["validation_accuracy"] for e in results["evaluations"]]
+    assert results["stopped_because"] == "target_accuracy" and accuracies[-1] >= 0.7
+    assert all(accuracy < 0.7 for accuracy in accuracies[:-1])
+    assert results["global_step"] == results["evaluations"][-1]["step"] < 200
+    assert results["train_examples"] + results["validation_examples"] == 800
+    assert results["eval_step"] == results["best"]["step"]
+
+
+def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
+    from pipeline.tasks import images_job
+    from tests.images_data import make_shapes_folder
+    data, held = make_shapes_folder(str(tmp_path / "data"), per_class=5), make_shapes_folder(
+        str(tmp_path / "val"), per_class=2)
+    args = build_parser(images.TASK).parse_args(["--data-dir", data, "--model-dir", str(tmp_path / "model"),
+                                                 "--image-size", "32", "--validation-dir", held])
+    dataset = images_job.load_dataset(args)
+    sides = images_job.split_off_validation(args, dataset)
+    assert sides["train"] == dataset.splits["train"]  # nothing of the training split held out
+    files, labels = sides["validation"]
+    assert files and all(f.startswith(held) for f in files)
+    assert [dataset.class_names[label] for label in labels] == [os.path.basename(os.path.dirname(f)) for f in files]
+    assert (tmp_path / "model" / "validation_files.txt").read_text().splitlines() == files
