@@ -7,7 +7,7 @@ import benchmark
 from models import PRECISIONS
 from pipeline.cli import run_command, set_tensorflow_environment
 from pipeline.flags import positive_int
-from pipeline.tasks.registry import parse_tool_args, tool_parser
+from pipeline.tasks.registry import TASKS, parse_tool_args, tool_parser
 
 
 def int_list(text):
@@ -55,7 +55,7 @@ def build_benchmark_parser():
                         help="time the input pipelines alone, with no model (see --variants)")
     parser.add_argument("--variants", type=str, default=None,
                         help="input-only variants, comma-separated; default all of the task's: "
-                             + "; ".join(f"{t}: {', '.join(v)}" for t, v in benchmark.INPUT_VARIANTS.items()))
+                             + "; ".join(f"{t.name}: {', '.join(t.input_variants)}" for t in TASKS.values()))
     parser.add_argument("--timed-steps", type=positive_int, default=20, help="timed steps of each measurement")
     parser.add_argument("--repeats", type=positive_int, default=3, help="times the whole sweep runs, interleaved")
     parser.add_argument("--output", default=os.path.join("runs", "benchmark"), help="folder for the outputs")
@@ -73,7 +73,7 @@ def _parse(parser, argv):
     variants = None
     if args.input_only:
         try:
-            known = benchmark.INPUT_VARIANTS.get(task.name, benchmark.DEFAULT_INPUT_VARIANTS)
+            known = task.input_variants
             variants = choice_list(known)(args.variants or ",".join(known))
         except argparse.ArgumentTypeError as e:
             parser.error(f"argument --variants: {e}")

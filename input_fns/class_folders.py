@@ -16,7 +16,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Tuple
 
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 from input_fns.image_folder import FolderScan
 from input_fns.image_formats import check_image, is_image_name
 

@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 import tensorflow as tf
 
 from input_fns.cache import prepare_cache_file
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 from input_fns.files import matching_files, num_pipelines, pipeline_files, pipeline_id
 
 AUTOTUNE = tf.data.AUTOTUNE

@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 from input_fns.files import num_pipelines, pipeline_id
 from input_fns.image_folder import decode_and_resize
 
@@ -66,3 +66,12 @@ def make_input_fn(config):
         return batches.map(finish, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
     return input_fn
+
+
+def decoded_images(files, image_size, channels, fast_decode=False):
+    """Returns an iterator of the `files` decoded and resized as the training input decodes them
+    (uint8 [h, w, channels] NumPy arrays, in list order): what image shards are written from."""
+    dataset = tf.data.Dataset.from_tensor_slices(list(files)).map(
+        lambda path: decode_and_resize(tf.io.read_file(path), image_size, channels, fast_decode),
+        num_parallel_calls=AUTOTUNE).batch(256).prefetch(2)  # batches: less per-image overhead
+    return (image for batch in dataset.as_numpy_iterator() for image in batch)

@@ -2,7 +2,7 @@
 import json
 import os
 
-from input_fns.files import write_json_atomically
+from acquisition.files import write_json_atomically
 
 RESULTS_FILE = "results.json"
 

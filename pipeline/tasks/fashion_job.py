@@ -3,8 +3,12 @@ that fails), converted to TFRecord shards, and the design's CNN. Its command lin
 import logging
 import os
 
+import numpy as np
+
 from cluster.tf_config import read_tf_config
-from input_fns import fashion_mnist, synthetic
+from acquisition import fashion_mnist
+from acquisition.errors import DownloadError
+from input_fns import baselines, fashion_mnist as fashion_input, synthetic
 from models.fashion_cnn import build_fashion_cnn
 from pipeline.tasks import FEATURE_KEY, TaskData
 from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE, TRAIN_EXAMPLES
@@ -34,12 +38,12 @@ def prepare_data(args, batch_size):
         applied, recipe = apply_sample_recipe(args)
         report = {"recipe": "shipped sample" if applied else "flags"}
         batch_size = args.batch_size
-    splits = fashion_mnist.prepare_tfrecords(data_dir, args.cache_dir)
+    splits = fashion_mnist.prepare_shards(data_dir, args.cache_dir)
     return TaskData(
-        fashion_mnist.make_input_fn(splits["train"]["pattern"], batch_size, training=True,
-                                    feature_key=FEATURE_KEY, seed=args.seed),
-        fashion_mnist.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
-                                    feature_key=FEATURE_KEY),
+        fashion_input.make_input_fn(splits["train"]["pattern"], batch_size, training=True,
+                                   feature_key=FEATURE_KEY, seed=args.seed),
+        fashion_input.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
+                                   feature_key=FEATURE_KEY),
         splits["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
         train_class_counts=splits["train"]["class_counts"], recipe=recipe,
         report=report)
@@ -68,13 +72,13 @@ def _dataset_or_sample(args):
     try:
         fashion_mnist.download(data_dir, base_url=args.download_url or fashion_mnist.DOWNLOAD_URL)
         return data_dir, "real"
-    except fashion_mnist.DownloadError as e:
+    except DownloadError as e:
         files = ", ".join(n for pair in fashion_mnist.FILES.values() for n in pair)
         advice = (f"Put the four files ({files}) in a folder and pass it as --data-dir, or run with "
                   "--synthetic to try the job without the dataset")
         # A cluster's tasks must all train on the same data: they never fall back.
         if args.no_sample_fallback or data_dir != os.path.normpath(DEFAULT_DATA_DIR) or read_tf_config() is not None:
-            raise fashion_mnist.DownloadError(f"{e}. {advice}") from None
+            raise DownloadError(f"{e}. {advice}") from None
         sample_dir = fashion_mnist.unpack_shipped_sample(data_dir + "-sample")
         log.warning("NOT THE FULL DATASET: %s, so this run trains on the 1,000-image Fashion-MNIST sample shipped "
                     "with the project (%d train / %d test, in %s; its own recipe unless you set one). %s; "
@@ -89,3 +93,16 @@ def build_model(args, learning_rate):
     return build_fashion_cnn(learning_rate, input_shape=fashion_mnist.IMAGE_SHAPE,
                              num_classes=fashion_mnist.NUM_CLASSES, input_name=FEATURE_KEY)
 
+
+def input_variant(args, variant, batch_size, workdir):
+    """Returns (input_fn, 0) of the benchmark's input variant: 'pipeline' (the job's training input),
+    'design' (the write-up's in-memory arrays) or 'synthetic'."""
+    if variant == "synthetic":
+        return synthetic.make_input_fn(fashion_mnist.IMAGE_SHAPE, fashion_mnist.NUM_CLASSES, batch_size, True,
+                                       feature_key=FEATURE_KEY), 0
+    if variant == "pipeline":
+        return prepare_data(args, batch_size).train_input_fn, 0
+    images, labels = fashion_mnist.load_split(args.data_dir, "train")
+    return baselines.design_array_input_fn(
+        (images[..., None] / 255.0).astype(np.float32),
+        np.eye(fashion_mnist.NUM_CLASSES, dtype=np.float32)[labels], batch_size, FEATURE_KEY), 0

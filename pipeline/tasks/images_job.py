@@ -11,8 +11,8 @@ from typing import Dict, List, Tuple
 import tensorflow as tf
 
 from input_fns import class_folders, image_folder, image_list, synthetic
-from input_fns.errors import InputDataError
-from input_fns.files import write_json_atomically
+from acquisition.errors import InputDataError
+from acquisition.files import write_json_atomically
 from models.backbones import build_image_classifier
 from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, TaskData

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from input_fns import class_folders
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 from input_fns.image_list import ImageListConfig, make_input_fn
 from tests.images_data import draw_shape, encode, make_shapes_folder
 

@@ -9,8 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from input_fns import fashion_mnist, image_folder, retinal_oct
-from input_fns.errors import InputDataError
+from acquisition import retinal_oct
+from acquisition.fashion_mnist import prepare_shards
+from input_fns import fashion_mnist, image_folder, records
+from acquisition.errors import InputDataError
 from pipeline.tasks import oct_job
 from tests.conftest import OCT2017_TRAIN_COUNTS, OCT_CLASSES, ROOT
 
@@ -87,14 +89,14 @@ def test_a_file_cache_killed_in_its_first_epoch_is_rebuilt_and_a_live_writer_is_
 
 def test_prepared_shards_mix_classes_from_the_first_batch(full_oct_records):
     manifest = oct_job.read_records_manifest(full_oct_records)
-    assert manifest["train_class_counts"] == list(OCT2017_TRAIN_COUNTS.values())
-    input_fn = retinal_oct.make_records_input_fn(os.path.join(full_oct_records, "train-*-of-*.tfrecord"), SIZE,
-                                                 BATCH_SIZE, training=True)
-    assert_mixed_like(class_counts_per_batch(input_fn, 4), manifest["train_class_counts"])
+    train = manifest["splits"]["train"]
+    assert train["class_counts"] == list(OCT2017_TRAIN_COUNTS.values())
+    input_fn = records.make_image_records_input_fn(train["pattern"], SIZE + (1,), 4, BATCH_SIZE, True, "image")
+    assert_mixed_like(class_counts_per_batch(input_fn, 4), train["class_counts"])
 
 
 def test_fashion_records_mix_classes_from_the_first_batch(full_fashion_data_dir):
-    splits = fashion_mnist.prepare_tfrecords(full_fashion_data_dir)
+    splits = prepare_shards(full_fashion_data_dir)
     assert splits["train"]["count"] == 60000
     input_fn = fashion_mnist.make_input_fn(splits["train"]["pattern"], BATCH_SIZE, training=True)
     assert_mixed_like(class_counts_per_batch(input_fn, 10), splits["train"]["class_counts"])

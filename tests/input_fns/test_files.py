@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_fns import fashion_mnist, files, image_folder, records, retinal_oct
-from input_fns.errors import InputDataError
+from acquisition import fashion_mnist as fashion_data, shards
+from input_fns import fashion_mnist, files, image_folder, records
+from acquisition.errors import InputDataError
 from tests.conftest import OCT_CLASSES
 
 PIPELINES = (2, 3)
@@ -72,8 +73,8 @@ def fashion_ids(tmp_path_factory):
     images[:, 0, 0], images[:, 0, 1] = np.arange(count) // 256, np.arange(count) % 256
     labels = np.arange(count) % 10
     for split in ("train", "test"):
-        fashion_mnist.write_split(data_dir, split, images, labels)
-    return fashion_mnist.prepare_tfrecords(data_dir)["train"]["pattern"], list(range(count))
+        fashion_data.write_split(data_dir, split, images, labels)
+    return fashion_data.prepare_shards(data_dir)["train"]["pattern"], list(range(count))
 
 
 def fashion_image_ids(input_fn, context, limit):
@@ -109,9 +110,9 @@ def oct_record_ids(tmp_path_factory):
     count = 700
     images = np.zeros((count, 8, 8, 1), np.uint8)
     images[:, 0, 0, 0], images[:, 0, 1, 0] = np.arange(count) // 256, np.arange(count) % 256
-    records.write_shards((records.serialize_image_example(images[i], i % 4) for i in range(count)), out,
+    shards.write_shards((shards.serialize_image_example(images[i], i % 4) for i in range(count)), out,
                          "train", 16)
-    return records.shard_pattern(out, "train"), list(range(count))
+    return shards.shard_pattern(out, "train"), list(range(count))
 
 
 def record_ids(input_fn, context, limit):
@@ -123,7 +124,7 @@ def record_ids(input_fn, context, limit):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_oct_record_pipelines_read_every_record_once_per_epoch(oct_record_ids, pipelines, seed):
     pattern, all_ids = oct_record_ids
-    input_fn = retinal_oct.make_records_input_fn(pattern, (8, 8), 1, training=True, seed=seed)
+    input_fn = records.make_image_records_input_fn(pattern, (8, 8, 1), 4, 1, True, "image", seed=seed)
     epochs = [first_epoch(record_ids(input_fn, c, 2 * len(all_ids) // pipelines + 100)) for c in contexts(pipelines)]
     assert_every_id_once(epochs, all_ids)
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from input_fns import image_folder
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 from tests.conftest import OCT_CLASSES, make_oct_tree, odd_jpegs
 
 SIZE = (64, 64)

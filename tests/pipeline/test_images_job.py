@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 from pipeline.errors import UsageError
 from pipeline.flags import build_parser
 from pipeline.tasks import images_job

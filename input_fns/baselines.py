@@ -1,4 +1,5 @@
-"""The design write-up's input recipes and a bare decode loop: baselines for the benchmark.
+"""The design write-up's input recipes and a bare decode loop: the baselines a task's benchmark
+input variants measure its pipelines against.
 
 They are kept as the write-up describes them (TF 1 era idioms included) so that
 the project's pipelines are measured against them, not used for training.
