@@ -8,11 +8,11 @@ import os
 
 import tensorflow as tf
 
-from input_fns import image_folder
+from input_fns import FEATURE_KEY, image_folder
 
 
 def design_image_input_fn(file_pattern, class_names, image_size, batch_size, buffer_size=2048,
-                          feature_key="image"):
+                          feature_key=FEATURE_KEY):
     """Returns the write-up's OCT input_fn: list_files -> shuffle_and_repeat -> map_and_batch
     (read, full-size 3-channel decode_jpeg, convert to [0, 1], resize_images) -> prefetch."""
     num_classes = len(class_names)
@@ -37,7 +37,7 @@ def design_image_input_fn(file_pattern, class_names, image_size, batch_size, buf
     return input_fn
 
 
-def design_array_input_fn(images, labels, batch_size, feature_key="image"):
+def design_array_input_fn(images, labels, batch_size, feature_key=FEATURE_KEY):
     """Returns the write-up's Fashion-MNIST input_fn: numpy arrays -> from_tensor_slices ->
     shuffle(5000) -> repeat -> batch -> prefetch(2). `images` are float32 in [0, 1]."""
     def input_fn(input_context=None):

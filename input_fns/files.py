@@ -11,14 +11,6 @@ import tensorflow as tf
 from acquisition.errors import InputDataError
 
 
-def matching_files(file_pattern):
-    """Returns the sorted files matching `file_pattern`; raises InputDataError if there are none."""
-    files = sorted(tf.io.gfile.glob(file_pattern))
-    if not files:
-        raise InputDataError(f"no files match the pattern {file_pattern}")
-    return files
-
-
 def num_pipelines(input_context):
     """Returns how many input pipelines share the files (1 without an input_context)."""
     return input_context.num_input_pipelines if input_context is not None else 1

@@ -12,6 +12,7 @@ from typing import Optional, Sequence, Tuple
 import tensorflow as tf
 
 from acquisition.errors import InputDataError
+from input_fns import FEATURE_KEY
 from input_fns.files import num_pipelines, pipeline_id
 from input_fns.image_folder import decode_and_resize
 
@@ -28,7 +29,7 @@ class ImageListConfig:
     channels: int  # 1 or 3: what each image is decoded to
     batch_size: int  # per input pipeline (per replica)
     training: bool  # shuffle, repeat and drop the last partial batch
-    feature_key: str = "image"
+    feature_key: str = FEATURE_KEY
     seed: Optional[int] = None
 
 

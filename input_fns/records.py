@@ -8,7 +8,8 @@ less CPU per image than parsing records one by one.
 import tensorflow as tf
 
 from acquisition.shards import IMAGE_EXAMPLE_SPEC
-from input_fns.files import matching_files, pipeline_files
+from acquisition.image_checks import matching_files
+from input_fns.files import pipeline_files
 
 AUTOTUNE = tf.data.AUTOTUNE
 

@@ -4,6 +4,7 @@ import os
 
 import tensorflow as tf
 
+from input_fns import FEATURE_KEY
 from models import WeightsUnavailableError
 from models.optimizers import Adam
 from models.vgg16_transfer import vgg16_preprocessing
@@ -66,7 +67,7 @@ def _application(name, images, weights):
 
 
 def build_image_classifier(backbone, num_classes, image_size, channels, weights="none", trainable_layers=None,
-                           learning_rate=1e-3, input_name="image", class_weights=None):
+                           learning_rate=1e-3, input_name=FEATURE_KEY, class_weights=None):
     """Returns the compiled classifier: `backbone` ('small_cnn' or a BACKBONES application) without
     its top, global average pooling (applications), and a float32 softmax over `num_classes`.
 

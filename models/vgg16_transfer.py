@@ -3,6 +3,7 @@ import os
 
 import tensorflow as tf
 
+from input_fns import FEATURE_KEY
 from models import VGG16_BASE_LAYERS, WeightsUnavailableError
 from models.optimizers import Adam
 
@@ -53,7 +54,7 @@ def vgg16_preprocessing(images):
 
 
 def build_vgg16_classifier(num_classes, image_size=(224, 224), weights="imagenet", trainable_layers=4,
-                           learning_rate=1e-4, input_name="image", input_channels=1):
+                           learning_rate=1e-4, input_name=FEATURE_KEY, input_channels=1):
     """Returns the compiled transfer model: VGG16 without its top, Flatten, Dense softmax.
 
     Its input is uint8 images of `image_size` with `input_channels` (1 for

@@ -9,7 +9,7 @@ import dataclasses
 import importlib
 from typing import Callable, Optional, Sequence
 
-FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
+from input_fns import FEATURE_KEY  # noqa: F401 (the jobs' feature key, the models' input layer name)
 FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
 # --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
 AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from acquisition import retinal_oct, shards
 from acquisition.errors import InputDataError
+from acquisition import image_checks
 from input_fns import baselines, image_folder, image_list, records, synthetic
 from models.vgg16_transfer import build_vgg16_classifier
 from pipeline.errors import UsageError
@@ -52,16 +53,16 @@ def prepare_data(args, batch_size):
     if args.records_dir:
         return _records_data(args, batch_size, size, serving)
     root = retinal_oct.ensure_dataset(args.data_dir)
-    scans = {split: image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
+    scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS)
              for split in ("train", "test")}
 
     def make(split, training):
-        return image_folder.make_input_fn(
+        return image_folder.make_input_fn(image_folder.ImageFolderConfig(
             retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES, size, batch_size, training,
             scan=scans[split], on_bad_image=args.on_bad_image, channels=CHANNELS,
             fast_decode=args.decode == "reduced", cache=args.cache if training else None,
-            shuffle_buffer=args.shuffle_buffer, feature_key=FEATURE_KEY, seed=args.seed, file_key=FILE_KEY)
+            shuffle_buffer=args.shuffle_buffer, feature_key=FEATURE_KEY, seed=args.seed, file_key=FILE_KEY))
 
     train_input_fn, eval_input_fn = make("train", True), make("test", False)
     skipped = scans["train"].bad_files + scans["test"].bad_files
@@ -109,10 +110,10 @@ def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shar
     --records-dir reads.
     """
     root = retinal_oct.ensure_dataset(data_dir)
-    scans = {split: image_folder.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
+    scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS) for split in ("train", "test")}
     for scan in scans.values():
-        image_folder.check_bad_files(scan, on_bad_image)
+        image_checks.check_bad_files(scan, on_bad_image)
     listed = [f for scan in scans.values() for f in scan.files]
     source = {"dataset": retinal_oct.DATASET, "root": root, "files": shards.fingerprint(listed),
               "image_size": image_size, "train_order_seed": seed, "num_shards": list(num_shards)}
@@ -159,7 +160,7 @@ def input_variant(args, variant, batch_size, workdir):
         return records.make_image_records_input_fn(manifest["splits"]["train"]["pattern"], size + (CHANNELS,),
                                                    len(retinal_oct.CLASS_NAMES), batch_size, True, FEATURE_KEY), 0
     cached = variant == "pipeline-cached"
-    input_fn = image_folder.make_input_fn(
+    input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
         pattern, retinal_oct.CLASS_NAMES, size, batch_size, training=True, on_bad_image="skip",
-        fast_decode=variant == "pipeline-reduced", cache="" if cached else None, feature_key=FEATURE_KEY)
+        fast_decode=variant == "pipeline-reduced", cache="" if cached else None, feature_key=FEATURE_KEY))
     return input_fn, math.ceil(len(tf.io.gfile.glob(pattern)) / batch_size) + 1 if cached else 0

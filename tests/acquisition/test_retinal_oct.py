@@ -12,7 +12,7 @@ import requests
 
 from acquisition import retinal_oct
 from acquisition.errors import DownloadError, InputDataError
-from input_fns import image_folder
+from acquisition import image_checks
 from tests.conftest import OCT_CLASSES, ROOT
 
 
@@ -56,7 +56,7 @@ def test_download_resolves_the_archive_quirks_into_a_clean_tree(oct_sample, tmp_
     assert root == str(tmp_path / "OCT2017")
     assert sorted(os.listdir(root)) == ["test", "train", "val"]
     assert sorted(os.listdir(tmp_path)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]  # no archive, staging or copy left
-    scan = image_folder.scan_folder(retinal_oct.split_pattern(root, "train"), retinal_oct.CLASS_NAMES)
+    scan = image_checks.scan_folder(retinal_oct.split_pattern(root, "train"), retinal_oct.CLASS_NAMES)
     assert scan.class_counts() == {name: 3 for name in OCT_CLASSES} and scan.bad_files == []
     # Once there, the data is not downloaded again.
     assert retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: pytest.fail("downloaded twice")) == root
@@ -95,7 +95,8 @@ def test_missing_kaggle_credentials_give_one_clear_message(tmp_path):
     # A real `kaggle` import in a clean process with an empty home: no kaggle.json, no variables.
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE")}
     env.update(HOME=str(tmp_path), KAGGLE_CONFIG_DIR=str(tmp_path / ".kaggle"))
-    code = "from acquisition import retinal_oct\nfrom acquisition.errors import DownloadError\ntry:\n    retinal_oct.kaggle_api()\nexcept DownloadError as e:\n    print('ERROR', e)"
+    code = ("from acquisition import retinal_oct\nfrom acquisition.errors import DownloadError\n"
+            "try:\n    retinal_oct.kaggle_api()\nexcept DownloadError as e:\n    print('ERROR', e)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=120)
     assert result.stdout.startswith("ERROR no Kaggle credentials"), result.stdout + result.stderr
@@ -144,7 +145,7 @@ def test_two_tasks_downloading_at_once_end_with_one_whole_dataset(oct_sample, tm
     assert [task.returncode for task in tasks] == [0, 0], outputs
     assert [out.strip() for out, _ in outputs] == [str(data_dir / "OCT2017")] * 2
     assert len(calls.read_text().split()) == 1  # one task downloaded, the other waited and used its tree
-    scan = image_folder.scan_folder(retinal_oct.split_pattern(str(data_dir / "OCT2017"), "train"), OCT_CLASSES)
+    scan = image_checks.scan_folder(retinal_oct.split_pattern(str(data_dir / "OCT2017"), "train"), OCT_CLASSES)
     assert scan.class_counts() == dict.fromkeys(OCT_CLASSES, 3) and not scan.problems
     assert sorted(os.listdir(data_dir)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]
 

@@ -11,6 +11,7 @@ import pytest
 
 from acquisition import retinal_oct
 from acquisition.fashion_mnist import prepare_shards
+from acquisition import image_checks
 from input_fns import fashion_mnist, image_folder, records
 from acquisition.errors import InputDataError
 from pipeline.tasks import oct_job
@@ -35,20 +36,20 @@ def assert_mixed_like(counts, expected, tolerance=0.04):
 
 
 def test_the_full_size_tree_has_the_real_class_mix(full_oct_tree):
-    scan = image_folder.scan_folder(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES)
+    scan = image_checks.scan_folder(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES)
     assert scan.class_counts() == OCT2017_TRAIN_COUNTS and not scan.problems
 
 
 @pytest.fixture(scope="module")
 def train_scan(full_oct_tree):
-    return image_folder.scan_folder(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES)
+    return image_checks.scan_folder(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES)
 
 
 @pytest.mark.parametrize("cache", [None, "", "dir"], ids=["jpeg", "memory-cache", "file-cache"])
 def test_jpeg_modes_mix_classes_from_the_first_batch(full_oct_tree, train_scan, tmp_path, cache):
-    input_fn = image_folder.make_input_fn(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES, SIZE,
-                                          BATCH_SIZE, training=True, scan=train_scan,
-                                          cache=str(tmp_path) if cache == "dir" else cache)
+    input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
+        retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES, SIZE, BATCH_SIZE, training=True,
+        scan=train_scan, cache=str(tmp_path) if cache == "dir" else cache))
     assert_mixed_like(class_counts_per_batch(input_fn, 4), list(OCT2017_TRAIN_COUNTS.values()))
 
 
@@ -57,7 +58,7 @@ import os, signal, sys
 sys.path.insert(0, {root!r})
 from input_fns import image_folder
 from tests.conftest import OCT_CLASSES
-input_fn = image_folder.make_input_fn({pattern!r}, OCT_CLASSES, {size!r}, 32, training=True, cache={cache!r})
+input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig({pattern!r}, OCT_CLASSES, {size!r}, 32, training=True, cache={cache!r}))
 iterator = iter(input_fn())
 next(iterator)
 print("writing", flush=True)
@@ -77,13 +78,13 @@ def test_a_file_cache_killed_in_its_first_epoch_is_rebuilt_and_a_live_writer_is_
     pattern, cache = retinal_oct.split_pattern(full_oct_tree, "train"), str(tmp_path)
     writer = start_cache_writer(pattern, cache, "import time; time.sleep(60)")
     with pytest.raises(InputDataError, match=rf"pid {writer.pid} on .* is writing the cache .*pass another --cache"):
-        image_folder.make_input_fn(pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan,
-                                   cache=cache)()
+        image_folder.make_input_fn(image_folder.ImageFolderConfig(
+            pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan, cache=cache))()
     writer.send_signal(signal.SIGKILL)  # killed during its first epoch: tf.data's lockfile stays behind
     writer.wait()
     assert any(f.endswith(".lockfile") for f in os.listdir(cache))
-    input_fn = image_folder.make_input_fn(pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan,
-                                          cache=cache)
+    input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
+        pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan, cache=cache))
     assert_mixed_like(class_counts_per_batch(input_fn, 4), list(OCT2017_TRAIN_COUNTS.values()))
 
 

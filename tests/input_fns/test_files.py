@@ -171,9 +171,9 @@ def jpeg_ids(input_fn, context, limit):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_jpeg_pipelines_read_every_file_once_per_epoch(jpeg_id_tree, tmp_path, cache, pipelines, seed):
     pattern, all_ids = jpeg_id_tree
-    input_fn = image_folder.make_input_fn(pattern, OCT_CLASSES, (8, 24), 1, training=True, seed=seed,
-                                          cache=str(tmp_path / "cache") if cache == "dir" else cache,
-                                          shuffle_buffer=50)
+    input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
+        pattern, OCT_CLASSES, (8, 24), 1, training=True, seed=seed,
+        cache=str(tmp_path / "cache") if cache == "dir" else cache, shuffle_buffer=50))
     epochs = [first_epoch(jpeg_ids(input_fn, c, 2 * len(all_ids) // pipelines + 100)) for c in contexts(pipelines)]
     assert_every_id_once(epochs, all_ids)
     if cache == "dir":  # each pipeline wrote a cache of its own shard

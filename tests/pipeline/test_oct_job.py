@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from acquisition import retinal_oct
+from acquisition import image_checks
 from input_fns import image_folder, records
 from pipeline.tasks import oct_job
 
@@ -21,7 +22,7 @@ def test_prepared_shards_hold_the_decoded_scans_and_are_reused_until_a_scan_chan
     images, labels = np.concatenate(images), np.concatenate(labels).argmax(1)
     assert images.dtype == np.uint8 and images.shape == (24, 32, 32, 1)
     assert labels.tolist() == test["labels_in_order"]
-    files, _ = image_folder.scan_folder(retinal_oct.split_pattern(oct_tree, "test"), retinal_oct.CLASS_NAMES).good()
+    files, _ = image_checks.scan_folder(retinal_oct.split_pattern(oct_tree, "test"), retinal_oct.CLASS_NAMES).good()
     order = [i for s in range(2) for i in range(len(files))[s::2]]  # round-robin shards, read in turn
     for i in (0, 23):
         np.testing.assert_array_equal(

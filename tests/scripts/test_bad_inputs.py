@@ -293,10 +293,10 @@ def test_bad_flag_values_exit_2_with_one_line_before_anything_runs(case, trained
 
 
 def test_ds_store_files_are_not_images(oct_sample, tmp_path):
-    from input_fns import image_folder
+    from acquisition import image_checks
     data = oct_copy(oct_sample, tmp_path)
     (data / "OCT2017" / "train" / "CNV" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(100))
-    scan = image_folder.scan_folder(os.path.join(data, "OCT2017", "train", "*", "*.jpeg"), ("CNV", "DME", "DRUSEN",
+    scan = image_checks.scan_folder(os.path.join(data, "OCT2017", "train", "*", "*.jpeg"), ("CNV", "DME", "DRUSEN",
                                                                                             "NORMAL"))
     assert scan.bad_files == [] and not any(f.endswith(".DS_Store") for f in scan.files)
     assert np.sum(list(scan.class_counts().values())) == 105

@@ -120,3 +120,4 @@ def test_what_cannot_run_is_one_line(tmp_path, monkeypatch, capsys, argv, fragme
     assert "Traceback" not in "\n".join(lines)
     assert ": error: " in lines[-1]
     assert all(fragment in lines[-1] for fragment in fragments), lines[-1]
+    assert not os.path.exists(tmp_path / "model" / "split")  # a run that fails before training writes no split

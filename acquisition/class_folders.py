@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Tuple
 
 from acquisition.errors import InputDataError
-from input_fns.image_folder import FolderScan
-from input_fns.image_formats import check_image, is_image_name
+from acquisition.image_checks import FolderScan
+from acquisition.image_formats import check_image, is_image_name
 
 SPLITS = ("train", "test")
 _SPLIT_FOLDERS = frozenset({"train", "test", "validation", "val"})  # lowercased; validation is not used

@@ -7,7 +7,7 @@ import tensorflow as tf
 from PIL import Image
 
 from input_fns import image_folder
-from input_fns.image_formats import check_image, is_image_name
+from acquisition.image_formats import check_image, is_image_name
 from tests.images_data import FORMATS, draw_shape, encode
 
 
