@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from input_fns import FEATURE_KEY, image_folder
+from input_fns import FEATURE_KEY, decode
 
 
 def design_image_input_fn(file_pattern, class_names, image_size, batch_size, buffer_size=2048,
@@ -52,7 +52,7 @@ def bare_decode_input_fn(file_pattern, image_size, batch_size):
     about the most this machine can decode, the limit for any image pipeline."""
     def input_fn(input_context=None):
         files = tf.data.Dataset.list_files(file_pattern, shuffle=False).repeat()
-        images = files.map(lambda f: image_folder.decode_and_resize(tf.io.read_file(f), image_size),
+        images = files.map(lambda f: decode.decode_and_resize(tf.io.read_file(f), image_size),
                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
         return images.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 

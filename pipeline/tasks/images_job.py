@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 
 from acquisition import class_folders, image_checks
-from input_fns import image_folder, image_list, synthetic
+from input_fns import decode, image_list, synthetic
 from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically
 from models.backbones import build_image_classifier
@@ -208,7 +208,7 @@ def prepare_data(args, batch_size):
 
 
 def _serving(size, channels):
-    return image_folder.make_serving_input_fn(size, channels, feature_key=FEATURE_KEY, bytes_key=SERVING_KEY)
+    return decode.make_serving_input_fn(size, channels, feature_key=FEATURE_KEY, bytes_key=SERVING_KEY)
 
 
 def build_model(args, learning_rate):

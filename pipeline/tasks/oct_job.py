@@ -8,7 +8,7 @@ import tensorflow as tf
 from acquisition import retinal_oct, shards
 from acquisition.errors import InputDataError
 from acquisition import image_checks
-from input_fns import baselines, image_folder, image_list, records, synthetic
+from input_fns import baselines, decode, image_folder, image_list, records, synthetic
 from models.vgg16_transfer import build_vgg16_classifier
 from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, TaskData
@@ -40,7 +40,7 @@ def prepare_data(args, batch_size):
     """Returns TaskData over OCT2017's train and test folders (or prepared shards, or synthetic data)."""
     size = _image_size(args)
     check_step_memory(args.image_size, batch_size)
-    serving = image_folder.make_serving_input_fn(size, CHANNELS, fast_decode=args.decode == "reduced",
+    serving = decode.make_serving_input_fn(size, CHANNELS, fast_decode=args.decode == "reduced",
                                                  feature_key=FEATURE_KEY)
     if args.synthetic:
         def make(training, split):

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from acquisition import fashion_mnist as fashion_data, shards
-from input_fns import fashion_mnist, files, image_folder, records
+from input_fns import decode, fashion_mnist, files, image_folder, records
 from acquisition.errors import InputDataError
 from tests.conftest import OCT_CLASSES
 
@@ -157,7 +157,7 @@ def jpeg_id_tree(tmp_path_factory):
 
 def test_id_images_survive_jpeg(jpeg_id_tree):
     pattern, all_ids = jpeg_id_tree
-    decoded = [image_id(image_folder.decode_and_resize(tf.io.read_file(f), (8, 24)).numpy())
+    decoded = [image_id(decode.decode_and_resize(tf.io.read_file(f), (8, 24)).numpy())
                for f in sorted(tf.io.gfile.glob(pattern))]
     assert sorted(decoded) == all_ids
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from acquisition import image_checks
 
-from input_fns import image_folder
+from input_fns import decode, image_folder
 from acquisition.errors import InputDataError
 from tests.conftest import OCT_CLASSES, make_oct_tree, odd_jpegs
 
@@ -35,7 +35,7 @@ def test_evaluation_reads_every_file_once_in_order_with_its_label(oct_sample):
     np.testing.assert_array_equal(labels.argmax(1), scan.labels)
     # Each image is the decoded file at that position: files and labels stay aligned.
     for i in (0, 64, 128):
-        expected = image_folder.decode_and_resize(tf.io.read_file(scan.files[i]), SIZE).numpy()
+        expected = decode.decode_and_resize(tf.io.read_file(scan.files[i]), SIZE).numpy()
         np.testing.assert_array_equal(images[i], expected)
     assert images.std() > 10
 
@@ -45,8 +45,8 @@ def test_reduced_scale_decode_agrees_with_full_decode_and_resize(oct_sample):
     differences = []
     for f in files:
         contents = tf.io.read_file(f)
-        full = image_folder.decode_and_resize(contents, (224, 224), fast=False).numpy().astype(float)
-        reduced = image_folder.decode_and_resize(contents, (224, 224), fast=True).numpy().astype(float)
+        full = decode.decode_and_resize(contents, (224, 224), fast=False).numpy().astype(float)
+        reduced = decode.decode_and_resize(contents, (224, 224), fast=True).numpy().astype(float)
         differences.append(np.abs(full - reduced).mean() / 255)
     assert np.mean(differences) < 0.02 and np.max(differences) < 0.08
 
@@ -55,7 +55,7 @@ def test_decode_ratio_keeps_the_target_size(oct_sample):
     contents = tf.io.read_file(os.path.join(oct_sample, "CNV", sorted(os.listdir(os.path.join(oct_sample, "CNV")))[0]))
     height, width = tf.image.extract_jpeg_shape(contents).numpy()[:2]
     for size, expected_ratio in ((224, 2), (64, 4), (32, 8), (400, 1)):
-        ratio = (1, 2, 4, 8)[int(image_folder.decode_ratio(contents, (size, size)))]
+        ratio = (1, 2, 4, 8)[int(decode.decode_ratio(contents, (size, size)))]
         assert ratio == expected_ratio, (height, width, size)
         assert height // ratio >= size and width // ratio >= size
 
@@ -116,7 +116,7 @@ def test_bad_files_can_be_skipped(tree_with_bad_files):
 def test_serving_input_gives_the_same_features_as_evaluation(oct_tree):
     files = sorted(tf.io.gfile.glob(pattern(oct_tree, "test")))[:3]
     with tf.Graph().as_default():
-        receiver = image_folder.make_serving_input_fn(SIZE)()
+        receiver = decode.make_serving_input_fn(SIZE)()
         with tf.compat.v1.Session() as session:
             served = session.run(receiver.features["image"], {
                 receiver.receiver_tensors["jpeg_bytes"]: [open(f, "rb").read() for f in files]})

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from acquisition import retinal_oct
 from acquisition import image_checks
-from input_fns import image_folder, records
+from input_fns import decode, records
 from pipeline.tasks import oct_job
 
 
@@ -26,7 +26,7 @@ def test_prepared_shards_hold_the_decoded_scans_and_are_reused_until_a_scan_chan
     order = [i for s in range(2) for i in range(len(files))[s::2]]  # round-robin shards, read in turn
     for i in (0, 23):
         np.testing.assert_array_equal(
-            images[i], image_folder.decode_and_resize(tf.io.read_file(files[order[i]]), (32, 32)).numpy())
+            images[i], decode.decode_and_resize(tf.io.read_file(files[order[i]]), (32, 32)).numpy())
     assert manifest["splits"]["train"]["count"] == 105 and manifest["splits"]["train"]["num_shards"] == 3
     assert oct_job.prepare_records(data_dir, out, 32, num_shards=(3, 2))[1]  # reused
     os.utime(files[0], ns=(0, 0))  # a scan replaced: made anew
