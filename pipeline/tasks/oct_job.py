@@ -9,7 +9,7 @@ from acquisition import retinal_oct, shards
 from acquisition.errors import InputDataError
 from acquisition import image_checks
 from input_fns import baselines, decode, image_folder, image_list, records, synthetic
-from models.vgg16_transfer import build_vgg16_classifier
+from models.backbones import build_image_classifier
 from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, TaskData
 from pipeline.tasks.oct import TRAIN_EXAMPLES
@@ -135,10 +135,14 @@ def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shar
 
 
 def build_model(args, learning_rate):
-    """Returns the compiled VGG16 transfer model for the OCT classes."""
-    return build_vgg16_classifier(len(retinal_oct.CLASS_NAMES), _image_size(args), weights=args.weights,
-                                  trainable_layers=args.trainable_layers, learning_rate=learning_rate,
-                                  input_name=FEATURE_KEY, input_channels=CHANNELS)
+    """Returns the compiled VGG16 transfer model for the OCT classes: the images job's vgg16 backbone
+    with the design's Flatten head, on grayscale scans."""
+    try:
+        return build_image_classifier("vgg16", len(retinal_oct.CLASS_NAMES), _image_size(args), CHANNELS,
+                                      weights=args.weights, trainable_layers=args.trainable_layers,
+                                      learning_rate=learning_rate, input_name=FEATURE_KEY, head="flatten")
+    except ValueError as e:  # --trainable-layers beyond the backbone
+        raise UsageError(str(e)) from None
 
 
 def input_variant(args, variant, batch_size, workdir):
