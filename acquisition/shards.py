@@ -27,6 +27,7 @@ MANIFEST = "manifest.json"
 LOCK = ".shards.lock"
 IMAGE_EXAMPLE_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
                       "label": tf.io.FixedLenFeature([], tf.int64)}
+_PARTIAL = ".partial-"  # the start of write_shards' temporary folders
 _KEYS = ("source", "image_shape", "class_names", "splits")
 _SPLIT_KEYS = ("count", "class_counts", "num_shards")
 
@@ -56,12 +57,12 @@ def shard_pattern(directory, prefix):
     return os.path.join(directory, f"{prefix}-*-of-*.tfrecord")
 
 
-def remove_partial_shards(directory, prefixes=("train", "test")):
-    """Removes the temporary folders (`.<prefix>-*`) that write_shards calls killed midway left
-    in `directory`; returns them. Call it holding the directory's LOCK."""
+def remove_partial_shards(directory):
+    """Removes the temporary folders (`.partial-<prefix>-*`) that write_shards calls killed midway
+    left in `directory`, whatever their split; returns them. Call it holding the directory's LOCK."""
     names = os.listdir(directory) if os.path.isdir(directory) else []
-    leftovers = [os.path.join(directory, d) for d in names if any(d.startswith(f".{p}-") for p in prefixes)
-                 and os.path.isdir(os.path.join(directory, d))]
+    leftovers = [os.path.join(directory, d) for d in names
+                 if d.startswith(_PARTIAL) and os.path.isdir(os.path.join(directory, d))]
     for path in leftovers:
         shutil.rmtree(path, ignore_errors=True)
     return leftovers
@@ -79,7 +80,7 @@ def write_shards(serialized_records, directory, prefix, num_shards):
     shards of the same prefix from an earlier conversion are replaced.
     """
     os.makedirs(directory, exist_ok=True)
-    tmp_dir = tempfile.mkdtemp(prefix=f".{prefix}-", dir=directory)
+    tmp_dir = tempfile.mkdtemp(prefix=f"{_PARTIAL}{prefix}-", dir=directory)
     try:
         tmp_paths = shard_paths(tmp_dir, prefix, num_shards)
         writers = [tf.io.TFRecordWriter(p) for p in tmp_paths]

@@ -20,10 +20,10 @@ def test_write_shards_spreads_records_and_leaves_no_temporary_files(tmp_path):
 
 
 def test_a_killed_conversions_temporary_folder_is_removed_by_the_next(tmp_path):
-    (tmp_path / ".train-abc123").mkdir()  # what write_shards leaves when killed midway
-    (tmp_path / ".train-abc123" / "train-00000-of-00002.tfrecord").write_bytes(b"half")
+    (tmp_path / ".partial-validation-abc123").mkdir()  # what write_shards leaves when killed midway
+    (tmp_path / ".partial-validation-abc123" / "validation-00000-of-00002.tfrecord").write_bytes(b"half")
     (tmp_path / ".hidden-user-folder").mkdir()
-    assert shards.remove_partial_shards(str(tmp_path)) == [str(tmp_path / ".train-abc123")]
+    assert shards.remove_partial_shards(str(tmp_path)) == [str(tmp_path / ".partial-validation-abc123")]
     assert sorted(os.listdir(tmp_path)) == [".hidden-user-folder"]
 
 
