@@ -7,7 +7,7 @@ import benchmark
 from models import PRECISIONS
 from pipeline.cli import run_command, set_tensorflow_environment
 from pipeline.flags import positive_int
-from pipeline.tasks.registry import parse_tool_args, tool_parser
+from pipeline.tasks.registry import TASKS, parse_tool_args, tool_parser
 
 
 def int_list(text):
@@ -55,7 +55,7 @@ def build_benchmark_parser():
                         help="time the input pipelines alone, with no model (see --variants)")
     parser.add_argument("--variants", type=str, default=None,
                         help="input-only variants, comma-separated; default all of the task's: "
-                             + "; ".join(f"{t}: {', '.join(v)}" for t, v in benchmark.INPUT_VARIANTS.items()))
+                             + "; ".join(f"{t.name}: {', '.join(t.input_variants)}" for t in TASKS.values()))
     parser.add_argument("--tiny-model", action="store_true",
                         help="train a trivially small model (Flatten + one Dense layer) on the job's input instead "
                              "of the job's model: each engine's time per step beyond the limit's is then its host "
@@ -77,7 +77,7 @@ def _parse(parser, argv):
     variants = None
     if args.input_only:
         try:
-            known = benchmark.INPUT_VARIANTS.get(task.name, benchmark.DEFAULT_INPUT_VARIANTS)
+            known = task.input_variants
             variants = choice_list(known)(args.variants or ",".join(known))
         except argparse.ArgumentTypeError as e:
             parser.error(f"argument --variants: {e}")

@@ -10,28 +10,23 @@ graph building and checkpoint writing fall outside.
 """
 import copy
 import dataclasses
-import math
 import os
 import tempfile
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from hooks.examples_per_second import ExamplesPerSecondHook
 from hooks.loss_watch import LossWatchHook
 from hooks.progress import ProgressHook
-from benchmark import baselines
 from benchmark.custom_loop import measure_custom_loop, measure_limit
 from benchmark.timing import SpanHook, step_figures
-from input_fns import fashion_mnist, image_folder, retinal_oct, synthetic
 from models.flops import model_flops_per_image
 from models.optimizers import precision
 from pipeline import batching, mfu as mfu_lib
 from pipeline.distribution import build_distribution, split_cpu
 from pipeline.errors import UsageError
 from pipeline.estimator import build_estimator, build_run_config, session_config
-from pipeline.tasks import FEATURE_KEY, fashion_job, oct_job
 
 # What the sweep chooses itself, so that no task recipe (the Fashion sample's) replaces it.
 _SWEEP_SETS = frozenset({"batch_size", "learning_rate", "lr_scaling"})
@@ -130,67 +125,27 @@ def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
 
 
 class InputVariants:
-    """Builds the input_fns that --input-only compares, preparing shared data once."""
+    """Builds the input_fns that --input-only compares (each task's own, see Task.input_variant)."""
 
     def __init__(self, task, task_args, workdir):
-        self.task, self.task_name, self.args, self.workdir = task, task.name, task_args, workdir
-        self._prepared = {}
+        self.task, self.workdir = task, workdir
+        self.args = copy.copy(task_args)
+        self.args.synthetic = False
+        self.args.explicit_flags = _SWEEP_SETS
+        self._built = {}
 
-    def _oct_root(self):
-        if "root" not in self._prepared:
-            self._prepared["root"] = retinal_oct.ensure_dataset(self.args.data_dir)
-        return self._prepared["root"]
+    def _build(self, variant, batch_size):
+        if (variant, batch_size) not in self._built:
+            self._built[variant, batch_size] = self.task.input_variant(self.args, variant, batch_size, self.workdir)
+        return self._built[variant, batch_size]
 
     def warm_up_steps(self, variant, batch_size, warm_up_steps):
         """Returns the warm-up for `variant`: a cached pipeline is timed only after its first epoch."""
-        if variant != "pipeline-cached":
-            return warm_up_steps
-        files = len(tf.io.gfile.glob(retinal_oct.split_pattern(self._oct_root(), "train")))
-        return max(warm_up_steps, math.ceil(files / batch_size) + 1)
+        return max(warm_up_steps, self._build(variant, batch_size)[1])
 
     def input_fn(self, variant, batch_size):
         """Returns the input_fn of `variant` yielding batches of `batch_size`."""
-        own = getattr(self, "_" + self.task_name, None)
-        return own(variant, batch_size) if own else self._task_pipeline(batch_size)
-
-    def _task_pipeline(self, batch_size):
-        """The 'pipeline' variant of a task with no variants of its own: its training input."""
-        args = copy.copy(self.args)
-        args.synthetic = False
-        return self.task.prepare_data(args, batch_size).train_input_fn
-
-    def _fashion(self, variant, batch_size):
-        if variant == "synthetic":
-            return synthetic.make_input_fn(fashion_mnist.IMAGE_SHAPE, fashion_mnist.NUM_CLASSES, batch_size, True,
-                                           feature_key=FEATURE_KEY)
-        if variant == "pipeline":
-            args = copy.copy(self.args)
-            args.synthetic = False
-            args.explicit_flags = _SWEEP_SETS
-            return fashion_job.prepare_data(args, batch_size).train_input_fn
-        images, labels = fashion_mnist.load_split(self.args.data_dir, "train")
-        return baselines.design_array_input_fn(
-            (images[..., None] / 255.0).astype(np.float32),
-            np.eye(fashion_mnist.NUM_CLASSES, dtype=np.float32)[labels], batch_size, FEATURE_KEY)
-
-    def _oct(self, variant, batch_size):
-        size = (self.args.image_size, self.args.image_size)
-        pattern = retinal_oct.split_pattern(self._oct_root(), "train")
-        classes = retinal_oct.CLASS_NAMES
-        if variant == "design":
-            return baselines.design_image_input_fn(pattern, classes, size, batch_size, feature_key=FEATURE_KEY)
-        if variant == "bare":
-            return baselines.bare_decode_input_fn(pattern, size, batch_size)
-        if variant == "records":
-            records_dir = os.path.join(self.workdir, f"records-{size[0]}")
-            if not os.path.isdir(records_dir):
-                oct_job.prepare_records(self.args.data_dir, records_dir, size[0], on_bad_image="skip")
-            return retinal_oct.make_records_input_fn(os.path.join(records_dir, "train-*-of-*.tfrecord"), size,
-                                                     batch_size, training=True, feature_key=FEATURE_KEY)
-        return image_folder.make_input_fn(
-            pattern, classes, size, batch_size, training=True, on_bad_image="skip",
-            fast_decode=variant == "pipeline-reduced", cache="" if variant == "pipeline-cached" else None,
-            feature_key=FEATURE_KEY)
+        return self._build(variant, batch_size)[0]
 
 
 def build_plans(replica_counts, use_gpus, strategy="mirrored"):

@@ -11,8 +11,8 @@ import hashlib
 import json
 import os
 
-from input_fns import locks
-from input_fns.errors import InputDataError
+from acquisition import locks
+from acquisition.errors import InputDataError
 
 _FORMAT = 1
 _held = {}  # cache file -> lock descriptor, held until this process ends

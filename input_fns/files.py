@@ -1,26 +1,14 @@
-"""The file list an input pipeline reads (matched, sharded between pipelines, shuffled),
-and JSON files written whole.
+"""The file list an input pipeline reads (matched, sharded between pipelines, shuffled).
 
 Every input mode starts here, in the order tensorflow/models uses: list the
 files in a fixed (sorted) order, take this pipeline's shard, then shuffle within
 the shard. Shuffling first would let each worker draw its own order, so that
 workers read overlapping files and leave others unread.
 """
-import json
-import os
-import tempfile
 
 import tensorflow as tf
 
-from input_fns.errors import InputDataError
-
-
-def matching_files(file_pattern):
-    """Returns the sorted files matching `file_pattern`; raises InputDataError if there are none."""
-    files = sorted(tf.io.gfile.glob(file_pattern))
-    if not files:
-        raise InputDataError(f"no files match the pattern {file_pattern}")
-    return files
+from acquisition.errors import InputDataError
 
 
 def num_pipelines(input_context):
@@ -58,22 +46,3 @@ def pipeline_files(file_pattern, num_files, input_context=None, training=True, s
     if training:
         files = files.shuffle(num_files // pipelines + 1, seed=seed, reshuffle_each_iteration=reshuffle_each_epoch)
     return files
-
-
-def write_json_atomically(path, value):
-    """Writes `value` as indented JSON to `path`, readable by all (0644); returns `path`.
-
-    The file is written under a temporary name in the same folder and renamed,
-    so a crash leaves the previous file intact rather than a truncated one.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=os.path.dirname(path) or ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(value, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.remove(tmp)
-        raise
-    return path

@@ -5,8 +5,10 @@ tf_cnn_benchmarks, so that the input costs next to nothing.
 """
 import tensorflow as tf
 
+from input_fns import FEATURE_KEY
 
-def make_input_fn(image_shape, num_classes, batch_size, training, feature_key="image",
+
+def make_input_fn(image_shape, num_classes, batch_size, training, feature_key=FEATURE_KEY,
                   num_examples=None, seed=0, dtype=tf.float32):
     """Returns an Estimator input_fn(input_context=None) yielding random images and one-hot labels.
 

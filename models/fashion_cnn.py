@@ -1,10 +1,11 @@
 """The small CNN of the design write-up for 28x28 grayscale images."""
 import tensorflow as tf
 
+from input_fns import FEATURE_KEY
 from models.optimizers import Adam
 
 
-def build_fashion_cnn(learning_rate, input_shape=(28, 28, 1), num_classes=10, input_name="image",
+def build_fashion_cnn(learning_rate, input_shape=(28, 28, 1), num_classes=10, input_name=FEATURE_KEY,
                       input_dtype="float32"):
     """Returns the compiled CNN: three 3x3 convolutions, two poolings, a 64-unit dense layer.
 

@@ -4,7 +4,7 @@ Importable without TensorFlow: every room's error type is defined in a module
 that does not import it.
 """
 from cluster.tf_config import ClusterConfigError
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 from models import WeightsUnavailableError
 from reporting import RunsError
 from serving import ExportNotFoundError

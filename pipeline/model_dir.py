@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from input_fns import locks
+from acquisition import locks
 from pipeline.errors import UsageError
 
 log = logging.getLogger(__name__)

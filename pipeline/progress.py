@@ -16,7 +16,7 @@ import math
 import os
 from typing import Optional
 
-from input_fns.files import write_json_atomically
+from acquisition.files import write_json_atomically
 from pipeline import results as results_lib
 from pipeline.errors import UsageError
 

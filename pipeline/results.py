@@ -4,7 +4,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from input_fns.files import write_json_atomically
+from acquisition.files import write_json_atomically
 
 RESULTS_FILE = "results.json"
 

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from input_fns.files import write_json_atomically
+from acquisition.files import write_json_atomically
 from pipeline.errors import UsageError
 
 log = logging.getLogger(__name__)

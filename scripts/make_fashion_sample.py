@@ -16,7 +16,7 @@ def build_parser():
     """Returns the parser: source, output folder and the split."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--source", default=None,
-                        help="folder with t10k-images/labels IDX .gz files (default: input_fns/data/"
+                        help="folder with t10k-images/labels IDX .gz files (default: acquisition/data/"
                              "fashion-mnist-sample, shipped with the project)")
     parser.add_argument("--out", required=True, help="folder to write the four official IDX files into")
     parser.add_argument("--train", type=positive_int, default=800, help="images that go to the training split")
@@ -25,7 +25,7 @@ def build_parser():
 
 
 def make_sample(args):
-    from input_fns import fashion_mnist  # imports TensorFlow: only once the arguments are good
+    from acquisition import fashion_mnist  # imports TensorFlow: only once the arguments are good
     try:
         num_train, num_test = fashion_mnist.split_sample(args.source or fashion_mnist.SHIPPED_SAMPLE_DIR,
                                                          args.out, args.train, args.seed)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Lay out the 129 real OCT scans shipped with the project (input_fns/data/oct-sample) as an
+"""Lay out the 129 real OCT scans shipped with the project (acquisition/data/oct-sample) as an
 OCT2017 tree (train/ and test/ class folders), a --data-dir that train_oct.py, inspect_input.py
 and benchmark.py can use offline. Far too small to train a useful model: for smoke runs."""
 import argparse
@@ -17,7 +17,7 @@ def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--source", default=None,
                         help="folder with CNV, DME, DRUSEN and NORMAL folders of JPEG scans (default: "
-                             "input_fns/data/oct-sample, shipped with the project)")
+                             "acquisition/data/oct-sample, shipped with the project)")
     parser.add_argument("--out", required=True, help="folder to write the OCT2017 tree into (as <out>/OCT2017)")
     parser.add_argument("--test-per-class", type=positive_int, default=6,
                         help="scans of each class (the last by name) that go to test/")
@@ -25,7 +25,7 @@ def build_parser():
 
 
 def make_sample(args):
-    from input_fns import retinal_oct  # imports TensorFlow: only once the arguments are good
+    from acquisition import retinal_oct
     root = os.path.join(args.out, retinal_oct.CLEAN_ROOT)
     if os.path.exists(root):
         from pipeline.errors import UsageError

@@ -23,9 +23,11 @@ def build_parser():
 
 def prepare(args):
     from pipeline.tasks.oct_job import prepare_records  # imports TensorFlow: only once the arguments are good
-    manifest = prepare_records(args.data_dir, args.out, args.image_size, args.on_bad_image)
-    print(f"wrote {manifest['counts']['train']} training and {manifest['counts']['test']} test images "
-          f"at {args.image_size}x{args.image_size} to {args.out}"
+    manifest, reused = prepare_records(args.data_dir, args.out, args.image_size, args.on_bad_image)
+    counts = {split: entry["count"] for split, entry in manifest["splits"].items()}
+    print(f"{'reused the shards of' if reused else 'wrote'} {counts['train']} training and {counts['test']} test "
+          f"images at {args.image_size}x{args.image_size} {'in' if reused else 'to'} {args.out}"
+          + (" (made from the same files and flags)" if reused else "")
           + (f"; skipped {len(manifest['skipped_files'])} bad files" if manifest["skipped_files"] else ""))
 
 

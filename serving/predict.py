@@ -7,7 +7,7 @@ from typing import Callable, List
 
 import tensorflow as tf
 
-from input_fns.image_formats import check_image, is_image_name
+from acquisition.image_formats import check_image, is_image_name
 from serving import ExportNotFoundError
 from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES
 

@@ -19,8 +19,8 @@ from pipeline.distribution import split_cpu  # noqa: E402
 split_cpu(2)
 
 # The real data samples shipped in the repo: the suite needs nothing beside a fresh clone.
-FASHION_SAMPLE = os.path.join(ROOT, "input_fns", "data", "fashion-mnist-sample")
-OCT_SAMPLE = os.path.join(ROOT, "input_fns", "data", "oct-sample")
+FASHION_SAMPLE = os.path.join(ROOT, "acquisition", "data", "fashion-mnist-sample")
+OCT_SAMPLE = os.path.join(ROOT, "acquisition", "data", "oct-sample")
 OCT_CLASSES = ("CNV", "DME", "DRUSEN", "NORMAL")
 # OCT2017's real training set, class-sorted folders of these sizes, and its test set.
 OCT2017_TRAIN_COUNTS = {"CNV": 37205, "DME": 11348, "DRUSEN": 8616, "NORMAL": 26315}
@@ -55,7 +55,7 @@ def fashion_sample():
 @pytest.fixture(scope="session")
 def fashion_data_dir(fashion_sample, tmp_path_factory):
     """A Fashion-MNIST data dir made from the real sample: 800 train / 200 test images."""
-    from input_fns.fashion_mnist import split_sample
+    from acquisition.fashion_mnist import split_sample
     out = str(tmp_path_factory.mktemp("fashion-data"))
     split_sample(fashion_sample, out, num_train=800)
     return out
@@ -70,7 +70,7 @@ def oct_sample():
 def make_oct_tree(sample, root, test_per_class=6):
     """Copies the real sample into an OCT2017-style tree under `root` (see
     retinal_oct.make_sample_tree); returns `root`."""
-    from input_fns import retinal_oct
+    from acquisition import retinal_oct
     retinal_oct.make_sample_tree(root, sample, test_per_class)
     return root
 
@@ -123,7 +123,7 @@ def full_oct_records(full_oct_tree, tmp_path_factory):
 def full_fashion_data_dir(fashion_sample, tmp_path_factory):
     """A Fashion-MNIST data dir of the real size (60,000 / 10,000) made by repeating the real
     sample, sorted by class: the worst order a converted dataset can come in."""
-    from input_fns import fashion_mnist
+    from acquisition import fashion_mnist
     import numpy as np
     images, labels = fashion_mnist.load_split(fashion_sample, "test")
     out = str(tmp_path_factory.mktemp("fashion-full"))

@@ -1,17 +1,20 @@
 """Jobs the run loop can train: each task says how to get its data and build its model.
 
-A task's module (fashion.py, oct.py) holds its command line, importable without
-TensorFlow; its job module (fashion_job.py, oct_job.py) gets the data and builds
-the model, and is imported only when the arguments are known good.
+A task's module (fashion.py, oct.py, images.py) holds its command line and the names of
+its benchmark input variants, importable without TensorFlow; its job module (fashion_job.py,
+...) gets the data, builds the model and the benchmark's input variants, and is imported only
+when the arguments are known good. Nothing outside this package names a task.
 """
 import dataclasses
 import importlib
 from typing import Callable, Optional, Sequence
 
-FEATURE_KEY = "image"  # the models' input layer name, hence the Estimator's feature key
+from input_fns import FEATURE_KEY  # noqa: F401 (the jobs' feature key, the models' input layer name)
 FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
 # --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
 AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}
+# The benchmark's --input-only variant every task has: its own training input.
+DEFAULT_INPUT_VARIANTS = ("pipeline",)
 
 
 @dataclasses.dataclass
@@ -58,6 +61,9 @@ class Task:
     # 'name=value') with the reason, said in the one-line refusal.
     augment_defaults: dict = dataclasses.field(default_factory=lambda: dict(AUGMENT_DEFAULTS))
     augment_forbidden: dict = dataclasses.field(default_factory=dict)
+    # The benchmark's --input-only variants (the first is the task's training input); a job with
+    # more than DEFAULT_INPUT_VARIANTS builds them in its input_variant function.
+    input_variants: tuple = DEFAULT_INPUT_VARIANTS
 
     def prepare_data(self, args, batch_size):
         """Returns TaskData whose input_fns yield batches of `batch_size` (per replica)."""
@@ -66,3 +72,11 @@ class Task:
     def build_model(self, args, learning_rate):
         """Returns the compiled Keras model (its input named FEATURE_KEY) trained at `learning_rate`."""
         return importlib.import_module(self.job).build_model(args, learning_rate)
+
+    def input_variant(self, args, variant, batch_size, workdir):
+        """Returns (input_fn, warm-up steps it needs at least) of the benchmark input variant
+        `variant` (one of input_variants) at `batch_size`; `workdir` holds what it prepares."""
+        job = importlib.import_module(self.job)
+        if hasattr(job, "input_variant"):
+            return job.input_variant(args, variant, batch_size, workdir)
+        return job.prepare_data(args, batch_size).train_input_fn, 0

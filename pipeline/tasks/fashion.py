@@ -38,4 +38,5 @@ TASK = Task(
               "model_dir": os.path.join("runs", "fashion")},
     add_flags=add_flags,
     job="pipeline.tasks.fashion_job",
+    input_variants=("pipeline", "design", "synthetic"),
 )

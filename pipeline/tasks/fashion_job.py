@@ -1,14 +1,14 @@
 """The Fashion-MNIST job's data and model: the dataset (downloaded, or the shipped sample when
 that fails), converted to TFRecord shards, and the design's CNN. Its command line: fashion.py."""
-import json
 import logging
 import os
 
 import numpy as np
 
 from cluster.tf_config import read_tf_config
-from input_fns import class_folders, fashion_mnist, locks, records, synthetic
-from input_fns.files import write_json_atomically
+from acquisition import fashion_mnist
+from acquisition.errors import DownloadError
+from input_fns import baselines, fashion_mnist as fashion_input, synthetic
 from models.fashion_cnn import build_fashion_cnn
 from pipeline.tasks import FEATURE_KEY, TaskData
 from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE, TRAIN_EXAMPLES
@@ -16,7 +16,6 @@ from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE
 log = logging.getLogger(__name__)
 
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 10000}  # the real dataset's, so --epochs means the same
-VALIDATION_SEED = 0  # the validation split is drawn with a fixed seed: the same images on every run
 
 
 def prepare_data(args, batch_size):
@@ -39,65 +38,31 @@ def prepare_data(args, batch_size):
         applied, recipe = apply_sample_recipe(args)
         report = {"recipe": "shipped sample" if applied else "flags"}
         batch_size = args.batch_size
-    splits = fashion_mnist.prepare_tfrecords(data_dir, args.cache_dir)
+    splits = fashion_mnist.prepare_shards(data_dir, args.cache_dir)
     if args.validation_fraction:
         return _with_validation(args, batch_size, data_dir, splits, source, recipe, report)
     return TaskData(
-        fashion_mnist.make_input_fn(splits["train"]["pattern"], batch_size, training=True,
-                                    feature_key=FEATURE_KEY, seed=args.seed),
-        fashion_mnist.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
-                                    feature_key=FEATURE_KEY),
+        fashion_input.make_input_fn(splits["train"]["pattern"], batch_size, training=True,
+                                   feature_key=FEATURE_KEY, seed=args.seed),
+        fashion_input.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
+                                   feature_key=FEATURE_KEY),
         splits["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
         train_class_counts=splits["train"]["class_counts"], recipe=recipe,
         report=report)
 
 
 def _with_validation(args, batch_size, data_dir, splits, source, recipe, report):
-    """Returns TaskData training on the training images left after split_off_validation's share."""
-    held = split_off_validation(data_dir, os.path.dirname(splits["train"]["pattern"]), args.validation_fraction)
+    """Returns TaskData training on the training images left after the validation split's share."""
+    held = fashion_mnist.prepare_validation_shards(data_dir, args.cache_dir, args.validation_fraction)
 
-    def make(split, training):
-        return fashion_mnist.make_input_fn(held[split]["pattern"], batch_size, training=training,
-                                           feature_key=FEATURE_KEY, seed=args.seed if training else None)
-    return TaskData(make("train", True), fashion_mnist.make_input_fn(splits["test"]["pattern"], batch_size,
-                                                                     training=False, feature_key=FEATURE_KEY),
+    def make(pattern, training):
+        return fashion_input.make_input_fn(pattern, batch_size, training=training, feature_key=FEATURE_KEY,
+                                           seed=args.seed if training else None)
+    return TaskData(make(held["train"]["pattern"], True), make(splits["test"]["pattern"], False),
                     held["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
                     train_class_counts=held["train"]["class_counts"], recipe=recipe, report=report,
-                    validation_input_fn=make("validation", False),
+                    validation_input_fn=make(held["validation"]["pattern"], False),
                     num_validation_examples=held["validation"]["count"])
-
-
-def split_off_validation(data_dir, shards_dir, fraction, seed=VALIDATION_SEED):
-    """Returns {'train', 'validation'} -> {'pattern', 'count', 'class_counts'}: the training images
-    split (stratified by class, drawn with `seed`) into `fraction` held out for validation and the rest,
-    written once as shards under `shards_dir` (reused while the training IDX files are unchanged)."""
-    out = os.path.join(shards_dir, f"validation-{fraction:g}-seed{seed}")
-    source = {name: [os.stat(os.path.join(data_dir, name)).st_size, os.stat(os.path.join(data_dir, name)).st_mtime_ns]
-              for name in fashion_mnist.FILES["train"]}
-    os.makedirs(out, exist_ok=True)
-    with locks.exclusive(os.path.join(out, ".split.lock")):
-        try:
-            with open(os.path.join(out, "manifest.json")) as f:
-                manifest = json.load(f)
-            if manifest["source"] == source:
-                return manifest["splits"]
-        except (OSError, ValueError, KeyError):
-            pass  # none yet, or of other files: split
-        records.remove_partial_shards(out, prefixes=("train", "validation"))
-        images, labels = fashion_mnist.load_split(data_dir, "train")
-        sides = class_folders.split_files(list(range(len(labels))), labels.tolist(), fraction, seed)
-        sides = {"train": sides["train"], "validation": sides["test"]}
-        splits = {}
-        for side, entries in sides.items():
-            order = [entries[i][0] for i in records.shuffled_order(len(entries), seed)] if side == "train" \
-                else [i for i, _ in entries]
-            records.write_shards((records.serialize_image_example(images[i], labels[i]) for i in order), out, side,
-                                 fashion_mnist.NUM_SHARDS["train" if side == "train" else "test"])
-            splits[side] = {"pattern": records.shard_pattern(out, side), "count": len(order),
-                            "class_counts": np.bincount(labels[order], minlength=fashion_mnist.NUM_CLASSES).tolist()}
-        write_json_atomically(os.path.join(out, "manifest.json"), {"source": source, "fraction": fraction,
-                                                                   "seed": seed, "splits": splits})
-        return splits
 
 
 def apply_sample_recipe(args):
@@ -123,13 +88,13 @@ def _dataset_or_sample(args):
     try:
         fashion_mnist.download(data_dir, base_url=args.download_url or fashion_mnist.DOWNLOAD_URL)
         return data_dir, "real"
-    except fashion_mnist.DownloadError as e:
+    except DownloadError as e:
         files = ", ".join(n for pair in fashion_mnist.FILES.values() for n in pair)
         advice = (f"Put the four files ({files}) in a folder and pass it as --data-dir, or run with "
                   "--synthetic to try the job without the dataset")
         # A cluster's tasks must all train on the same data: they never fall back.
         if args.no_sample_fallback or data_dir != os.path.normpath(DEFAULT_DATA_DIR) or read_tf_config() is not None:
-            raise fashion_mnist.DownloadError(f"{e}. {advice}") from None
+            raise DownloadError(f"{e}. {advice}") from None
         sample_dir = fashion_mnist.unpack_shipped_sample(data_dir + "-sample")
         log.warning("NOT THE FULL DATASET: %s, so this run trains on the 1,000-image Fashion-MNIST sample shipped "
                     "with the project (%d train / %d test, in %s; its own recipe unless you set one). %s; "
@@ -144,3 +109,16 @@ def build_model(args, learning_rate):
     return build_fashion_cnn(learning_rate, input_shape=fashion_mnist.IMAGE_SHAPE,
                              num_classes=fashion_mnist.NUM_CLASSES, input_name=FEATURE_KEY)
 
+
+def input_variant(args, variant, batch_size, workdir):
+    """Returns (input_fn, 0) of the benchmark's input variant: 'pipeline' (the job's training input),
+    'design' (the write-up's in-memory arrays) or 'synthetic'."""
+    if variant == "synthetic":
+        return synthetic.make_input_fn(fashion_mnist.IMAGE_SHAPE, fashion_mnist.NUM_CLASSES, batch_size, True,
+                                       feature_key=FEATURE_KEY), 0
+    if variant == "pipeline":
+        return prepare_data(args, batch_size).train_input_fn, 0
+    images, labels = fashion_mnist.load_split(args.data_dir, "train")
+    return baselines.design_array_input_fn(
+        (images[..., None] / 255.0).astype(np.float32),
+        np.eye(fashion_mnist.NUM_CLASSES, dtype=np.float32)[labels], batch_size, FEATURE_KEY), 0

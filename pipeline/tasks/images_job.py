@@ -3,16 +3,19 @@ train and test, read by image_list's input, and a models.backbones classifier. I
 images.py."""
 import collections
 import dataclasses
+import functools
 import json
 import logging
 import os
-from typing import Dict, List, Tuple
+import tempfile
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from input_fns import class_folders, image_folder, image_list, synthetic
-from input_fns.errors import InputDataError
-from input_fns.files import write_json_atomically
+from acquisition import class_folders, image_checks
+from input_fns import decode, image_list, synthetic
+from acquisition.errors import InputDataError
+from acquisition.files import write_json_atomically
 from models.backbones import build_image_classifier
 from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, TaskData
@@ -32,6 +35,15 @@ class Dataset:
     channels: int
     splits: Dict[str, Tuple[List[str], List[int]]]
     report: dict
+    # Writes the split to the model dir, when it is not there yet; see save_split.
+    pending_write: Optional[Callable[[], str]] = None
+
+    def save_split(self):
+        """Writes the split to <model dir>/split unless it is there already. Training's input does it on
+        its first call (see prepare_data): a run that fails before training leaves the model dir as it was."""
+        if self.pending_write:
+            self.pending_write()
+            self.pending_write = None
 
     def train_class_counts(self):
         """Returns the training images per class, in class_names order."""
@@ -57,7 +69,7 @@ def load_dataset(args):
 def _load(args):
     folders = class_folders.scan_class_folders(args.data_dir, args.channels)
     for scan in folders.scans.values():
-        image_folder.check_bad_files(scan, args.on_bad_image)
+        image_checks.check_bad_files(scan, args.on_bad_image)
     problems = {f: p for scan in folders.scans.values() for f, p in scan.problems.items()}
     saved = read_split(args.model_dir, args.data_dir)
     if saved:
@@ -71,14 +83,15 @@ def _load(args):
         files, labels = folders.scans["all"].good()
         entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
-    split_dir = write_split(args.model_dir, args.data_dir, folders, splits, channels, args) if not saved else \
-        os.path.join(args.model_dir, SPLIT_DIR)
+    split_dir = os.path.join(args.model_dir, SPLIT_DIR)
+    pending = None if saved else functools.partial(write_split, args.model_dir, args.data_dir, folders, splits,
+                                                    channels, args)
     report = {"data_root": os.path.abspath(args.data_dir), "class_names": list(folders.class_names),
               "layout": "train and test folders" if folders.presplit else "class folders, split here",
               "split_dir": os.path.abspath(split_dir), "channels": channels,
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
               "skipped_file_problems": problems}
-    return Dataset(folders.class_names, channels, splits, report)
+    return Dataset(folders.class_names, channels, splits, report, pending)
 
 
 def read_split(model_dir, data_dir):
@@ -139,10 +152,11 @@ def write_split(model_dir, data_dir, folders, splits, channels, args):
     a split is whole when it exists); returns the folder."""
     out = os.path.join(model_dir, SPLIT_DIR)
     os.makedirs(out, exist_ok=True)
-    for split, (files, _) in splits.items():
-        tmp = os.path.join(out, f".tmp-{split}.txt")
-        with open(tmp, "w", encoding="utf-8") as f:
+    for split, (files, _) in splits.items():  # each worker of a cluster may write the same lists
+        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{split}-", suffix=".txt", dir=out)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(class_folders.split_list_text(files, os.path.abspath(data_dir)))
+        os.chmod(tmp, 0o644)
         os.replace(tmp, os.path.join(out, f"{split}.txt"))
     write_json_atomically(os.path.join(out, "split.json"), {
         "data_dir": os.path.abspath(data_dir), "class_names": list(folders.class_names), "channels": channels,
@@ -180,13 +194,21 @@ def prepare_data(args, batch_size):
             feature_key=FEATURE_KEY, seed=args.seed))
 
     report = dict(data.report)
-    if args.class_weight == "balanced":
-        report["class_weights"] = balanced_class_weights(data.train_class_counts())
     held_out = split_off_validation(args, data)
     if held_out:
         data = dataclasses.replace(data, splits={**data.splits, **held_out})
         report["validation_files"] = os.path.abspath(os.path.join(args.model_dir, VALIDATION_FILES))
-    return TaskData(make("train", True), make("test", False), len(data.splits["train"][0]),
+    if args.class_weight == "balanced":
+        report["class_weights"] = balanced_class_weights(data.train_class_counts())
+    read_train = make("train", True)
+
+    def train_input_fn(input_context=None):  # the Estimator calls it once every check before training passed
+        data.save_split()
+        if held_out:
+            write_validation_files(args.model_dir, held_out["validation"][0])
+        return read_train(input_context)
+
+    return TaskData(train_input_fn, make("test", False), len(data.splits["train"][0]),
                     len(data.splits["test"][0]), "real", class_names=data.class_names,
                     eval_labels=data.splits["test"][1], train_class_counts=data.train_class_counts(),
                     serving_input_fn=_serving(size, data.channels), report=report,
@@ -197,8 +219,7 @@ def prepare_data(args, batch_size):
 def split_off_validation(args, data):
     """Returns {'train': (files, labels), 'validation': (files, labels)}: --validation-dir's images,
     or --validation-fraction of the training split's (seeded by --split-seed, stratified, grouped by
-    --group-by: a patient's images all on one side); None with neither. Writes the validation files,
-    one path per line, to <model dir>/validation_files.txt."""
+    --group-by: a patient's images all on one side); None with neither."""
     train = data.splits["train"]
     if args.validation_dir:
         validation = _validation_dir(args.validation_dir, data.class_names, data.channels, args.on_bad_image)
@@ -212,10 +233,19 @@ def split_off_validation(args, data):
         validation = ([f for f, _ in sides["test"]], [label for _, label in sides["test"]])
     else:
         return None
-    os.makedirs(args.model_dir, exist_ok=True)
-    with open(os.path.join(args.model_dir, VALIDATION_FILES), "w", encoding="utf-8") as f:
-        f.write("".join(path + "\n" for path in validation[0]))
     return {"train": train, "validation": validation}
+
+
+def write_validation_files(model_dir, files):
+    """Writes `files`, one path per line, to <model dir>/validation_files.txt (atomically: a cluster's
+    workers may each write the same list); returns its path."""
+    path = os.path.join(model_dir, VALIDATION_FILES)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-validation-", suffix=".txt", dir=model_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(name + "\n" for name in files))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
 
 
 def _validation_dir(folder, class_names, channels, on_bad_image):
@@ -228,13 +258,13 @@ def _validation_dir(folder, class_names, channels, on_bad_image):
     if unknown:
         raise InputDataError(f"--validation-dir {folder} has class folder(s) {', '.join(unknown)} that training "
                              "does not; every validation class needs training images")
-    image_folder.check_bad_files(found, on_bad_image)
+    image_checks.check_bad_files(found, on_bad_image)
     files, labels = found.good()
     return files, [class_names.index(found.class_names[label]) for label in labels]
 
 
 def _serving(size, channels):
-    return image_folder.make_serving_input_fn(size, channels, feature_key=FEATURE_KEY, bytes_key=SERVING_KEY)
+    return decode.make_serving_input_fn(size, channels, feature_key=FEATURE_KEY, bytes_key=SERVING_KEY)
 
 
 def build_model(args, learning_rate):

@@ -65,6 +65,7 @@ TASK = Task(
               "validation_fraction": 0.0},
     add_flags=add_flags,
     job="pipeline.tasks.oct_job",
+    input_variants=("pipeline", "pipeline-reduced", "pipeline-cached", "records", "design", "bare"),
     group_pattern=PATIENT_PATTERN,
     # A horizontal flip is a scan of the other eye; upside down, the retina's layers come in an order no
     # scan shows, and their order is what the classes differ in.

@@ -9,8 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from input_fns import fashion_mnist, image_folder, retinal_oct
-from input_fns.errors import InputDataError
+from acquisition import retinal_oct
+from acquisition.fashion_mnist import prepare_shards
+from acquisition import image_checks
+from input_fns import fashion_mnist, image_folder, records
+from acquisition.errors import InputDataError
 from pipeline.tasks import oct_job
 from tests.conftest import OCT2017_TRAIN_COUNTS, OCT_CLASSES, ROOT
 
@@ -33,20 +36,20 @@ def assert_mixed_like(counts, expected, tolerance=0.04):
 
 
 def test_the_full_size_tree_has_the_real_class_mix(full_oct_tree):
-    scan = image_folder.scan_folder(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES)
+    scan = image_checks.scan_folder(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES)
     assert scan.class_counts() == OCT2017_TRAIN_COUNTS and not scan.problems
 
 
 @pytest.fixture(scope="module")
 def train_scan(full_oct_tree):
-    return image_folder.scan_folder(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES)
+    return image_checks.scan_folder(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES)
 
 
 @pytest.mark.parametrize("cache", [None, "", "dir"], ids=["jpeg", "memory-cache", "file-cache"])
 def test_jpeg_modes_mix_classes_from_the_first_batch(full_oct_tree, train_scan, tmp_path, cache):
-    input_fn = image_folder.make_input_fn(retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES, SIZE,
-                                          BATCH_SIZE, training=True, scan=train_scan,
-                                          cache=str(tmp_path) if cache == "dir" else cache)
+    input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
+        retinal_oct.split_pattern(full_oct_tree, "train"), OCT_CLASSES, SIZE, BATCH_SIZE, training=True,
+        scan=train_scan, cache=str(tmp_path) if cache == "dir" else cache))
     assert_mixed_like(class_counts_per_batch(input_fn, 4), list(OCT2017_TRAIN_COUNTS.values()))
 
 
@@ -55,7 +58,7 @@ import os, signal, sys
 sys.path.insert(0, {root!r})
 from input_fns import image_folder
 from tests.conftest import OCT_CLASSES
-input_fn = image_folder.make_input_fn({pattern!r}, OCT_CLASSES, {size!r}, 32, training=True, cache={cache!r})
+input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig({pattern!r}, OCT_CLASSES, {size!r}, 32, training=True, cache={cache!r}))
 iterator = iter(input_fn())
 next(iterator)
 print("writing", flush=True)
@@ -75,26 +78,26 @@ def test_a_file_cache_killed_in_its_first_epoch_is_rebuilt_and_a_live_writer_is_
     pattern, cache = retinal_oct.split_pattern(full_oct_tree, "train"), str(tmp_path)
     writer = start_cache_writer(pattern, cache, "import time; time.sleep(60)")
     with pytest.raises(InputDataError, match=rf"pid {writer.pid} on .* is writing the cache .*pass another --cache"):
-        image_folder.make_input_fn(pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan,
-                                   cache=cache)()
+        image_folder.make_input_fn(image_folder.ImageFolderConfig(
+            pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan, cache=cache))()
     writer.send_signal(signal.SIGKILL)  # killed during its first epoch: tf.data's lockfile stays behind
     writer.wait()
     assert any(f.endswith(".lockfile") for f in os.listdir(cache))
-    input_fn = image_folder.make_input_fn(pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan,
-                                          cache=cache)
+    input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
+        pattern, OCT_CLASSES, SIZE, BATCH_SIZE, training=True, scan=train_scan, cache=cache))
     assert_mixed_like(class_counts_per_batch(input_fn, 4), list(OCT2017_TRAIN_COUNTS.values()))
 
 
 def test_prepared_shards_mix_classes_from_the_first_batch(full_oct_records):
     manifest = oct_job.read_records_manifest(full_oct_records)
-    assert manifest["train_class_counts"] == list(OCT2017_TRAIN_COUNTS.values())
-    input_fn = retinal_oct.make_records_input_fn(os.path.join(full_oct_records, "train-*-of-*.tfrecord"), SIZE,
-                                                 BATCH_SIZE, training=True)
-    assert_mixed_like(class_counts_per_batch(input_fn, 4), manifest["train_class_counts"])
+    train = manifest["splits"]["train"]
+    assert train["class_counts"] == list(OCT2017_TRAIN_COUNTS.values())
+    input_fn = records.make_image_records_input_fn(train["pattern"], SIZE + (1,), 4, BATCH_SIZE, True, "image")
+    assert_mixed_like(class_counts_per_batch(input_fn, 4), train["class_counts"])
 
 
 def test_fashion_records_mix_classes_from_the_first_batch(full_fashion_data_dir):
-    splits = fashion_mnist.prepare_tfrecords(full_fashion_data_dir)
+    splits = prepare_shards(full_fashion_data_dir)
     assert splits["train"]["count"] == 60000
     input_fn = fashion_mnist.make_input_fn(splits["train"]["pattern"], BATCH_SIZE, training=True)
     assert_mixed_like(class_counts_per_batch(input_fn, 10), splits["train"]["class_counts"])

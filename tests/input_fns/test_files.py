@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_fns import fashion_mnist, files, image_folder, records, retinal_oct
-from input_fns.errors import InputDataError
+from acquisition import fashion_mnist as fashion_data, shards
+from input_fns import decode, fashion_mnist, files, image_folder, records
+from acquisition.errors import InputDataError
 from tests.conftest import OCT_CLASSES
 
 PIPELINES = (2, 3)
@@ -72,8 +73,8 @@ def fashion_ids(tmp_path_factory):
     images[:, 0, 0], images[:, 0, 1] = np.arange(count) // 256, np.arange(count) % 256
     labels = np.arange(count) % 10
     for split in ("train", "test"):
-        fashion_mnist.write_split(data_dir, split, images, labels)
-    return fashion_mnist.prepare_tfrecords(data_dir)["train"]["pattern"], list(range(count))
+        fashion_data.write_split(data_dir, split, images, labels)
+    return fashion_data.prepare_shards(data_dir)["train"]["pattern"], list(range(count))
 
 
 def fashion_image_ids(input_fn, context, limit):
@@ -109,9 +110,9 @@ def oct_record_ids(tmp_path_factory):
     count = 700
     images = np.zeros((count, 8, 8, 1), np.uint8)
     images[:, 0, 0, 0], images[:, 0, 1, 0] = np.arange(count) // 256, np.arange(count) % 256
-    records.write_shards((records.serialize_image_example(images[i], i % 4) for i in range(count)), out,
+    shards.write_shards((shards.serialize_image_example(images[i], i % 4) for i in range(count)), out,
                          "train", 16)
-    return records.shard_pattern(out, "train"), list(range(count))
+    return shards.shard_pattern(out, "train"), list(range(count))
 
 
 def record_ids(input_fn, context, limit):
@@ -123,7 +124,7 @@ def record_ids(input_fn, context, limit):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_oct_record_pipelines_read_every_record_once_per_epoch(oct_record_ids, pipelines, seed):
     pattern, all_ids = oct_record_ids
-    input_fn = retinal_oct.make_records_input_fn(pattern, (8, 8), 1, training=True, seed=seed)
+    input_fn = records.make_image_records_input_fn(pattern, (8, 8, 1), 4, 1, True, "image", seed=seed)
     epochs = [first_epoch(record_ids(input_fn, c, 2 * len(all_ids) // pipelines + 100)) for c in contexts(pipelines)]
     assert_every_id_once(epochs, all_ids)
 
@@ -156,7 +157,7 @@ def jpeg_id_tree(tmp_path_factory):
 
 def test_id_images_survive_jpeg(jpeg_id_tree):
     pattern, all_ids = jpeg_id_tree
-    decoded = [image_id(image_folder.decode_and_resize(tf.io.read_file(f), (8, 24)).numpy())
+    decoded = [image_id(decode.decode_and_resize(tf.io.read_file(f), (8, 24)).numpy())
                for f in sorted(tf.io.gfile.glob(pattern))]
     assert sorted(decoded) == all_ids
 
@@ -170,9 +171,9 @@ def jpeg_ids(input_fn, context, limit):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_jpeg_pipelines_read_every_file_once_per_epoch(jpeg_id_tree, tmp_path, cache, pipelines, seed):
     pattern, all_ids = jpeg_id_tree
-    input_fn = image_folder.make_input_fn(pattern, OCT_CLASSES, (8, 24), 1, training=True, seed=seed,
-                                          cache=str(tmp_path / "cache") if cache == "dir" else cache,
-                                          shuffle_buffer=50)
+    input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
+        pattern, OCT_CLASSES, (8, 24), 1, training=True, seed=seed,
+        cache=str(tmp_path / "cache") if cache == "dir" else cache, shuffle_buffer=50))
     epochs = [first_epoch(jpeg_ids(input_fn, c, 2 * len(all_ids) // pipelines + 100)) for c in contexts(pipelines)]
     assert_every_id_once(epochs, all_ids)
     if cache == "dir":  # each pipeline wrote a cache of its own shard

@@ -64,3 +64,21 @@ def test_balanced_class_weights_scale_each_examples_loss():
     y_true = tf.constant([[1.0, 0.0], [0.0, 1.0]])
     y_pred = tf.constant([[0.5, 0.5], [0.5, 0.5]])
     np.testing.assert_allclose(model.loss(y_true, y_pred).numpy(), [np.log(2), 3 * np.log(2)], rtol=1e-5)
+
+
+def test_the_oct_presets_vgg16_trains_block5_and_a_flatten_head_on_gray_scans(tmp_path):
+    model = build_image_classifier("vgg16", 4, (32, 32), 1, weights="none", trainable_layers=4,
+                                   learning_rate=1e-4, head="flatten")
+    assert [l.name for l in model.layers if l.trainable and l.weights] == [
+        "block5_conv1", "block5_conv2", "block5_conv3", "probabilities"]
+    assert model.get_layer("flatten") and model.input_shape == (None, 32, 32, 1) and model.output_shape == (None, 4)
+    assert isinstance(model.optimizer, tf.keras.optimizers.legacy.Adam)
+    frozen = [l.name for l in model.layers if not l.trainable and l.weights and l.name.startswith("block")]
+    assert frozen[0] == "block1_conv1" and "block4_conv3" in frozen and len(frozen) == 10
+    gray = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 1)).astype(np.uint8)
+    inside = tf.keras.Model(model.input, model.get_layer("subtract_imagenet_means").output)(gray).numpy()
+    expected = tf.keras.applications.vgg16.preprocess_input(np.repeat(gray, 3, axis=-1).astype(np.float32))
+    np.testing.assert_allclose(inside, expected, atol=1e-4)
+    (tmp_path / "weights.h5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(WeightsUnavailableError, match=r"weights.h5 is not an HDF5 \(\.h5\) weights file"):
+        build_image_classifier("vgg16", 4, (32, 32), 1, weights=str(tmp_path / "weights.h5"), head="flatten")

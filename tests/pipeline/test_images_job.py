@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 from pipeline.errors import UsageError
 from pipeline.flags import build_parser
 from pipeline.tasks import images_job
@@ -18,6 +18,8 @@ def args_for(data, model_dir, *extra):
 def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path):
     data, model_dir = make_shapes_folder(str(tmp_path / "data"), per_class=10), str(tmp_path / "model")
     first = images_job.load_dataset(args_for(data, model_dir))
+    assert not os.path.exists(os.path.join(model_dir, "split"))  # written once training starts: see save_split
+    first.save_split()
     listed = (tmp_path / "model" / "split" / "test.txt").read_text().splitlines()
     assert [os.path.join(data, f) for f in listed] == first.splits["test"][0] and len(listed) == 6
     images_job._DATASETS.clear()

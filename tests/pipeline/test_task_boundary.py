@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from input_fns import image_folder, image_list
+from input_fns import decode, image_list
 from models.optimizers import Adam
 from pipeline.flags import build_parser
 from pipeline.run_loop import run
@@ -38,7 +38,7 @@ def prepare_data(args, batch_size):
             files, labels, len(CLASSES), SIZE, 1, batch_size, training, feature_key=FEATURE_KEY, seed=0))
     return TaskData(make(True), make(False), len(files), len(files), "real", class_names=CLASSES,
                     eval_labels=labels, train_class_counts=[labels.count(0), labels.count(1)],
-                    serving_input_fn=image_folder.make_serving_input_fn(SIZE, 1, feature_key=FEATURE_KEY,
+                    serving_input_fn=decode.make_serving_input_fn(SIZE, 1, feature_key=FEATURE_KEY,
                                                                         bytes_key="image_bytes"))
 
 

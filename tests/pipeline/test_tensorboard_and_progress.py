@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_fns.fashion_mnist import CLASS_NAMES
+from acquisition.fashion_mnist import CLASS_NAMES
 from pipeline.flags import build_parser
 from pipeline.run_loop import run
 from pipeline.tasks.fashion import TASK

@@ -9,7 +9,7 @@ import random
 import pytest
 import tensorflow as tf
 
-from input_fns import class_folders
+from acquisition import class_folders
 from pipeline import validation
 from pipeline.batching import batch_sizes_for_replicas
 from pipeline.estimator import replica_batched_input_fn

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from input_fns import fashion_mnist
+from acquisition import fashion_mnist
 from pipeline.flags import build_parser
 from pipeline.model_dir import LOCK_FILE
 from pipeline.run_loop import run
@@ -174,10 +174,10 @@ CASES = {
     "oct-class-ordered-shards": ("train_oct.py", oct_and_records_manifest({"image_size": [32, 32], "counts": {}}),
                                  OCT_SMALL + ["--records-dir", "{tmp}/records"], {},
                                  ["written in class order by an earlier version", "scripts/prepare_oct.py"]),
-    "oct-manifest-missing-keys": ("train_oct.py", oct_and_records_manifest({"version": 2, "image_size": [32, 32]}),
+    "oct-manifest-missing-keys": ("train_oct.py", oct_and_records_manifest({"version": 3, "image_shape": [32, 32, 1],
+                                                                             "splits": {}}),
                                   OCT_SMALL + ["--records-dir", "{tmp}/records"], {},
-                                  ["manifest.json lacks counts, train_class_counts, test_labels_in_order, "
-                                   "counts.train, counts.test"]),
+                                  ["manifest.json lacks source, class_names, splits.train, splits.test"]),
     "fashion-cache-dir-is-a-file": ("train_fashion.py", fashion_copy, ["--cache-dir", "{tmp}/file"], {},
                                     ["the cache dir", "is a file; pass --cache-dir with a folder"]),
     "oct-weights-not-h5": ("train_oct.py", oct_copy, ["--image-size", "32", "--weights", "{tmp}/file"], {},
@@ -293,10 +293,10 @@ def test_bad_flag_values_exit_2_with_one_line_before_anything_runs(case, trained
 
 
 def test_ds_store_files_are_not_images(oct_sample, tmp_path):
-    from input_fns import image_folder
+    from acquisition import image_checks
     data = oct_copy(oct_sample, tmp_path)
     (data / "OCT2017" / "train" / "CNV" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(100))
-    scan = image_folder.scan_folder(os.path.join(data, "OCT2017", "train", "*", "*.jpeg"), ("CNV", "DME", "DRUSEN",
+    scan = image_checks.scan_folder(os.path.join(data, "OCT2017", "train", "*", "*.jpeg"), ("CNV", "DME", "DRUSEN",
                                                                                             "NORMAL"))
     assert scan.bad_files == [] and not any(f.endswith(".DS_Store") for f in scan.files)
     assert np.sum(list(scan.class_counts().values())) == 105

@@ -92,7 +92,7 @@ def test_no_sample_fallback_makes_the_failed_download_one_line(tmp_path):
 
 
 def test_another_data_dir_or_a_cluster_never_falls_back(tmp_path, monkeypatch):
-    from input_fns.fashion_mnist import DownloadError
+    from acquisition.errors import DownloadError
     from pipeline.flags import build_parser
     from pipeline.tasks import fashion, fashion_job
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_fns import image_folder
+from input_fns import decode
 from input_fns.image_list import ImageListConfig, make_input_fn
 from tests.conftest import ROOT
 from tests.images_data import draw_shape, encode, make_shapes_folder
@@ -76,7 +76,7 @@ def test_the_export_decodes_each_format_as_training_does(tmp_path, channels):
     config = ImageListConfig(files, [0] * len(files), 2, (32, 32), channels, batch_size=8, training=False)
     (trained, _), = list(make_input_fn(config)().as_numpy_iterator())
     with tf.Graph().as_default():
-        receiver = image_folder.make_serving_input_fn((32, 32), channels, bytes_key="image_bytes")()
+        receiver = decode.make_serving_input_fn((32, 32), channels, bytes_key="image_bytes")()
         with tf.compat.v1.Session() as session:
             served = session.run(receiver.features["image"], {
                 receiver.receiver_tensors["image_bytes"]: [open(f, "rb").read() for f in files]})
@@ -121,3 +121,4 @@ def test_what_cannot_run_is_one_line(tmp_path, monkeypatch, capsys, argv, fragme
     assert "Traceback" not in "\n".join(lines)
     assert ": error: " in lines[-1]
     assert all(fragment in lines[-1] for fragment in fragments), lines[-1]
+    assert not os.path.exists(tmp_path / "model" / "split")  # a run that fails before training writes no split

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from input_fns.image_folder import make_serving_input_fn
+from input_fns.decode import make_serving_input_fn
 from models.fashion_cnn import build_fashion_cnn
 from serving.export import export_model
 from serving.gradcam import GradCam, explain_files

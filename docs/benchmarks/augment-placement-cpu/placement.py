@@ -10,6 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 
 from hooks.examples_per_second import ExamplesPerSecondHook  # noqa: E402
+from acquisition.fashion_mnist import prepare_shards  # noqa: E402
 from input_fns import fashion_mnist  # noqa: E402
 from input_fns.augmentation import augment  # noqa: E402
 from models.fashion_cnn import build_fashion_cnn  # noqa: E402
@@ -20,7 +21,7 @@ from pipeline.tasks import FEATURE_KEY  # noqa: E402
 
 T = [("flip", "horizontal"), ("rotate", 10.0), ("zoom", 0.1), ("translate", 0.1), ("contrast", 0.2)]
 BATCH, WARM, TIMED = 64, 20, 150
-splits = fashion_mnist.prepare_tfrecords("/tmp/aug-fashion", None)
+splits = prepare_shards("/tmp/aug-fashion", None)
 base = fashion_mnist.make_input_fn(splits["train"]["pattern"], BATCH, training=True, feature_key=FEATURE_KEY, seed=0)
 
 

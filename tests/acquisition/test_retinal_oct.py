@@ -7,13 +7,12 @@ import sys
 import time
 import zipfile
 
-import numpy as np
 import pytest
 import requests
-import tensorflow as tf
 
-from input_fns import image_folder, retinal_oct
-from input_fns.errors import InputDataError
+from acquisition import retinal_oct
+from acquisition.errors import DownloadError, InputDataError
+from acquisition import image_checks
 from tests.conftest import OCT_CLASSES, ROOT
 
 
@@ -57,7 +56,7 @@ def test_download_resolves_the_archive_quirks_into_a_clean_tree(oct_sample, tmp_
     assert root == str(tmp_path / "OCT2017")
     assert sorted(os.listdir(root)) == ["test", "train", "val"]
     assert sorted(os.listdir(tmp_path)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]  # no archive, staging or copy left
-    scan = image_folder.scan_folder(retinal_oct.split_pattern(root, "train"), retinal_oct.CLASS_NAMES)
+    scan = image_checks.scan_folder(retinal_oct.split_pattern(root, "train"), retinal_oct.CLASS_NAMES)
     assert scan.class_counts() == {name: 3 for name in OCT_CLASSES} and scan.bad_files == []
     # Once there, the data is not downloaded again.
     assert retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: pytest.fail("downloaded twice")) == root
@@ -78,14 +77,14 @@ def test_a_tree_unpacked_by_hand_is_found_whatever_its_nesting(oct_sample, tmp_p
      r"HTTP 403\): check your credentials and accept the dataset's terms"),
 ])
 def test_download_failures_are_clear_and_leave_nothing_behind(oct_sample, tmp_path, failure, message):
-    with pytest.raises(retinal_oct.DownloadError, match=message):
+    with pytest.raises(DownloadError, match=message):
         retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample, fail_with=failure))
     assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]
 
 
 def test_an_interrupted_or_damaged_download_is_redone_on_the_next_run(oct_sample, tmp_path):
     (tmp_path / ".download-killed-earlier").mkdir()  # what a killed run leaves
-    with pytest.raises(retinal_oct.DownloadError, match="damaged"):
+    with pytest.raises(DownloadError, match="damaged"):
         retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample, broken_zip=True))
     assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]
     root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample))
@@ -96,7 +95,8 @@ def test_missing_kaggle_credentials_give_one_clear_message(tmp_path):
     # A real `kaggle` import in a clean process with an empty home: no kaggle.json, no variables.
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE")}
     env.update(HOME=str(tmp_path), KAGGLE_CONFIG_DIR=str(tmp_path / ".kaggle"))
-    code = "from input_fns import retinal_oct\ntry:\n    retinal_oct.kaggle_api()\nexcept retinal_oct.DownloadError as e:\n    print('ERROR', e)"
+    code = ("from acquisition import retinal_oct\nfrom acquisition.errors import DownloadError\n"
+            "try:\n    retinal_oct.kaggle_api()\nexcept DownloadError as e:\n    print('ERROR', e)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=120)
     assert result.stdout.startswith("ERROR no Kaggle credentials"), result.stdout + result.stderr
@@ -104,28 +104,11 @@ def test_missing_kaggle_credentials_give_one_clear_message(tmp_path):
     assert result.stdout.count("\n") == 1  # kaggle's own help text is not printed
 
 
-def test_resized_shards_hold_the_decoded_images_and_labels(oct_tree, tmp_path):
-    scan = image_folder.scan_folder(retinal_oct.split_pattern(oct_tree, "test"), retinal_oct.CLASS_NAMES)
-    paths = retinal_oct.write_resized_shards(scan, (32, 32), str(tmp_path), "test", 2)
-    assert len(paths) == 2
-    input_fn = retinal_oct.make_records_input_fn(os.path.join(str(tmp_path), "test-*"), (32, 32), 8,
-                                                 training=False)
-    images, labels = zip(*[(f["image"], l) for f, l in input_fn().as_numpy_iterator()])
-    images, labels = np.concatenate(images), np.concatenate(labels)
-    files, expected_labels = scan.good()
-    order = [i for s in range(2) for i in range(len(files))[s::2]]  # round-robin shards, read in turn
-    np.testing.assert_array_equal(labels.argmax(1), [expected_labels[i] for i in order])
-    assert images.dtype == np.uint8 and images.shape == (24, 32, 32, 1)
-    for i in (0, 23):
-        np.testing.assert_array_equal(
-            images[i], image_folder.decode_and_resize(tf.io.read_file(files[order[i]]), (32, 32)).numpy())
-
-
 DOWNLOADER = """
 import sys
 sys.path.insert(0, {root!r})
-from input_fns import retinal_oct
-from tests.input_fns.test_retinal_oct import FakeKaggleApi
+from acquisition import retinal_oct
+from tests.acquisition.test_retinal_oct import FakeKaggleApi
 api = FakeKaggleApi({sample!r}, seconds={seconds}, calls_file={calls_file!r}, padding={padding})
 print(retinal_oct.ensure_dataset({data_dir!r}, api_factory=lambda: api), flush=True)
 """
@@ -162,7 +145,7 @@ def test_two_tasks_downloading_at_once_end_with_one_whole_dataset(oct_sample, tm
     assert [task.returncode for task in tasks] == [0, 0], outputs
     assert [out.strip() for out, _ in outputs] == [str(data_dir / "OCT2017")] * 2
     assert len(calls.read_text().split()) == 1  # one task downloaded, the other waited and used its tree
-    scan = image_folder.scan_folder(retinal_oct.split_pattern(str(data_dir / "OCT2017"), "train"), OCT_CLASSES)
+    scan = image_checks.scan_folder(retinal_oct.split_pattern(str(data_dir / "OCT2017"), "train"), OCT_CLASSES)
     assert scan.class_counts() == dict.fromkeys(OCT_CLASSES, 3) and not scan.problems
     assert sorted(os.listdir(data_dir)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]
 
@@ -189,7 +172,7 @@ class TrickleKaggleApi(FakeKaggleApi):
 
 def test_a_download_that_stalls_gives_up_with_one_clear_error(oct_sample, tmp_path):
     started = time.monotonic()
-    with pytest.raises(retinal_oct.DownloadError, match=r"made no progress for 1 s; check the network"):
+    with pytest.raises(DownloadError, match=r"made no progress for 1 s; check the network"):
         retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: HangingKaggleApi(oct_sample), stall_seconds=1)
     assert time.monotonic() - started < 30
     assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]

@@ -16,9 +16,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Tuple
 
-from input_fns.errors import InputDataError
-from input_fns.image_folder import FolderScan
-from input_fns.image_formats import check_image, is_image_name
+from acquisition.errors import InputDataError
+from acquisition.image_checks import FolderScan
+from acquisition.image_formats import check_image, is_image_name
 
 SPLITS = ("train", "test")
 _SPLIT_FOLDERS = frozenset({"train", "test", "validation", "val"})  # lowercased; validation is not used

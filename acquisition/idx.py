@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from input_fns.errors import InputDataError
+from acquisition.errors import InputDataError
 
 IMAGES_MAGIC = 2051  # uint8, 3 dimensions: count, rows, columns
 LABELS_MAGIC = 2049  # uint8, 1 dimension: count

@@ -1,4 +1,4 @@
-"""The one exception type input functions raise for bad or missing data."""
+"""The exception types for bad, missing or unobtainable data."""
 
 
 class InputDataError(Exception):
@@ -7,3 +7,7 @@ class InputDataError(Exception):
     The message is meant for the person running the job: it names the file or
     pattern at fault and says what to do about it.
     """
+
+
+class DownloadError(InputDataError):
+    """A dataset is not on disk and could not be downloaded."""

@@ -7,9 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from input_fns import class_folders
-from input_fns.errors import InputDataError
-from input_fns.image_list import ImageListConfig, make_input_fn
+from acquisition import class_folders
+from acquisition.errors import InputDataError
 from tests.images_data import draw_shape, encode, make_shapes_folder
 
 
@@ -76,21 +75,6 @@ def test_group_by_keeps_each_group_on_one_side():
 def test_a_class_too_small_to_split_is_one_line():
     with pytest.raises(InputDataError, match="the train split has no image of class index 1"):
         class_folders.split_files(["/a/1", "/a/2", "/a/3", "/b/1"], [0, 0, 0, 1], 0.3)
-
-
-def test_the_image_list_input_shards_between_pipelines_and_keeps_eval_order(tmp_path):
-    write_images(str(tmp_path / "a"), 5)
-    write_images(str(tmp_path / "b"), 5, ("RGB", "GIF", ".gif"))
-    files = sorted(str(p) for p in tmp_path.rglob("*.*"))
-    labels = [0] * 5 + [1] * 5
-    config = ImageListConfig(files, labels, 2, (16, 16), 3, batch_size=4, training=False)
-    import tensorflow as tf
-    parts = [np.concatenate([l.argmax(1) for _, l in make_input_fn(config)(
-        tf.distribute.InputContext(2, i, 2)).as_numpy_iterator()]) for i in range(2)]
-    assert parts[0].tolist() == labels[0::2] and parts[1].tolist() == labels[1::2]
-    whole = list(make_input_fn(config)().as_numpy_iterator())
-    assert np.concatenate([l.argmax(1) for _, l in whole]).tolist() == labels
-    assert whole[0][0]["image"].dtype == np.uint8 and whole[0][0]["image"].shape == (4, 16, 16, 3)
 
 
 def test_a_folder_of_100000_images_is_scanned_and_split(tmp_path):

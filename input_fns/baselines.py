@@ -1,4 +1,5 @@
-"""The design write-up's input recipes and a bare decode loop: baselines for the benchmark.
+"""The design write-up's input recipes and a bare decode loop: the baselines a task's benchmark
+input variants measure its pipelines against.
 
 They are kept as the write-up describes them (TF 1 era idioms included) so that
 the project's pipelines are measured against them, not used for training.
@@ -7,11 +8,11 @@ import os
 
 import tensorflow as tf
 
-from input_fns import image_folder
+from input_fns import FEATURE_KEY, decode
 
 
 def design_image_input_fn(file_pattern, class_names, image_size, batch_size, buffer_size=2048,
-                          feature_key="image"):
+                          feature_key=FEATURE_KEY):
     """Returns the write-up's OCT input_fn: list_files -> shuffle_and_repeat -> map_and_batch
     (read, full-size 3-channel decode_jpeg, convert to [0, 1], resize_images) -> prefetch."""
     num_classes = len(class_names)
@@ -36,7 +37,7 @@ def design_image_input_fn(file_pattern, class_names, image_size, batch_size, buf
     return input_fn
 
 
-def design_array_input_fn(images, labels, batch_size, feature_key="image"):
+def design_array_input_fn(images, labels, batch_size, feature_key=FEATURE_KEY):
     """Returns the write-up's Fashion-MNIST input_fn: numpy arrays -> from_tensor_slices ->
     shuffle(5000) -> repeat -> batch -> prefetch(2). `images` are float32 in [0, 1]."""
     def input_fn(input_context=None):
@@ -51,7 +52,7 @@ def bare_decode_input_fn(file_pattern, image_size, batch_size):
     about the most this machine can decode, the limit for any image pipeline."""
     def input_fn(input_context=None):
         files = tf.data.Dataset.list_files(file_pattern, shuffle=False).repeat()
-        images = files.map(lambda f: image_folder.decode_and_resize(tf.io.read_file(f), image_size),
+        images = files.map(lambda f: decode.decode_and_resize(tf.io.read_file(f), image_size),
                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
         return images.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 

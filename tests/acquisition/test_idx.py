@@ -4,8 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from input_fns import idx
-from input_fns.errors import InputDataError
+from acquisition import idx
+from acquisition.errors import InputDataError
 
 
 def test_reads_the_real_sample(fashion_sample):

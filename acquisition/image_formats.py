@@ -11,7 +11,7 @@ import os
 import struct
 from typing import Optional
 
-from input_fns.image_folder import jpeg_frame_header, jpeg_header_problem
+from acquisition.image_checks import jpeg_frame_header, jpeg_header_problem
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif"})  # compared lowercased
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from input_fns import image_folder
-from input_fns.image_formats import check_image, is_image_name
+from input_fns import decode
+from acquisition.image_formats import check_image, is_image_name
 from tests.images_data import FORMATS, draw_shape, encode
 
 
@@ -24,7 +24,7 @@ def test_each_format_decodes_to_what_pil_reads(picture, tmp_path, mode, fmt, ext
     path.write_bytes(data)
     check = check_image(str(path), channels)
     assert check.problem is None and check.gray == (mode in ("L", "I;16"))
-    decoded = image_folder.decode_image(tf.constant(data), channels).numpy()
+    decoded = decode.decode_image(tf.constant(data), channels).numpy()
     reference = Image.open(io.BytesIO(data))
     if mode == "I;16":
         reference = Image.fromarray((np.asarray(reference) // 257).astype(np.uint8))
@@ -43,7 +43,7 @@ def test_animated_gifs_give_their_first_frame(picture):
     out = io.BytesIO()
     picture.save(out, "GIF", save_all=True, append_images=[picture.rotate(90)])
     first = np.asarray(Image.open(io.BytesIO(out.getvalue())).convert("RGB"))
-    np.testing.assert_array_equal(image_folder.decode_image(tf.constant(out.getvalue()), 3).numpy(), first)
+    np.testing.assert_array_equal(decode.decode_image(tf.constant(out.getvalue()), 3).numpy(), first)
 
 
 def odd_files(picture):
@@ -81,7 +81,7 @@ def test_a_jpeg_named_png_is_read_by_its_contents(picture, tmp_path):
     path = tmp_path / "really-a-jpeg.png"
     path.write_bytes(encode(picture, "RGB", "JPEG"))
     assert check_image(str(path)).problem is None
-    assert image_folder.decode_image(tf.io.read_file(str(path)), 3).shape == (40, 40, 3)
+    assert decode.decode_image(tf.io.read_file(str(path)), 3).shape == (40, 40, 3)
 
 
 def test_grayscale_bmps_with_a_gray_palette_are_gray(picture, tmp_path):

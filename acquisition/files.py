@@ -1,0 +1,49 @@
+"""Files written whole: a crash or a kill leaves the previous file (or none), never a partial one."""
+import json
+import os
+import shutil
+import socket
+import tempfile
+import urllib.error
+import urllib.request
+
+from acquisition.errors import DownloadError
+
+
+def write_json_atomically(path, value):
+    """Writes `value` as indented JSON to `path`, readable by all (0644); returns `path`.
+
+    The file is written under a temporary name in the same folder and renamed,
+    so a crash leaves the previous file intact rather than a truncated one.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(value, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
+    return path
+
+
+def download_file(url, path, timeout, what):
+    """Downloads `url` to `path` under a temporary name, renamed when complete; returns `path`.
+
+    Raises DownloadError("`what` ... downloading `url` failed (reason)") when the
+    network or server fails; nothing is left at `path` then.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            shutil.copyfileobj(response, out)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except (urllib.error.URLError, socket.timeout, ConnectionError) as e:
+        raise DownloadError(f"{what} and downloading {url} failed ({getattr(e, 'reason', e)})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path

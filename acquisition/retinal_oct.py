@@ -1,0 +1,126 @@
+"""The Kermany 2018 retinal OCT dataset (Kaggle `paultimothymooney/kermany2018`) on disk.
+
+`ensure_dataset` finds an `OCT2017`-style tree (`train/` and `test/` with one
+folder per class) under a data dir, whatever the archive's nesting, or
+downloads (acquisition.kaggle) and unpacks it. The jobs read the tree through
+input_fns.image_folder, or shards of it (acquisition.shards).
+"""
+import os
+import shutil
+import tempfile
+import zipfile
+
+from acquisition import kaggle, locks
+from acquisition.errors import DownloadError, InputDataError
+
+DATASET = "paultimothymooney/kermany2018"
+CLASS_NAMES = ("CNV", "DME", "DRUSEN", "NORMAL")
+CLEAN_ROOT = "OCT2017"  # the archive's own folder is "OCT2017 ", with a trailing space
+DOWNLOAD_LOCK = ".download.lock"
+STALL_SECONDS = 120  # a download that writes nothing for this long has stalled
+IMAGE_PATTERN = "*.jpeg"  # skips .DS_Store and anything else that is not an image
+# 129 real scans shipped with the project, in class folders (CC BY 4.0: see its README.md).
+SHIPPED_SAMPLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "oct-sample")
+FALLBACK = "pass --data-dir with the OCT2017 folder already on disk"
+
+
+def kaggle_api():
+    """Returns a KaggleApi signed in to download the dataset; raises DownloadError without credentials."""
+    return kaggle.sign_in(DATASET, FALLBACK)
+
+
+def find_split_root(directory):
+    """Returns the folder under `directory` that holds `train/` and `test/` class folders, or None.
+
+    The search goes level by level and never enters hidden folders (such as
+    the staging folder of an unfinished download); the shallowest match wins,
+    so nested mirrors of the tree do not matter.
+    """
+    level = [directory] if os.path.isdir(directory) else []
+    while level:
+        below = []
+        for current in level:
+            try:
+                subdirs = sorted(e.name for e in os.scandir(current) if e.is_dir() and not e.name.startswith("."))
+            except OSError:
+                continue
+            if {"train", "test"} <= set(subdirs) and any(
+                    os.path.isdir(os.path.join(current, "train", c)) for c in CLASS_NAMES):
+                return current
+            below += [os.path.join(current, d) for d in subdirs]
+        level = below
+    return None
+
+
+def make_sample_tree(root, sample=SHIPPED_SAMPLE_DIR, test_per_class=6):
+    """Copies the class folders of `sample` into an OCT2017-style tree at `root`: the last
+    `test_per_class` scans of each class (in name order) go to test/, the rest to train/.
+    Returns (training scans, test scans) written; raises InputDataError when `sample` lacks a class."""
+    counts = [0, 0]
+    for name in CLASS_NAMES:
+        try:
+            files = sorted(f for f in os.listdir(os.path.join(sample, name)) if f.lower().endswith(".jpeg"))
+        except OSError as e:
+            raise InputDataError(f"the sample {sample} has no readable folder {name} ({e.strerror})") from None
+        if len(files) <= test_per_class:
+            raise InputDataError(f"the sample {sample} holds {len(files)} {name} scans, not more than the "
+                                 f"{test_per_class} per class the test split takes")
+        for i, (split, chosen) in enumerate((("train", files[:-test_per_class]), ("test", files[-test_per_class:]))):
+            os.makedirs(os.path.join(root, split, name), exist_ok=True)
+            for f in chosen:
+                shutil.copyfile(os.path.join(sample, name, f), os.path.join(root, split, name, f))
+            counts[i] += len(chosen)
+    return tuple(counts)
+
+
+def split_pattern(root, split):
+    """Returns the file pattern of the `split` images under a dataset root."""
+    return os.path.join(root, split, "*", IMAGE_PATTERN)
+
+
+def ensure_dataset(data_dir, api_factory=kaggle_api, stall_seconds=STALL_SECONDS):
+    """Returns the dataset root (with train/ and test/) under `data_dir`, downloading it if absent.
+
+    One process at a time downloads: the others (the tasks of a cluster, a
+    second run) wait on a lock in `data_dir`, then use what it unpacked. The
+    archive is downloaded and unpacked in a hidden staging folder and its tree
+    moved to <data_dir>/OCT2017 only when complete, so an interrupted run leaves
+    nothing that looks like data; the next run removes its staging folder and
+    downloads anew.
+    """
+    root = find_split_root(data_dir)
+    if root:
+        return root
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise InputDataError(f"the data dir {data_dir} is a file, not a folder")
+    if os.path.isdir(data_dir) and [n for n in os.listdir(data_dir) if not n.startswith(".")]:
+        raise InputDataError(f"{data_dir} holds no OCT2017 tree (a folder with train/ and test/ class folders "
+                             f"{', '.join(CLASS_NAMES)}); pass --data-dir with such a folder, or an empty or new "
+                             "one to download the dataset into")
+    os.makedirs(data_dir, exist_ok=True)
+    with locks.exclusive(os.path.join(data_dir, DOWNLOAD_LOCK)):
+        root = find_split_root(data_dir)  # downloaded by the process this one waited for
+        if root:
+            return root
+        for stale in (d for d in os.listdir(data_dir) if d.startswith(".download-")):
+            shutil.rmtree(os.path.join(data_dir, stale), ignore_errors=True)  # its owner is dead: we hold the lock
+        return _download(data_dir, api_factory, stall_seconds)
+
+
+def _download(data_dir, api_factory, stall_seconds):
+    staging = tempfile.mkdtemp(prefix=".download-", dir=data_dir)
+    try:
+        archive_path = kaggle.download_archive(DATASET, staging, api_factory, stall_seconds, FALLBACK)
+        unpacked = os.path.join(staging, "unpacked")
+        try:
+            with zipfile.ZipFile(archive_path) as archive:
+                archive.extractall(unpacked)
+        except zipfile.BadZipFile as e:
+            raise DownloadError(f"the downloaded archive is damaged ({e}); run again to download it anew") from None
+        found = find_split_root(unpacked)
+        if not found:
+            raise DownloadError(f"the archive of {DATASET} has no folder with train/ and test/ class folders")
+        os.replace(found, os.path.join(data_dir, CLEAN_ROOT))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return os.path.join(data_dir, CLEAN_ROOT)

@@ -1,0 +1,199 @@
+"""The one shard-and-manifest system: image examples as sharded TFRecords, and the manifest.json
+beside them that says what they hold.
+
+Every job's prepared records go through `prepare` (Fashion-MNIST's conversion of its IDX files,
+the OCT job's resized scans): one record format, one manifest schema and VERSION, one lock
+(LOCK, in the shard folder) and one reuse rule: shards are reused while the manifest's version
+and `source` (what they were made from, and how) are those asked for and every shard is there;
+otherwise they are made anew. A manifest lists, for each split, its record count, examples per
+class and shard count; for evaluation splits also the labels in the order an evaluation reads them.
+"""
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from acquisition import locks
+from acquisition.errors import InputDataError
+from acquisition.files import write_json_atomically
+
+# 2: training records in shuffled order; 3: one manifest schema for every job (splits, class names).
+VERSION = 3
+MANIFEST = "manifest.json"
+LOCK = ".shards.lock"
+IMAGE_EXAMPLE_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
+                      "label": tf.io.FixedLenFeature([], tf.int64)}
+_PARTIAL = ".partial-"  # the start of write_shards' temporary folders
+_KEYS = ("source", "image_shape", "class_names", "splits")
+_SPLIT_KEYS = ("count", "class_counts", "num_shards")
+
+
+def serialize_image_example(image, label):
+    """Returns a uint8 image array and its class index as a serialized tf.train.Example."""
+    feature = {
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def shuffled_order(count, seed):
+    """Returns a permutation of range(count) drawn from `seed`: the order training records are written in."""
+    return np.random.default_rng(seed).permutation(count)
+
+
+def shard_paths(directory, prefix, num_shards):
+    """Returns the shard file names `<prefix>-00000-of-0000N.tfrecord` in `directory`."""
+    return [os.path.join(directory, f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord")
+            for i in range(num_shards)]
+
+
+def shard_pattern(directory, prefix):
+    """Returns the file pattern that matches every shard written with `prefix`."""
+    return os.path.join(directory, f"{prefix}-*-of-*.tfrecord")
+
+
+def remove_partial_shards(directory):
+    """Removes the temporary folders (`.partial-<prefix>-*`) that write_shards calls killed midway
+    left in `directory`, whatever their split; returns them. Call it holding the directory's LOCK."""
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    leftovers = [os.path.join(directory, d) for d in names
+                 if d.startswith(_PARTIAL) and os.path.isdir(os.path.join(directory, d))]
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+    return leftovers
+
+
+def write_shards(serialized_records, directory, prefix, num_shards):
+    """Writes records round-robin into `num_shards` TFRecord files; returns their paths.
+
+    Records keep the order they come in within each shard: a training split
+    should come in shuffled order (see shuffled_order), or its shards run
+    through the classes one after the other.
+
+    The shards are written under temporary names and renamed only when all are
+    complete, so an interrupted conversion never leaves shards that look whole;
+    shards of the same prefix from an earlier conversion are replaced.
+    """
+    os.makedirs(directory, exist_ok=True)
+    tmp_dir = tempfile.mkdtemp(prefix=f"{_PARTIAL}{prefix}-", dir=directory)
+    try:
+        tmp_paths = shard_paths(tmp_dir, prefix, num_shards)
+        writers = [tf.io.TFRecordWriter(p) for p in tmp_paths]
+        try:
+            for i, record in enumerate(serialized_records):
+                writers[i % num_shards].write(record)
+        finally:
+            for w in writers:
+                w.close()
+        final_paths = shard_paths(directory, prefix, num_shards)
+        for old in set(tf.io.gfile.glob(shard_pattern(directory, prefix))) - set(final_paths):
+            os.remove(old)  # shards of an earlier conversion with another shard count
+        for tmp, final in zip(tmp_paths, final_paths):
+            os.replace(tmp, final)
+        return final_paths
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def write_split(images, labels, directory, split, num_shards, num_classes, keep_order=False):
+    """Writes `images` (uint8 arrays, an iterable) with their class indices `labels` (a sequence, in
+    the same order) as the shards of `split`; returns the split's manifest entry. With `keep_order`
+    the entry lists the labels in the order an evaluation reads them (shard 0, then 1, ...)."""
+    write_shards((serialize_image_example(image, label) for image, label in zip(images, labels)),
+                 directory, split, num_shards)
+    labels = [int(label) for label in labels]
+    entry = {"count": len(labels), "num_shards": num_shards,
+             "class_counts": np.bincount(np.asarray(labels, np.int64), minlength=num_classes).tolist()}
+    if keep_order:
+        entry["labels_in_order"] = [label for s in range(num_shards) for label in labels[s::num_shards]]
+    return entry
+
+
+def fingerprint(paths):
+    """Returns a short digest of the files' names, sizes and modification times: what a source's
+    shards were made from, changed when any file is added, removed, replaced or touched."""
+    digest = hashlib.sha1()
+    for path in sorted(paths):
+        stat = os.stat(path)
+        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return f"{len(paths)} files, sha1 {digest.hexdigest()}"
+
+
+def prepare(directory, source, image_shape, class_names, write_splits):
+    """Returns (the manifest of the shards in `directory`, whether they were reused).
+
+    Reuses the shards when their manifest has this VERSION, this `source` (a JSON-able dict: what
+    they are made from and how) and every shard is present. Otherwise calls `write_splits(directory)`,
+    which writes each split with write_split and returns ({split: entry}, skipped files), and writes
+    the manifest. One process at a time prepares a folder; the others wait and reuse its shards.
+    """
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise InputDataError(f"the shard folder {directory} is a file; pass a folder")
+    source = json.loads(json.dumps(source))  # as it reads back: tuples become lists
+    manifest = _reusable(directory, source)
+    if manifest:
+        return manifest, True
+    os.makedirs(directory, exist_ok=True)
+    with locks.exclusive(os.path.join(directory, LOCK)):
+        manifest = _reusable(directory, source)
+        if manifest:
+            return manifest, True
+        remove_partial_shards(directory)  # of a preparation that was killed: we hold the lock
+        splits, skipped = write_splits(directory)
+        manifest = {"version": VERSION, "source": source, "image_shape": list(image_shape),
+                    "class_names": list(class_names), "splits": splits, "skipped_files": list(skipped)}
+        write_json_atomically(os.path.join(directory, MANIFEST), manifest)
+        return _with_patterns(manifest, directory), False
+
+
+def _reusable(directory, source):
+    try:
+        manifest = read_manifest(directory, advice="")
+    except InputDataError:
+        return None
+    return manifest if manifest["source"] == source else None
+
+
+def read_manifest(directory, advice, splits=()):
+    """Returns the manifest of the shards in `directory`, each split given its file `pattern`.
+
+    Raises InputDataError, ending with `advice` (how to make the shards again), when the
+    manifest is missing, damaged, from another version, incomplete (`splits` names the splits
+    it must have), or a shard is gone.
+    """
+    required = splits
+    path = os.path.join(directory, MANIFEST)
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputDataError(f"cannot read {path} ({getattr(e, 'strerror', None) or e}); {advice}") from None
+    version = manifest.get("version", 1) if isinstance(manifest, dict) else 1
+    if version < 2:
+        raise InputDataError(f"the shards in {directory} were written in class order by an earlier version, "
+                             f"so training would see one class at a time; {advice}")
+    if version != VERSION:
+        raise InputDataError(f"the shards in {directory} were written by another version of the project "
+                             f"(manifest version {version}, this one reads {VERSION}); {advice}")
+    missing = [k for k in _KEYS if k not in manifest]
+    splits = manifest.get("splits") if isinstance(manifest.get("splits"), dict) else {}
+    missing += [f"splits.{s}" for s in required if "splits" in manifest and s not in splits]
+    missing += [f"splits.{s}.{k}" for s, entry in splits.items() for k in _SPLIT_KEYS if k not in entry]
+    if missing:
+        raise InputDataError(f"{path} lacks {', '.join(missing)}; {advice}")
+    for split, entry in splits.items():
+        absent = [p for p in shard_paths(directory, split, entry["num_shards"]) if not os.path.isfile(p)]
+        if absent:
+            raise InputDataError(f"{absent[0]}, listed in {path}, is missing; {advice}")
+    return _with_patterns(manifest, directory)
+
+
+def _with_patterns(manifest, directory):
+    for split, entry in manifest["splits"].items():
+        entry["pattern"] = shard_pattern(directory, split)
+    return manifest

@@ -1,0 +1,66 @@
+"""Decoding image files as every input and export of the project does: JPEG, PNG, BMP or GIF to
+uint8 at the training size, with libjpeg's reduced decoding as an option, and the serving input
+that decodes an exported model's file bytes the same way."""
+import tensorflow as tf
+
+from input_fns import FEATURE_KEY
+
+_DECODE_RATIOS = (1, 2, 4, 8)  # the scales libjpeg can decode at
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def decode_ratio(contents, image_size):
+    """Returns the largest JPEG decode ratio (1, 2, 4 or 8) that keeps the image at least
+    `image_size` (height, width), read from the JPEG header without decoding."""
+    shape = tf.image.extract_jpeg_shape(contents)
+    fits = tf.minimum(shape[0] // image_size[0], shape[1] // image_size[1])
+    return tf.reduce_sum(tf.cast(fits >= tf.constant(_DECODE_RATIOS[1:]), tf.int32))  # branch index
+
+
+def decode_image(contents, channels):
+    """Returns the JPEG, PNG, BMP or GIF (first frame) `contents` as a uint8 [height, width, channels]
+    image (`channels` 1 or 3; alpha dropped, 16-bit PNGs scaled to 8 bits).
+
+    JPEG and PNG decode to grayscale themselves; TensorFlow's BMP and GIF decoders
+    give colour only, so those are converted with rgb_to_grayscale.
+    """
+    if channels == 3:
+        return tf.ensure_shape(tf.io.decode_image(contents, channels=3, expand_animations=False), [None, None, 3])
+    decodes_gray = tf.logical_or(tf.io.is_jpeg(contents), tf.equal(tf.strings.substr(contents, 0, 8), _PNG_SIGNATURE))
+    image = tf.cond(decodes_gray,
+                    lambda: tf.io.decode_image(contents, channels=1, expand_animations=False),
+                    lambda: tf.image.rgb_to_grayscale(tf.io.decode_image(contents, channels=3, expand_animations=False)))
+    return tf.ensure_shape(image, [None, None, 1])
+
+
+def decode_and_resize(contents, image_size, channels=1, fast=False):
+    """Returns the image `contents` (see decode_image) as a uint8 [height, width, channels] image of
+    `image_size`.
+
+    With `fast`, libjpeg decodes at 1/2, 1/4 or 1/8 scale when the result is still
+    at least the target size: much less work for large images, and closer to an
+    antialiased resize than a full decode followed by a bilinear resize.
+    """
+    if fast:
+        branches = [lambda r=r: tf.io.decode_jpeg(contents, channels=channels, ratio=r)
+                    for r in _DECODE_RATIOS]
+        image = tf.switch_case(decode_ratio(contents, image_size), branches)
+    else:
+        image = decode_image(contents, channels)
+    image = tf.image.resize(image, image_size)
+    return tf.saturate_cast(tf.round(image), tf.uint8)
+
+
+def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key=FEATURE_KEY, bytes_key="jpeg_bytes"):
+    """Returns a serving_input_receiver_fn that takes a batch of image file contents.
+
+    Exported models then accept raw file bytes under `bytes_key` and decode
+    (see decode_and_resize) and resize them exactly as in training.
+    """
+    def serving_input_receiver_fn():
+        contents = tf.compat.v1.placeholder(tf.string, [None], name=bytes_key)
+        images = tf.map_fn(lambda c: decode_and_resize(c, image_size, channels, fast_decode), contents,
+                           fn_output_signature=tf.uint8)
+        return tf.estimator.export.ServingInputReceiver({feature_key: images}, {bytes_key: contents})
+
+    return serving_input_receiver_fn

@@ -1,0 +1,64 @@
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from acquisition import shards
+from acquisition.errors import InputDataError
+
+
+def test_write_shards_spreads_records_and_leaves_no_temporary_files(tmp_path):
+    paths = shards.write_shards((f"r{i}".encode() for i in range(10)), str(tmp_path), "part", 3)
+    assert [os.path.basename(p) for p in paths] == [
+        "part-00000-of-00003.tfrecord", "part-00001-of-00003.tfrecord", "part-00002-of-00003.tfrecord"]
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in paths)
+    counts = [sum(1 for _ in tf.data.TFRecordDataset(p)) for p in paths]
+    assert counts == [4, 3, 3]
+    assert sorted(tf.io.gfile.glob(shards.shard_pattern(str(tmp_path), "part"))) == paths
+
+
+def test_a_killed_conversions_temporary_folder_is_removed_by_the_next(tmp_path):
+    (tmp_path / ".partial-validation-abc123").mkdir()  # what write_shards leaves when killed midway
+    (tmp_path / ".partial-validation-abc123" / "validation-00000-of-00002.tfrecord").write_bytes(b"half")
+    (tmp_path / ".hidden-user-folder").mkdir()
+    assert shards.remove_partial_shards(str(tmp_path)) == [str(tmp_path / ".partial-validation-abc123")]
+    assert sorted(os.listdir(tmp_path)) == [".hidden-user-folder"]
+
+
+def _prepare(directory, source, calls):
+    def write_splits(out):
+        calls.append(out)
+        images = [np.full((2, 2, 1), i, np.uint8) for i in range(5)]
+        return {"test": shards.write_split(images, [0, 1, 1, 0, 1], out, "test", 2, 2, keep_order=True)}, ["bad.png"]
+    return shards.prepare(directory, source, (2, 2, 1), ("a", "b"), write_splits)
+
+
+def test_prepare_writes_one_manifest_reuses_it_for_the_same_source_and_rebuilds_for_another(tmp_path):
+    out, calls = str(tmp_path / "shards"), []
+    manifest, reused = _prepare(out, {"files": "v1"}, calls)
+    assert not reused and len(calls) == 1
+    entry = manifest["splits"]["test"]
+    assert entry["count"] == 5 and entry["class_counts"] == [2, 3] and entry["num_shards"] == 2
+    assert entry["labels_in_order"] == [0, 1, 1, 1, 0]  # shard 0 holds records 0, 2, 4; shard 1 holds 1, 3
+    assert manifest["skipped_files"] == ["bad.png"] and manifest["version"] == shards.VERSION
+    assert sorted(tf.io.gfile.glob(entry["pattern"])) == shards.shard_paths(out, "test", 2)
+    assert _prepare(out, {"files": "v1"}, calls) == (manifest, True) and len(calls) == 1
+    assert not _prepare(out, {"files": "v2"}, calls)[1] and len(calls) == 2
+    os.remove(shards.shard_paths(out, "test", 2)[1])  # a shard gone: made again
+    assert not _prepare(out, {"files": "v2"}, calls)[1] and len(calls) == 3
+
+
+@pytest.mark.parametrize("manifest, message", [
+    ({"counts": {}}, "written in class order by an earlier version"),
+    ({"version": 2, "splits": {}}, "manifest version 2, this one reads 3"),
+    ({"version": 3, "image_shape": [2, 2, 1], "splits": {}}, "lacks source, class_names, splits.test"),
+    ({"version": 3, "source": {}, "image_shape": [2, 2, 1], "class_names": ["a"],
+      "splits": {"test": {"count": 1, "class_counts": [1], "num_shards": 1}}}, "test-00000-of-00001.tfrecord, listed"),
+])
+def test_a_manifest_that_cannot_be_read_is_one_line_with_the_advice(tmp_path, manifest, message):
+    (tmp_path / shards.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(InputDataError, match=message) as error:
+        shards.read_manifest(str(tmp_path), "make them again", splits=("test",))
+    assert str(error.value).endswith("; make them again") and "\n" not in str(error.value)

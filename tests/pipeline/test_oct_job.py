@@ -1,0 +1,33 @@
+"""The OCT job's prepared shards: the scans decoded as training decodes them, in the manifest's order."""
+import os
+import shutil
+
+import numpy as np
+import tensorflow as tf
+
+from acquisition import retinal_oct
+from acquisition import image_checks
+from input_fns import decode, records
+from pipeline.tasks import oct_job
+
+
+def test_prepared_shards_hold_the_decoded_scans_and_are_reused_until_a_scan_changes(oct_tree, tmp_path):
+    out, data_dir = str(tmp_path / "records"), str(tmp_path / "data")
+    oct_tree = shutil.copytree(oct_tree, os.path.join(data_dir, "OCT2017"))  # one scan is touched below
+    manifest, reused = oct_job.prepare_records(data_dir, out, 32, num_shards=(3, 2))
+    assert not reused and manifest["class_names"] == list(retinal_oct.CLASS_NAMES)
+    test = manifest["splits"]["test"]
+    input_fn = records.make_image_records_input_fn(test["pattern"], (32, 32, 1), 4, 8, False, "image")
+    images, labels = zip(*[(f["image"], l) for f, l in input_fn().as_numpy_iterator()])
+    images, labels = np.concatenate(images), np.concatenate(labels).argmax(1)
+    assert images.dtype == np.uint8 and images.shape == (24, 32, 32, 1)
+    assert labels.tolist() == test["labels_in_order"]
+    files, _ = image_checks.scan_folder(retinal_oct.split_pattern(oct_tree, "test"), retinal_oct.CLASS_NAMES).good()
+    order = [i for s in range(2) for i in range(len(files))[s::2]]  # round-robin shards, read in turn
+    for i in (0, 23):
+        np.testing.assert_array_equal(
+            images[i], decode.decode_and_resize(tf.io.read_file(files[order[i]]), (32, 32)).numpy())
+    assert manifest["splits"]["train"]["count"] == 105 and manifest["splits"]["train"]["num_shards"] == 3
+    assert oct_job.prepare_records(data_dir, out, 32, num_shards=(3, 2))[1]  # reused
+    os.utime(files[0], ns=(0, 0))  # a scan replaced: made anew
+    assert not oct_job.prepare_records(data_dir, out, 32, num_shards=(3, 2))[1]
