@@ -212,4 +212,8 @@ def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
     files, labels = sides["validation"]
     assert files and all(f.startswith(held) for f in files)
     assert [dataset.class_names[label] for label in labels] == [os.path.basename(os.path.dirname(f)) for f in files]
-    assert (tmp_path / "model" / "validation_files.txt").read_text().splitlines() == files
+    task_data = images_job.prepare_data(args, 4)
+    listing = tmp_path / "model" / "validation_files.txt"
+    assert task_data.num_validation_examples == len(files) and not listing.exists()  # not before training
+    task_data.train_input_fn()  # the Estimator builds training's input once every check has passed
+    assert listing.read_text().splitlines() == files
