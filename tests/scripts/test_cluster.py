@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 
 from tests.conftest import ROOT, assert_clean_failure
 
@@ -22,6 +23,36 @@ def launch(cluster_flags, train_flags, timeout=300):
 def train_flags(data_dir, model_dir, strategy, max_steps):
     return ["--strategy", strategy, "--data-dir", data_dir, "--model-dir", str(model_dir), "--batch-size", "16",
             "--max-steps", str(max_steps), "--warm-up-steps", "2", "--log-steps", "10", "--eval-throttle-secs", "1"]
+
+
+PS_TEST = "test_parameter_servers_train_asynchronously_and_are_stopped_at_the_end"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def parameter_server_launch(request, fashion_data_dir, tmp_path_factory):
+    """The parameter-server cluster of PS_TEST, started in the background before this module's
+    first test: a worker that finds the chief's variables not yet initialized rechecks only 30 s
+    later, and the other tests run meanwhile. Returns a function that waits for the launch and
+    returns (model dir, CompletedProcess); None when PS_TEST is not selected."""
+    if not any(item.name == PS_TEST and item.module.__name__ == __name__ for item in request.session.items):
+        yield None
+        return
+    root = tmp_path_factory.mktemp("ps-launch")
+    flags = ["--workers", "1", "--ps", "1", "--evaluator", "--", sys.executable, TRAIN,
+             *train_flags(fashion_data_dir, root / "m", "parameter_server", 20)]
+    with open(root / "stdout", "w") as stdout, open(root / "stderr", "w") as stderr:
+        process = subprocess.Popen([sys.executable, LAUNCHER, *flags], stdout=stdout, stderr=stderr, text=True)
+
+    def finished():
+        process.wait(timeout=300)
+        return root / "m", subprocess.CompletedProcess(process.args, process.returncode, (root / "stdout").read_text(),
+                                                       (root / "stderr").read_text())
+    try:
+        yield finished
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # the launcher stops its tasks, as on Ctrl-C
+            process.wait(30)
 
 
 def test_chief_and_two_workers_train_synchronously_to_the_requested_step(fashion_data_dir, tmp_path):
@@ -44,11 +75,10 @@ def test_an_evaluator_evaluates_checkpoints_as_they_come(fashion_data_dir, tmp_p
     assert re.search(r"\[evaluator\] .*Saving dict for global step 20: accuracy", result.stdout)
 
 
-def test_parameter_servers_train_asynchronously_and_are_stopped_at_the_end(fashion_data_dir, tmp_path):
-    result = launch(["--workers", "1", "--ps", "1", "--evaluator"],
-                    train_flags(fashion_data_dir, tmp_path / "m", "parameter_server", 20))
+def test_parameter_servers_train_asynchronously_and_are_stopped_at_the_end(parameter_server_launch):
+    model_dir, result = parameter_server_launch()
     assert result.returncode == 0, result.stdout[-3000:]
-    results = json.loads((tmp_path / "m" / "results.json").read_text())
+    results = json.loads((model_dir / "results.json").read_text())
     # Asynchronous workers each check the limit against a global step the others
     # advance meanwhile, so they end at it or a few steps past it.
     assert 20 <= results["global_step"] <= 24

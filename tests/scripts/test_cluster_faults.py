@@ -15,7 +15,7 @@ from cluster.peers import PEER_LOST_EXIT
 from tests.conftest import ROOT
 
 TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
-TIMEOUT = 10  # --peer-timeout-secs in these tests
+TIMEOUT = 5  # --peer-timeout-secs in these tests: the least the flag takes, so the waits for a loss are short
 BOUND = TIMEOUT + 25  # the timeout, a probe period and a loaded 2-core machine's slack
 
 

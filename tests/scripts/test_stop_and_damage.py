@@ -4,6 +4,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,14 +84,29 @@ def test_a_second_run_on_the_same_model_dir_stops_at_once_naming_the_first(fashi
     assert third.returncode == 0, third.stderr[-2000:]
 
 
-@pytest.fixture()
-def two_checkpoints(fashion_data_dir, tmp_path):
-    """A model dir with checkpoints at steps 10 and 20, and the command that trains it to 30."""
-    model_dir = tmp_path / "m"
+@pytest.fixture(scope="module")
+def two_checkpoints_made_once(fashion_data_dir, tmp_path_factory):
+    """A model dir trained to step 10, then on to 20, checkpointing every 10 steps (two runs,
+    about 15 s): made once, copied for each test that damages it."""
+    model_dir = tmp_path_factory.mktemp("two-checkpoints") / "m"
     for steps in (10, 20):
         done = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", str(steps), "--checkpoint-steps",
                                       "10"), capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
+    return model_dir
+
+
+@pytest.fixture()
+def two_checkpoints(two_checkpoints_made_once, fashion_data_dir, tmp_path):
+    """A model dir of its own with checkpoints at steps 10 and 20, and the command that trains it
+    to 30: a copy of one trained once, its checkpoint state and results naming the copy, as two
+    runs there would have written them (the checkpoint state holds absolute paths)."""
+    model_dir = tmp_path / "m"
+    shutil.copytree(two_checkpoints_made_once, model_dir)
+    for name in ("checkpoint", "results.json"):
+        text = (model_dir / name).read_text()
+        assert str(two_checkpoints_made_once) in text, text
+        (model_dir / name).write_text(text.replace(str(two_checkpoints_made_once), str(model_dir)))
     return model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30")
 
 

@@ -18,6 +18,18 @@ def script(name, *argv, env=None):
                           capture_output=True, text=True, timeout=600, env=env)
 
 
+def scripts_at_once(*commands):
+    """Runs each (name, *argv) as `script` does, all at the same time (their start-ups overlap);
+    returns their CompletedProcesses in order."""
+    started = [subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", name), *argv], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name, *argv in commands]
+    done = []
+    for process in started:
+        stdout, stderr = process.communicate(timeout=600)
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+    return done
+
+
 @pytest.fixture()
 def tree(oct_sample, tmp_path):
     return make_oct_tree(oct_sample, str(tmp_path / "data" / "OCT2017"))
@@ -46,14 +58,14 @@ def test_train_evaluate_export_and_predict_on_two_replicas(tree, tmp_path):
     assert os.path.isfile(os.path.join(results["export_dir"], "saved_model.pb"))
 
     real_scan = os.path.join(tree, "test", "NORMAL", sorted(os.listdir(os.path.join(tree, "test", "NORMAL")))[0])
-    predicted = script("predict.py", "--model", str(model_dir / "export"), "--json", real_scan, truncated)
+    predicted, text = scripts_at_once(("predict.py", "--model", str(model_dir / "export"), "--json", real_scan,
+                                       truncated), ("predict.py", "--model", results["export_dir"], real_scan))
     assert predicted.returncode == 1  # one of the two files is truncated
     good, bad = [json.loads(line) for line in predicted.stdout.splitlines()]
     assert good["file"] == real_scan and good["class"] in OCT_CLASSES
     assert sum(good["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
     assert good["class"] == max(good["probabilities"], key=good["probabilities"].get)
     assert bad == {"file": truncated, "error": "is truncated (no JPEG end marker)"}
-    text = script("predict.py", "--model", results["export_dir"], real_scan)
     assert text.returncode == 0 and text.stdout.startswith(f"{real_scan}: {good['class']}  (CNV ")
 
     # What a TF Serving or saved_model_cli client gets: the probabilities and the class name.
@@ -72,29 +84,30 @@ def test_prepared_shards_train_through_the_same_script(tree, tmp_path):
     assert prepared.returncode == 0, prepared.stderr
     assert "wrote 105 training and 24 test images at 32x32" in prepared.stdout
     model_dir = tmp_path / "model"
-    result = script("train_oct.py", "--records-dir", str(records), "--model-dir", str(model_dir),
-                    "--max-steps", "3", *SMALL)
+    # The run with another image size fails on its own model dir while this one trains.
+    result, wrong_size = scripts_at_once(
+        ("train_oct.py", "--records-dir", str(records), "--model-dir", str(model_dir), "--max-steps", "3", *SMALL),
+        ("train_oct.py", "--records-dir", str(records), "--model-dir", str(tmp_path / "m2"), "--image-size", "64",
+         "--weights", "none"))
     assert result.returncode == 0, result.stderr
     results = json.loads((model_dir / "results.json").read_text())
     assert results["data_source"] == "real (prepared shards)" and results["eval_examples"] == 24
     assert [sum(row) for row in results["confusion_matrix"]] == [6, 6, 6, 6]
-    wrong_size = script("train_oct.py", "--records-dir", str(records), "--model-dir", str(tmp_path / "m2"),
-                        "--image-size", "64", "--weights", "none")
     assert "pass --image-size 32" in assert_clean_failure(wrong_size)
 
 
-def test_bad_images_and_folders_stop_before_training_naming_the_problem(tree, tmp_path):
-    data_dir = os.path.dirname(tree)
+def test_bad_images_and_folders_stop_before_training_naming_the_problem(tree, oct_sample, tmp_path):
     with open(os.path.join(tree, "test", "CNV", "broken.jpeg"), "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n not a jpeg")
-    result = script("train_oct.py", "--data-dir", data_dir, "--model-dir", str(tmp_path / "m"), *SMALL)
-    assert "broken.jpeg is not a JPEG file" in assert_clean_failure(result)
-    assert "--on-bad-image=skip" in assert_clean_failure(result)
-    os.remove(os.path.join(tree, "test", "CNV", "broken.jpeg"))
-    shutil.copytree(os.path.join(tree, "test", "CNV"), os.path.join(tree, "test", "AMD"))
-    result = script("train_oct.py", "--data-dir", data_dir, "--model-dir", str(tmp_path / "m"), *SMALL)
-    assert "unknown class folder(s) AMD" in assert_clean_failure(result)
-    assert not (tmp_path / "m" / "checkpoint").exists()
+    other = make_oct_tree(oct_sample, str(tmp_path / "other" / "OCT2017"))  # the two runs at once: a tree each
+    shutil.copytree(os.path.join(other, "test", "CNV"), os.path.join(other, "test", "AMD"))
+    bad_image, bad_folder = scripts_at_once(
+        ("train_oct.py", "--data-dir", os.path.dirname(tree), "--model-dir", str(tmp_path / "m"), *SMALL),
+        ("train_oct.py", "--data-dir", os.path.dirname(other), "--model-dir", str(tmp_path / "m2"), *SMALL))
+    assert "broken.jpeg is not a JPEG file" in assert_clean_failure(bad_image)
+    assert "--on-bad-image=skip" in assert_clean_failure(bad_image)
+    assert "unknown class folder(s) AMD" in assert_clean_failure(bad_folder)
+    assert not (tmp_path / "m" / "checkpoint").exists() and not (tmp_path / "m2" / "checkpoint").exists()
 
 
 def test_no_data_and_no_kaggle_credentials(tmp_path):
@@ -111,11 +124,13 @@ def test_a_synthetic_runs_export_predicts_and_a_resume_with_another_image_size_i
     trained = script("train_oct.py", "--synthetic", "--model-dir", str(model_dir), "--max-steps", "2", *SMALL)
     assert trained.returncode == 0, trained.stderr[-2000:]
     scan = os.path.join(oct_sample, "DME", sorted(os.listdir(os.path.join(oct_sample, "DME")))[0])
-    predicted = script("predict.py", "--model", str(model_dir / "export"), "--json", scan)
+    exports, results = os.listdir(model_dir / "export"), (model_dir / "results.json").read_bytes()
+    # Predicting reads the export while the same command is run again, which must leave it as it is.
+    predicted, again = scripts_at_once(
+        ("predict.py", "--model", str(model_dir / "export"), "--json", scan),
+        ("train_oct.py", "--synthetic", "--model-dir", str(model_dir), "--max-steps", "2", *SMALL))
     assert predicted.returncode == 0, predicted.stderr[-2000:]
     assert json.loads(predicted.stdout)["class"] in OCT_CLASSES
-    exports, results = os.listdir(model_dir / "export"), (model_dir / "results.json").read_bytes()
-    again = script("train_oct.py", "--synthetic", "--model-dir", str(model_dir), "--max-steps", "2", *SMALL)
     assert again.returncode == 0 and "already finished at global step 2" in again.stdout
     assert os.listdir(model_dir / "export") == exports and (model_dir / "results.json").read_bytes() == results
 
