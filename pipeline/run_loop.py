@@ -56,9 +56,9 @@ def _run(task, args, cluster, chief, stop):
         finished = finished_results(args.model_dir, setup.start_step, setup.max_steps)
         if finished:
             return finished
-    print_header(setup)
-    warn_about(setup)
     cadence = validation_cadence(setup)
+    print_header(setup, cadence)
+    warn_about(setup)
     estimator, figures = build_estimator(setup, cadence)
     validation = build_validation(setup, estimator, cadence, stop.requested)
     hooks = build_training_hooks(setup, stop.requested, validation)

@@ -4,8 +4,9 @@ import os
 from pipeline import mfu as mfu_lib, results as results_lib
 
 
-def print_header(setup):
-    """Prints the run's settings (`setup`, a prepared pipeline.run_setup.RunSetup) before training."""
+def print_header(setup, cadence=None):
+    """Prints the run's settings (`setup`, a prepared pipeline.run_setup.RunSetup, and the validation's
+    `cadence`, a pipeline.validation.Cadence or None) before training."""
     task, args, plan, data, steps = setup.task, setup.args, setup.plan, setup.data, setup.steps
     scaling = (f"{args.learning_rate:g} x {setup.global_batch}/{args.reference_batch_size}, linear scaling"
                if args.lr_scaling == "linear" else "not scaled with the batch")
@@ -23,6 +24,7 @@ def print_header(setup):
           f"  steps:         to global step {steps.max_steps}, {resume}\n"
           f"  images:        {_describe_images(steps, data.num_train_examples)}\n"
           f"  model dir:     {args.model_dir}"
+          + (f"\n  validation:    {cadence.describe()}" if cadence and not args.eval_only else "")
           + (f"\n  recipe:        {data.recipe}" if data.recipe else ""), flush=True)
 
 

@@ -27,15 +27,31 @@ VALIDATION_FILE = "validation.json"
 BEST_DIR = "best"  # the best checkpoint's copy, beside the rotating ones
 BEST_EXPORT_DIR = "export"  # where the export of a run without validation goes: predict.py finds it the same way
 EVAL_NAME = "validation"  # TensorBoard: <model dir>/eval_validation, beside the training curves
+# The default cadence waits, after an evaluation of E seconds, for AUTO_TRAINING_FACTOR x E seconds of
+# training before the next: evaluation then takes at most 1/(1 + 19) = 5% of each stretch of training.
+AUTO_TRAINING_FACTOR = 19
 
 
 @dataclasses.dataclass
 class Cadence:
     """When an evaluation is due: every `every_steps` global steps, or each time another
-    `every_images` images have been trained (images counted from `images_at(step)`)."""
+    `every_images` images have been trained (images counted from `images_at(step)`). With `auto`
+    (the default cadence), an evaluation also waits for AUTO_TRAINING_FACTOR times the last one's
+    seconds of training since it ended (see ValidationListener)."""
     every_steps: Optional[int]
     every_images: Optional[int]
     images_at: Callable[[int], int]
+    auto: bool = False
+    epochs: Optional[float] = None  # what every_images is in epochs, for describe()
+
+    def describe(self):
+        """Returns the cadence in words, for the run header."""
+        if self.every_steps:
+            return f"every {self.every_steps} global steps (--eval-every-steps)"
+        if not self.auto:
+            return f"every {self.epochs:g} epoch(s) of images (--eval-every-epochs)"
+        return (f"every epoch, but not before {AUTO_TRAINING_FACTOR}x the last evaluation's seconds of training "
+                "since it (evaluation <= 5% of training; --eval-every-epochs/--eval-every-steps for exact)")
 
     def due(self, step, last_step):
         """Returns whether a checkpoint at `step` is due for evaluation after one at `last_step`."""
@@ -50,7 +66,8 @@ class Cadence:
 
 
 def cadence_for(args, setup):
-    """Returns the Cadence --eval-every-steps or --eval-every-epochs (default 1) asks for."""
+    """Returns the Cadence --eval-every-steps or --eval-every-epochs asks for, exactly; without either,
+    the auto cadence (every epoch, held back to keep evaluation at most 5% of training)."""
     steps = setup.steps
 
     def images_at(step):
@@ -58,7 +75,8 @@ def cadence_for(args, setup):
     if args.eval_every_steps:
         return Cadence(args.eval_every_steps, None, images_at)
     epochs = args.eval_every_epochs or 1.0
-    return Cadence(None, max(1, round(epochs * setup.data.num_train_examples)), images_at)
+    return Cadence(None, max(1, round(epochs * setup.data.num_train_examples)), images_at,
+                   auto=args.eval_every_epochs is None, epochs=epochs)
 
 
 def read_record(model_dir):
@@ -90,12 +108,14 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
     improvement (the one training session stops: every replica at the same step).
 
     `export(checkpoint_path)` exports a checkpoint and returns the export's path (None: no export).
+    Under an auto cadence a due evaluation waits until `clock()` has advanced AUTO_TRAINING_FACTOR
+    times the last evaluation's seconds since it ended; the first of a run and the final one do not.
     After training, `record` holds the evaluations and the best, `stopped_because` is
     'target_accuracy', 'patience' or None, and `seconds` the time spent evaluating and exporting.
     """
 
     def __init__(self, estimator, input_fn, cadence, model_dir, start_step, export=None, stop_at_accuracy=None,
-                 patience=None, stop_requested=lambda: False):
+                 patience=None, stop_requested=lambda: False, clock=time.perf_counter):
         self._estimator, self._input_fn, self._cadence = estimator, input_fn, cadence
         self._model_dir, self._export = model_dir, export
         self._stop_at, self._patience, self._stop_requested = stop_at_accuracy, patience, stop_requested
@@ -104,12 +124,20 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         self.record["evaluations"] = [e for e in self.record["evaluations"] if e["step"] <= start_step]
         self._last_step = start_step
         self.stopped_because, self.seconds = None, 0.0
+        self._clock, self._last_seconds, self._last_end = clock, None, None
 
     def after_save(self, session, global_step_value):
         step = int(global_step_value)
-        if step > self._last_step and not self._stop_requested() and self._cadence.due(step, self._last_step):
+        if step > self._last_step and not self._stop_requested() and self._cadence.due(step, self._last_step) \
+                and self._trained_long_enough():
             return self.evaluate(step)
         return False
+
+    def _trained_long_enough(self):
+        """Returns whether the auto cadence lets an evaluation start now (always, for the others)."""
+        if not self._cadence.auto or self._last_seconds is None:
+            return True
+        return self._clock() - self._last_end >= AUTO_TRAINING_FACTOR * self._last_seconds
 
     def end(self, session, global_step_value):
         step = int(global_step_value)
@@ -118,7 +146,7 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
 
     def evaluate(self, step):
         """Evaluates the checkpoint of `step` and keeps it when best; returns whether training should stop."""
-        start = time.perf_counter()
+        start = self._clock()
         self._last_step = step
         checkpoint = os.path.join(self._model_dir, f"model.ckpt-{step}")
         metrics = self._estimator.evaluate(self._input_fn, checkpoint_path=checkpoint, name=EVAL_NAME)
@@ -133,7 +161,9 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         log.info("validation at step %d: accuracy %.4f, loss %.4f; best %.4f at step %d%s", step,
                  evaluation["validation_accuracy"], evaluation["validation_loss"], best["validation_accuracy"],
                  best["step"], " (new best, exported)" if improved and best.get("export_dir") else "")
-        self.seconds += time.perf_counter() - start
+        self._last_end = self._clock()
+        self._last_seconds = self._last_end - start
+        self.seconds += self._last_seconds
         if self._stop_at is not None and evaluation["validation_accuracy"] >= self._stop_at:
             self.stopped_because = "target_accuracy"
         elif self._patience and self.evaluations_without_improvement() >= self._patience:

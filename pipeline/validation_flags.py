@@ -20,7 +20,9 @@ def add_validation_flags(parser, defaults):
     cadence = group.add_mutually_exclusive_group()
     cadence.add_argument("--eval-every-epochs", type=positive_float, default=None,
                          help="evaluate on the validation split each time this many epochs of images have been "
-                              "trained, counted across resumes (default 1 when there is a validation split)")
+                              "trained, counted across resumes. Default: every epoch, but never before 19x the "
+                              "last evaluation's seconds of training since it, so that evaluation takes at most "
+                              "5%% of training (the run header says so)")
     cadence.add_argument("--eval-every-steps", type=positive_int, default=None,
                          help="evaluate on the validation split every N global steps instead")
     group.add_argument("--stop-at-accuracy", type=fraction, default=None,

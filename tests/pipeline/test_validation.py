@@ -114,6 +114,45 @@ def test_a_target_accuracy_stops_at_the_first_evaluation_reaching_it(tmp_path):
     assert train_to(watcher, str(tmp_path), range(10, 40, 10)) == 20 and watcher.stopped_because == "target_accuracy"
 
 
+class FakeClock:
+    """Seconds that pass only when told: training between checkpoints, and each evaluation."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_auto_cadence_waits_19_times_an_evaluation_of_training_and_an_exact_one_does_not(tmp_path):
+    def evaluated_steps(auto, folder):
+        clock = FakeClock()
+        os.makedirs(folder)
+        estimator = ScriptedEstimator([(0.5, 1.0)] * 20)
+        evaluate = estimator.evaluate
+
+        def slow_evaluate(*args, **kwargs):  # each evaluation takes 2 s
+            clock.now += 2.0
+            return evaluate(*args, **kwargs)
+        estimator.evaluate = slow_evaluate
+        cadence = validation.Cadence(every_steps=None, every_images=10, images_at=lambda step: step, auto=auto,
+                                     epochs=1.0)
+        watcher = validation.ValidationListener(estimator, None, cadence, folder, 0, clock=clock)
+        for step in range(10, 130, 10):  # an epoch (10 images) of training takes 5 s
+            clock.now += 5.0
+            fake_checkpoint(folder, step)
+            watcher.after_save(None, step)
+        fake_checkpoint(folder, 125)
+        watcher.end(None, 125)
+        return [e["step"] for e in watcher.record["evaluations"]], watcher.seconds, clock.now
+
+    steps, spent, total = evaluated_steps(True, str(tmp_path / "auto"))
+    # The first at the first epoch; the next at the first checkpoint 19 x 2 s = 38 s of training after it
+    # (step 90: 40 s; step 80 had 35 s); the last at the end, as always.
+    assert steps == [10, 90, 125] and spent == 6.0 and total == 66.0
+    assert evaluated_steps(False, str(tmp_path / "exact"))[0] == list(range(10, 130, 10)) + [125]
+
+
 def test_a_resumed_run_never_replaces_the_best_with_a_worse_model(tmp_path):
     model_dir, exports = str(tmp_path), []
     first = listener(model_dir, [(0.6, 1.0), (0.8, 0.5), (0.7, 0.6)], exports=exports)
