@@ -1,6 +1,6 @@
 """The flags of validation during training (a split held out from the training data, evaluated as
 training goes, the best model kept, early stopping), defined once for every job's parser."""
-from pipeline.flags import fraction, positive_float, positive_int
+from pipeline.flags import RecordedStore, fraction, positive_float, positive_int
 
 DEFAULT_VALIDATION_FRACTION = 0.1  # why 0.1: README, "Picking the best model while training"
 
@@ -9,11 +9,12 @@ def add_validation_flags(parser, defaults):
     """Adds the validation flags to `parser`, with a task's `defaults` ('validation_fraction'); returns
     their group."""
     group = parser.add_argument_group("validation")
-    group.add_argument("--validation-fraction", type=fraction,
+    group.add_argument("--validation-fraction", type=fraction, action=RecordedStore,
                        default=defaults.get("validation_fraction", DEFAULT_VALIDATION_FRACTION),
                        help="share of each class of the training data held out for validation (seeded, "
-                            "stratified; grouped by patient for OCT): evaluated as training goes, it chooses the "
-                            "exported model; 0 turns it off (the last checkpoint is exported and tested)")
+                            "stratified; grouped by patient for OCT, whose --records-dir shards have none): "
+                            "evaluated as training goes, it chooses the exported model; 0 turns it off (the last "
+                            "checkpoint is exported and tested)")
     group.add_argument("--validation-dir", default=None,
                        help="a folder of class folders to validate on instead of a share of the training data "
                             "(folder datasets only)")

@@ -7,6 +7,8 @@ when the arguments are known good. Nothing outside this package names a task.
 """
 import dataclasses
 import importlib
+import os
+import tempfile
 from typing import Callable, Optional, Sequence
 
 from input_fns import FEATURE_KEY  # noqa: F401 (the jobs' feature key, the models' input layer name)
@@ -15,6 +17,7 @@ FILE_KEY = "file"  # an evaluation input's feature holding each image's file nam
 AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}
 # The benchmark's --input-only variant every task has: its own training input.
 DEFAULT_INPUT_VARIANTS = ("pipeline",)
+VALIDATION_FILES = "validation_files.txt"  # in the model dir: a folder dataset's validation split, one path a line
 
 
 @dataclasses.dataclass
@@ -80,3 +83,15 @@ class Task:
         if hasattr(job, "input_variant"):
             return job.input_variant(args, variant, batch_size, workdir)
         return job.prepare_data(args, batch_size).train_input_fn, 0
+
+
+def write_validation_files(model_dir, files):
+    """Writes `files`, one path per line, to <model dir>/validation_files.txt (atomically: a cluster's
+    workers may each write the same list); returns its path."""
+    path = os.path.join(model_dir, VALIDATION_FILES)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-validation-", suffix=".txt", dir=model_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(name + "\n" for name in files))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path

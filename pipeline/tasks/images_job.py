@@ -18,14 +18,13 @@ from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically
 from models.backbones import build_image_classifier
 from pipeline.errors import UsageError
-from pipeline.tasks import FEATURE_KEY, TaskData
+from pipeline.tasks import FEATURE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 
 log = logging.getLogger(__name__)
 
 SPLIT_DIR = "split"  # in the model dir: train.txt and test.txt (one path per line), split.json
 SYNTHETIC_CLASSES, SYNTHETIC_SIZES = 10, {"train": 10000, "test": 2000}
 SERVING_KEY = "image_bytes"
-VALIDATION_FILES = "validation_files.txt"  # in the model dir: the validation split, one path per line
 
 
 @dataclasses.dataclass
@@ -234,18 +233,6 @@ def split_off_validation(args, data):
     else:
         return None
     return {"train": train, "validation": validation}
-
-
-def write_validation_files(model_dir, files):
-    """Writes `files`, one path per line, to <model dir>/validation_files.txt (atomically: a cluster's
-    workers may each write the same list); returns its path."""
-    path = os.path.join(model_dir, VALIDATION_FILES)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-validation-", suffix=".txt", dir=model_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("".join(name + "\n" for name in files))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return path
 
 
 def _validation_dir(folder, class_names, channels, on_bad_image):

@@ -60,9 +60,7 @@ TASK = Task(
                 "NORMAL) through a Keras-made Estimator, evaluate it on the test folder and export it.",
     full_train_examples=TRAIN_EXAMPLES,
     defaults={"data_dir": DEFAULT_DATA_DIR, "batch_size": 32, "epochs": 1.0, "learning_rate": 1e-4, "reference_batch_size": 64,
-              "model_dir": os.path.join("runs", "oct"), "positive_classes": ",".join(REFERRAL_CLASSES),
-              # No validation split in this job yet: its patient split is the images job's (--group-by).
-              "validation_fraction": 0.0},
+              "model_dir": os.path.join("runs", "oct"), "positive_classes": ",".join(REFERRAL_CLASSES)},
     add_flags=add_flags,
     job="pipeline.tasks.oct_job",
     input_variants=("pipeline", "pipeline-reduced", "pipeline-cached", "records", "design", "bare"),

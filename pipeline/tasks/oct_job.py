@@ -1,23 +1,27 @@
 """The retinal OCT job's data and model: OCT2017's JPEG folders (or shards prepared from them,
 or synthetic scans) and the VGG16 transfer model. Its command line: oct.py."""
+import collections
+import logging
 import math
 import os
 
 import tensorflow as tf
 
-from acquisition import retinal_oct, shards
+from acquisition import class_folders, image_checks, retinal_oct, shards
 from acquisition.errors import InputDataError
-from acquisition import image_checks
 from input_fns import baselines, decode, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
 from pipeline.errors import UsageError
-from pipeline.tasks import FEATURE_KEY, FILE_KEY, TaskData
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 from pipeline.tasks.oct import PATIENT_PATTERN, TRAIN_EXAMPLES
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 968}
 RECORDS_ADVICE = "make the shards again with scripts/prepare_oct.py"
 CHANNELS = 1  # the scans are grayscale JPEGs; the model repeats them to 3 channels
+VALIDATION_SEED = 0  # the patients drawn for the validation split: the same in every run and resume
+
+log = logging.getLogger(__name__)
 
 
 def _image_size(args):
@@ -50,34 +54,79 @@ def prepare_data(args, batch_size):
         return TaskData(make(True, "train"), make(False, "test"), SYNTHETIC_SIZES["train"],
                         SYNTHETIC_SIZES["test"], "synthetic", class_names=retinal_oct.CLASS_NAMES,
                         serving_input_fn=serving)
-    if args.validation_fraction or args.validation_dir:
-        raise UsageError("the oct job has no validation split yet; train OCT2017's train folder with "
-                         "scripts/train_images.py --group-by '" + PATIENT_PATTERN + "' for a split by patient, or "
-                         "pass --validation-fraction 0")
     if args.records_dir:
+        if args.validation_dir or (args.validation_fraction and "validation_fraction" in args.explicit_flags):
+            raise UsageError("--records-dir's shards hold no file names, so no validation split by patient can be "
+                             "drawn from them; train on the JPEG folders (--data-dir) for one, or pass "
+                             "--validation-fraction 0")
+        log.info("no validation split: --records-dir's shards hold no file names to keep each patient's scans on "
+                 "one side (the JPEG folders, --data-dir, have one); the last checkpoint is exported and tested")
         return _records_data(args, batch_size, size, serving)
+    return _folder_data(args, batch_size, size, serving)
+
+
+def _folder_data(args, batch_size, size, serving):
+    """Returns TaskData over the JPEG folders: test/, and train/ less the validation split (by patient)."""
     root = retinal_oct.ensure_dataset(args.data_dir)
     scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS)
              for split in ("train", "test")}
+    for scan in scans.values():
+        image_checks.check_bad_files(scan, args.on_bad_image)
+    train, held_out = scans["train"].good(), split_off_validation(args, *scans["train"].good())
+    cache_key = {"pattern": retinal_oct.split_pattern(root, "train"), "files_fingerprint": scans["train"].fingerprint,
+                 "skipped": scans["train"].bad_files}
+    report = {"data_root": root, "skipped_files": scans["train"].bad_files + scans["test"].bad_files,
+              "skipped_file_problems": {**scans["train"].problems, **scans["test"].problems}}
+    if held_out:
+        train = held_out["train"]
+        cache_key["validation"] = [args.validation_fraction, VALIDATION_SEED, args.validation_dir]
+        report["validation_files"] = os.path.abspath(os.path.join(args.model_dir, VALIDATION_FILES))
 
-    def make(split, training):
-        return image_folder.make_input_fn(image_folder.ImageFolderConfig(
-            retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES, size, batch_size, training,
-            scan=scans[split], on_bad_image=args.on_bad_image, channels=CHANNELS,
-            fast_decode=args.decode == "reduced", cache=args.cache if training else None,
-            shuffle_buffer=args.shuffle_buffer, feature_key=FEATURE_KEY, seed=args.seed, file_key=FILE_KEY))
+    def make(files, labels, training):
+        return image_list.make_input_fn(image_list.ImageListConfig(
+            files, labels, len(retinal_oct.CLASS_NAMES), size, CHANNELS, batch_size, training,
+            feature_key=FEATURE_KEY, seed=args.seed, fast_decode=args.decode == "reduced",
+            cache=args.cache if training else None, cache_key=cache_key, shuffle_buffer=args.shuffle_buffer))
+    read_train = make(*train, True)
 
-    train_input_fn, eval_input_fn = make("train", True), make("test", False)
-    skipped = scans["train"].bad_files + scans["test"].bad_files
-    problems = {**scans["train"].problems, **scans["test"].problems}
+    def train_input_fn(input_context=None):  # the Estimator calls it once every check before training passed
+        if held_out:
+            write_validation_files(args.model_dir, held_out["validation"][0])
+        return read_train(input_context)
+
+    eval_input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
+        retinal_oct.split_pattern(root, "test"), retinal_oct.CLASS_NAMES, size, batch_size, False,
+        scan=scans["test"], on_bad_image=args.on_bad_image, channels=CHANNELS,
+        fast_decode=args.decode == "reduced", feature_key=FEATURE_KEY, seed=args.seed, file_key=FILE_KEY))
     _, test_labels = scans["test"].good()
-    return TaskData(train_input_fn, eval_input_fn, scans["train"].num_good, len(test_labels),
-                    "real", class_names=retinal_oct.CLASS_NAMES, eval_labels=test_labels,
-                    train_class_counts=list(scans["train"].class_counts().values()),
-                    serving_input_fn=serving,
-                    report={"data_root": root, "skipped_files": skipped,
-                            "skipped_file_problems": problems})
+    return TaskData(train_input_fn, eval_input_fn, len(train[0]), len(test_labels), "real",
+                    class_names=retinal_oct.CLASS_NAMES, eval_labels=test_labels,
+                    train_class_counts=[collections.Counter(train[1])[i] for i in range(len(retinal_oct.CLASS_NAMES))],
+                    serving_input_fn=serving, report=report,
+                    validation_input_fn=make(*held_out["validation"], False) if held_out else None,
+                    num_validation_examples=len(held_out["validation"][0]) if held_out else 0)
+
+
+def split_off_validation(args, files, labels):
+    """Returns {'train': (files, labels), 'validation': (files, labels)}: --validation-dir's scans, or
+    --validation-fraction of each class of the training scans, drawn with VALIDATION_SEED by patient (a
+    patient's scans all on one side: near-duplicate B-scans of one eye would inflate validation
+    accuracy); None with neither."""
+    if args.validation_dir:
+        scan = image_checks.scan_folder(os.path.join(args.validation_dir, "*", retinal_oct.IMAGE_PATTERN),
+                                        retinal_oct.CLASS_NAMES, CHANNELS)
+        image_checks.check_bad_files(scan, args.on_bad_image)
+        return {"train": (files, labels), "validation": scan.good()}
+    if not args.validation_fraction:
+        return None
+    try:
+        sides = class_folders.split_files(files, labels, args.validation_fraction, VALIDATION_SEED, PATIENT_PATTERN)
+    except InputDataError as e:
+        raise InputDataError(str(e).replace("the test split", "the validation split")
+                             .replace("--test-fraction", "--validation-fraction")) from None
+    return {side: ([f for f, _ in sides[part]], [label for _, label in sides[part]])
+            for side, part in (("train", "train"), ("validation", "test"))}
 
 
 def read_records_manifest(records_dir):

@@ -15,7 +15,7 @@ from pipeline.batching import batch_sizes_for_replicas
 from pipeline.estimator import replica_batched_input_fn
 from pipeline.flags import build_parser
 from pipeline.run_loop import run
-from pipeline.tasks import fashion, images
+from pipeline.tasks import fashion, images, oct, oct_job
 from pipeline.tasks.oct import PATIENT_PATTERN
 
 OCT_CLASSES = ("CNV", "DME", "DRUSEN", "NORMAL")
@@ -25,23 +25,46 @@ def patients(files):
     return {class_folders.group_of(f, PATIENT_PATTERN) for f in files}
 
 
-def test_the_patient_split_at_real_size_keeps_every_patient_on_one_side():
-    # OCT2017's training set: about 4,700 patients, around 18 scans each, some in two class folders.
-    rng = random.Random(0)
-    files, labels = [], []
-    for patient in range(4700):
-        classes = rng.sample(range(4), 2 if patient % 10 == 0 else 1)
+def make_oct2017_patients_tree(sample, root, num_patients=4700):
+    """An OCT2017 tree at its real size: train/ holds about 4,700 patients of 8 to 28 scans (about
+    84,000), every tenth patient in two class folders, named <CLASS>-<patient>-<n>.jpeg and hard-linked
+    from the real sample's scans of that class; test/ holds 3 scans a class. Returns (root, train files)."""
+    scans = {name: sorted(os.path.join(sample, name, f) for f in os.listdir(os.path.join(sample, name)))
+             for name in OCT_CLASSES}
+    for split in ("train", "test"):
+        for name in OCT_CLASSES:
+            os.makedirs(os.path.join(root, split, name))
+    for name in OCT_CLASSES:
+        for source in scans[name][:3]:
+            os.link(source, os.path.join(root, "test", name, os.path.basename(source)))
+    rng, files = random.Random(0), []
+    for patient in range(num_patients):
+        classes = rng.sample(OCT_CLASSES, 2 if patient % 10 == 0 else 1)
         for n in range(rng.randint(8, 28)):
-            label = classes[n % len(classes)]
-            files.append(f"/OCT2017/train/{OCT_CLASSES[label]}/{OCT_CLASSES[label]}-{100000 + patient}-{n}.jpeg")
-            labels.append(label)
-    split = class_folders.split_files(files, labels, 0.1, seed=0, group_by=PATIENT_PATTERN)
-    train, held = patients(f for f, _ in split["train"]), patients(f for f, _ in split["test"])
-    assert not train & held and len(train | held) == 4700
-    assert len(split["train"]) + len(split["test"]) == len(files)
-    per_class = collections.Counter(labels)
-    for label, count in collections.Counter(label for _, label in split["test"]).items():
-        assert abs(count / per_class[label] - 0.1) < 0.02  # stratified, patients whole
+            name = classes[n % len(classes)]
+            files.append(os.path.join(root, "train", name, f"{name}-{100000 + patient}-{n}.jpeg"))
+            os.link(scans[name][(patient + n) % len(scans[name])], files[-1])
+    return root, files
+
+
+def test_the_oct_jobs_patient_split_at_real_size_keeps_every_patient_on_one_side(oct_sample, tmp_path):
+    root, files = make_oct2017_patients_tree(oct_sample, str(tmp_path / "data" / "OCT2017"))
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()  # as the run loop makes it
+    args = build_parser(oct.TASK).parse_args(["--data-dir", str(tmp_path / "data"), "--model-dir", str(model_dir),
+                                              "--image-size", "32"])  # the default --validation-fraction
+    data = oct_job.prepare_data(args, 32)
+    assert not (model_dir / "validation_files.txt").exists()  # written when training's input is first built
+    data.train_input_fn()
+    held = (model_dir / "validation_files.txt").read_text().splitlines()
+    trained = set(files) - set(held)
+    assert set(held) < set(files) and len(held) == data.num_validation_examples
+    assert data.num_train_examples == len(trained) and sum(data.train_class_counts) == len(trained)
+    assert not patients(held) & patients(trained) and len(patients(held) | patients(trained)) == 4700
+    labels = {f: os.path.basename(os.path.dirname(f)) for f in files}
+    per_class = collections.Counter(labels.values())
+    for name, count in collections.Counter(labels[f] for f in held).items():
+        assert abs(count / per_class[name] - 0.1) < 0.02  # about the default 0.1 of each class, patients whole
 
 
 def test_batches_for_replicas_count_every_example_once():
