@@ -87,7 +87,10 @@ class Task:
 
 def write_validation_files(model_dir, files):
     """Writes `files`, one path per line, to <model dir>/validation_files.txt (atomically: a cluster's
-    workers may each write the same list); returns its path."""
+    workers may each write the same list); returns its path, or None when there is no such folder (a
+    tool that reads a job's input, such as inspect_input.py, with no run's model dir)."""
+    if not os.path.isdir(model_dir):
+        return None
     path = os.path.join(model_dir, VALIDATION_FILES)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-validation-", suffix=".txt", dir=model_dir)
     with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -16,7 +16,8 @@ from tests.conftest import make_oct_tree
 
 
 def oct_data(tree, batch_size):
-    args = build_parser(TASK).parse_args(["--data-dir", os.path.dirname(tree), "--image-size", "32"])
+    args = build_parser(TASK).parse_args(["--data-dir", os.path.dirname(tree), "--image-size", "32",
+                                          "--validation-fraction", "0"])
     return args, oct_job.prepare_data(args, batch_size)
 
 

@@ -38,7 +38,7 @@ def test_every_oct_mode_on_the_full_size_tree_feeds_mixed_batches(full_oct_tree,
     flags = {"jpeg": [], "memory-cache": ["--cache", "memory"], "file-cache": ["--cache", str(tmp_path / "cache")],
              "prepared-shards": ["--records-dir", full_oct_records]}[mode]
     report = inspect_json("--task", "oct", "--data-dir", os.path.dirname(full_oct_tree), "--image-size", "32",
-                          "--batches", str(BATCHES), *flags)
+                          "--batches", str(BATCHES), "--validation-fraction", "0", *flags)  # all, as the shards
     assert report["class_names"] == list(OCT2017_TRAIN_COUNTS)
     assert report["train_examples"] == sum(OCT2017_TRAIN_COUNTS.values())
     assert_mixed_like_the_dataset(report)
@@ -54,7 +54,7 @@ def test_fashion_records_of_the_real_size_feed_mixed_batches(full_fashion_data_d
 def test_one_workers_share_text_report_and_contact_sheet(full_oct_tree, tmp_path):
     sheet = tmp_path / "first-batch.png"
     result = inspect("--task", "oct", "--data-dir", os.path.dirname(full_oct_tree), "--image-size", "32",
-                     "--batches", "5", "--workers", "3", "--worker-index", "2", "--sheet", str(sheet))
+                     "--validation-fraction", "0", "--batches", "5", "--workers", "3", "--worker-index", "2", "--sheet", str(sheet))
     lines = result.stdout.splitlines()
     assert lines[0].startswith("oct: training input of real data (83484 images), batch 32, worker 3 of 3")
     assert lines[1].split() == ["batch", "CNV", "DME", "DRUSEN", "NORMAL"]

@@ -47,7 +47,11 @@ def test_train_evaluate_export_and_predict_on_two_replicas(tree, tmp_path):
     assert result.returncode == 0, result.stderr
     results = json.loads((model_dir / "results.json").read_text())
     assert results["global_step"] == 6 and results["replicas"] == 2 and results["global_batch_size"] == 16
-    assert results["train_examples"] == 105 and results["eval_examples"] == 24
+    # The default validation split, by patient, from the 105 good training scans; its best model is exported.
+    held = (model_dir / "validation_files.txt").read_text().splitlines()
+    assert results["train_examples"] + results["validation_examples"] == 105 and results["eval_examples"] == 24
+    assert len(held) == results["validation_examples"] > 0 and truncated not in held
+    assert results["export_dir"] == results["best"]["export_dir"] and results["eval_step"] == results["best"]["step"]
     assert results["skipped_files"] == [truncated]
     assert results["skipped_file_problems"] == {truncated: "is truncated (no JPEG end marker)"}
     assert "skipped: 1 files" in result.stdout
@@ -84,14 +88,19 @@ def test_prepared_shards_train_through_the_same_script(tree, tmp_path):
     assert prepared.returncode == 0, prepared.stderr
     assert "wrote 105 training and 24 test images at 32x32" in prepared.stdout
     model_dir = tmp_path / "model"
-    # The run with another image size fails on its own model dir while this one trains.
-    result, wrong_size = scripts_at_once(
+    # The run with another image size, and one asking for a validation split (the shards have no file names
+    # to split by patient), fail on their own model dirs while this one trains, with no validation split.
+    result, wrong_size, split = scripts_at_once(
         ("train_oct.py", "--records-dir", str(records), "--model-dir", str(model_dir), "--max-steps", "3", *SMALL),
         ("train_oct.py", "--records-dir", str(records), "--model-dir", str(tmp_path / "m2"), "--image-size", "64",
-         "--weights", "none"))
+         "--weights", "none"),
+        ("train_oct.py", "--records-dir", str(records), "--model-dir", str(tmp_path / "m3"),
+         "--validation-fraction", "0.1", *SMALL))
     assert result.returncode == 0, result.stderr
     results = json.loads((model_dir / "results.json").read_text())
     assert results["data_source"] == "real (prepared shards)" and results["eval_examples"] == 24
+    assert results["train_examples"] == 105 and results["best"] is None and results["validation_examples"] == 0
+    assert "--records-dir's shards hold no file names" in assert_clean_failure(split)
     assert [sum(row) for row in results["confusion_matrix"]] == [6, 6, 6, 6]
     assert "pass --image-size 32" in assert_clean_failure(wrong_size)
 
