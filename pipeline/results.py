@@ -57,6 +57,8 @@ class RunResults:
     validation_examples: int = 0
     evaluations: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     best: Optional[Dict[str, Any]] = None
+    # 'max_steps', 'target_accuracy' or 'patience'; never 'signal': a signalled run exits 130/143 with its
+    # checkpoint and best export, and writes no results.json (README, "Picking the best model while training").
     stopped_because: str = "max_steps"
     eval_step: Optional[int] = None
     validation_seconds: float = 0.0

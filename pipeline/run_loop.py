@@ -95,7 +95,8 @@ def build_validation(setup, estimator, cadence, stop_requested):
     return validation_lib.ValidationListener(
         estimator, data.validation_input_fn, cadence, args.model_dir, setup.start_step,
         export=export_best if data.serving_input_fn else None,
-        stop_at_accuracy=args.stop_at_accuracy, patience=args.patience, stop_requested=stop_requested)
+        stop_at_accuracy=args.stop_at_accuracy, patience=args.patience, stop_requested=stop_requested,
+        max_steps=setup.max_steps)
 
 
 def mirror_evaluation(setup):

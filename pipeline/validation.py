@@ -51,7 +51,8 @@ class Cadence:
         if not self.auto:
             return f"every {self.epochs:g} epoch(s) of images (--eval-every-epochs)"
         return (f"every epoch, but not before {AUTO_TRAINING_FACTOR}x the last evaluation's seconds of training "
-                "since it (evaluation <= 5% of training; --eval-every-epochs/--eval-every-steps for exact)")
+                "since it, nor that close to the final step's (evaluation <= 5% of training; "
+                "--eval-every-epochs/--eval-every-steps for exact)")
 
     def due(self, step, last_step):
         """Returns whether a checkpoint at `step` is due for evaluation after one at `last_step`."""
@@ -109,13 +110,15 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
 
     `export(checkpoint_path)` exports a checkpoint and returns the export's path (None: no export).
     Under an auto cadence a due evaluation waits until `clock()` has advanced AUTO_TRAINING_FACTOR
-    times the last evaluation's seconds since it ended; the first of a run and the final one do not.
+    times the last evaluation's seconds since it ended, and is left out when less training than that
+    is left before `max_steps`, whose evaluation comes anyway; the first of a run and the final one
+    do not wait.
     After training, `record` holds the evaluations and the best, `stopped_because` is
     'target_accuracy', 'patience' or None, and `seconds` the time spent evaluating and exporting.
     """
 
     def __init__(self, estimator, input_fn, cadence, model_dir, start_step, export=None, stop_at_accuracy=None,
-                 patience=None, stop_requested=lambda: False, clock=time.perf_counter):
+                 patience=None, stop_requested=lambda: False, clock=time.perf_counter, max_steps=None):
         self._estimator, self._input_fn, self._cadence = estimator, input_fn, cadence
         self._model_dir, self._export = model_dir, export
         self._stop_at, self._patience, self._stop_requested = stop_at_accuracy, patience, stop_requested
@@ -124,20 +127,24 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         self.record["evaluations"] = [e for e in self.record["evaluations"] if e["step"] <= start_step]
         self._last_step = start_step
         self.stopped_because, self.seconds = None, 0.0
-        self._clock, self._last_seconds, self._last_end = clock, None, None
+        self._clock, self._last_seconds, self._last_end, self._max_steps = clock, None, None, max_steps
 
     def after_save(self, session, global_step_value):
         step = int(global_step_value)
         if step > self._last_step and not self._stop_requested() and self._cadence.due(step, self._last_step) \
-                and self._trained_long_enough():
+                and self._trained_long_enough(step):
             return self.evaluate(step)
         return False
 
-    def _trained_long_enough(self):
-        """Returns whether the auto cadence lets an evaluation start now (always, for the others)."""
+    def _trained_long_enough(self, step):
+        """Returns whether the auto cadence lets an evaluation of `step` start now (always, for the
+        others): enough training since the last, and enough left before the final step's, at the rate
+        of the steps since the last."""
         if not self._cadence.auto or self._last_seconds is None:
             return True
-        return self._clock() - self._last_end >= AUTO_TRAINING_FACTOR * self._last_seconds
+        least, trained = AUTO_TRAINING_FACTOR * self._last_seconds, self._clock() - self._last_end
+        left = trained / (step - self._last_step) * (self._max_steps - step) if self._max_steps else least
+        return trained >= least and left >= least
 
     def end(self, session, global_step_value):
         step = int(global_step_value)

@@ -148,7 +148,7 @@ class FakeClock:
 
 
 def test_the_auto_cadence_waits_19_times_an_evaluation_of_training_and_an_exact_one_does_not(tmp_path):
-    def evaluated_steps(auto, folder):
+    def evaluated_steps(auto, folder, max_steps=125):
         clock = FakeClock()
         os.makedirs(folder)
         estimator = ScriptedEstimator([(0.5, 1.0)] * 20)
@@ -160,20 +160,22 @@ def test_the_auto_cadence_waits_19_times_an_evaluation_of_training_and_an_exact_
         estimator.evaluate = slow_evaluate
         cadence = validation.Cadence(every_steps=None, every_images=10, images_at=lambda step: step, auto=auto,
                                      epochs=1.0)
-        watcher = validation.ValidationListener(estimator, None, cadence, folder, 0, clock=clock)
-        for step in range(10, 130, 10):  # an epoch (10 images) of training takes 5 s
+        watcher = validation.ValidationListener(estimator, None, cadence, folder, 0, clock=clock, max_steps=max_steps)
+        for step in range(10, max_steps, 10):  # an epoch (10 images) of training takes 5 s
             clock.now += 5.0
             fake_checkpoint(folder, step)
             watcher.after_save(None, step)
-        fake_checkpoint(folder, 125)
-        watcher.end(None, 125)
+        fake_checkpoint(folder, max_steps)
+        watcher.end(None, max_steps)
         return [e["step"] for e in watcher.record["evaluations"]], watcher.seconds, clock.now
 
-    steps, spent, total = evaluated_steps(True, str(tmp_path / "auto"))
+    steps, spent, _ = evaluated_steps(True, str(tmp_path / "auto"), max_steps=185)
     # The first at the first epoch; the next at the first checkpoint 19 x 2 s = 38 s of training after it
-    # (step 90: 40 s; step 80 had 35 s); the last at the end, as always.
-    assert steps == [10, 90, 125] and spent == 6.0 and total == 66.0
-    assert evaluated_steps(False, str(tmp_path / "exact"))[0] == list(range(10, 130, 10)) + [125]
+    # (step 90: 40 s; step 80 had 35 s) with as much left before the final step; that one's at the end, as always.
+    assert steps == [10, 90, 185] and spent == 6.0
+    # With less than 38 s left after step 90 (12.5 s), the evaluation there is left to the final step's.
+    assert evaluated_steps(True, str(tmp_path / "short"), max_steps=115)[0] == [10, 115]
+    assert evaluated_steps(False, str(tmp_path / "exact"))[0] == list(range(10, 125, 10)) + [125]
 
 
 def test_a_resumed_run_never_replaces_the_best_with_a_worse_model(tmp_path):
