@@ -54,7 +54,8 @@ def test_fashion_records_of_the_real_size_feed_mixed_batches(full_fashion_data_d
 def test_one_workers_share_text_report_and_contact_sheet(full_oct_tree, tmp_path):
     sheet = tmp_path / "first-batch.png"
     result = inspect("--task", "oct", "--data-dir", os.path.dirname(full_oct_tree), "--image-size", "32",
-                     "--validation-fraction", "0", "--batches", "5", "--workers", "3", "--worker-index", "2", "--sheet", str(sheet))
+                     "--validation-fraction", "0", "--batches", "5", "--workers", "3", "--worker-index", "2",
+                     "--sheet", str(sheet))
     lines = result.stdout.splitlines()
     assert lines[0].startswith("oct: training input of real data (83484 images), batch 32, worker 3 of 3")
     assert lines[1].split() == ["batch", "CNV", "DME", "DRUSEN", "NORMAL"]
