@@ -55,7 +55,8 @@ def prepare_data(args, batch_size):
                         SYNTHETIC_SIZES["test"], "synthetic", class_names=retinal_oct.CLASS_NAMES,
                         serving_input_fn=serving)
     if args.records_dir:
-        if args.validation_dir or (args.validation_fraction and "validation_fraction" in args.explicit_flags):
+        asked = args.validation_fraction and "validation_fraction" in getattr(args, "explicit_flags", ())
+        if args.validation_dir or asked:
             raise UsageError("--records-dir's shards hold no file names, so no validation split by patient can be "
                              "drawn from them; train on the JPEG folders (--data-dir) for one, or pass "
                              "--validation-fraction 0")
