@@ -12,8 +12,12 @@ from cluster.peers import PeerWatch
 from cluster.slurm import slurm_tf_config
 from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
+from hooks.stepping import OwnStepsHook
 from hooks.stop import SessionStartedHook
-from pipeline import estimator as estimator_lib, results as results_lib
+from pipeline import estimator as estimator_lib, progress, results as results_lib
+
+# How often a worker rechecks whether the chief has initialized (or restored) the variables.
+WORKER_READY_RECHECK_SECS = 1.0
 
 
 def resolve_cluster(args):
@@ -45,7 +49,7 @@ def training_finished(model_dir, max_steps=None):
 
 def watch_cluster(cluster, args, max_steps):
     """Starts the watches of this task of `cluster` (nothing on one machine); returns the training
-    hooks they need. A lost peer ends the task with cluster.peers.PEER_LOST_EXIT. `max_steps` is
+    hooks they need (and one logging the steps a trainer ran itself). A lost peer ends the task with cluster.peers.PEER_LOST_EXIT. `max_steps` is
     the final step (None on a parameter server)."""
     if cluster is None:
         return []
@@ -53,6 +57,8 @@ def watch_cluster(cluster, args, max_steps):
     peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
                       finished=lambda: training_finished(args.model_dir, max_steps))
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
+    if cluster.trains and not cluster.is_chief:
+        recheck_model_readiness_every(WORKER_READY_RECHECK_SECS)
     if not cluster.trains:  # a ps serves, the evaluator reads checkpoints: no session to wait for
         peers.start()
         if cluster.task_type == "ps":
@@ -63,4 +69,29 @@ def watch_cluster(cluster, args, max_steps):
     def started():
         startup.started()
         peers.start()
-    return [SessionStartedHook(started)] if cluster.trains else []
+    if not cluster.trains:
+        return []
+    return [SessionStartedHook(started), OwnStepsHook(f"{cluster.task_type} {cluster.index}")]
+
+
+def recheck_model_readiness_every(secs):
+    """Makes a worker's session wait for the chief's variables recheck every `secs` seconds, not
+    every 30; returns None. TF 2.15's MonitoredTrainingSession gives a non-chief a
+    WorkerSessionCreator (tensorflow/python/training/monitored_session.py:555-560), whose
+    _get_session_manager builds a SessionManager with the default recovery_wait_secs=30
+    (monitored_session.py:700-711, session_manager.py:125); its wait_for_session sleeps that long
+    after each check that finds the variables not yet ready (session_manager.py:453-478), and
+    neither the Estimator nor RunConfig passes another value. So a worker started beside its chief
+    (launch_local_cluster.py, any scheduler) idled ~30 s before its first step. Each recheck opens a
+    session on the worker's own server and runs the ready ops: cheap. Only cluster tasks call this."""
+    from tensorflow.python.training import monitored_session  # noqa: PLC0415 - the class TF uses itself
+    creator = monitored_session.WorkerSessionCreator
+    creator.recheck_secs = secs
+    if getattr(creator, "_tf_get_session_manager", None) is None:
+        creator._tf_get_session_manager = creator._get_session_manager  # noqa: SLF001
+
+        def _get_session_manager(self):
+            manager = self._tf_get_session_manager()
+            manager._recovery_wait_secs = type(self).recheck_secs  # noqa: SLF001 - read by wait_for_session
+            return manager
+        creator._get_session_manager = _get_session_manager  # noqa: SLF001
