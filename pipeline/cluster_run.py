@@ -35,12 +35,17 @@ def resolve_cluster(args):
 
 
 def training_finished(model_dir, max_steps=None):
-    """Returns True once the newest checkpoint in `model_dir` is at `max_steps` or past it; without
-    `max_steps` (a parameter server does not compute it), once the chief's results.json is of the
-    newest checkpoint."""
+    """Returns True once the newest checkpoint in `model_dir` is at `max_steps` or past it. A
+    parameter server does not compute `max_steps` (None): it reads the final step the chief recorded
+    before training (pipeline.progress), or, in a record without one, waits for the chief's
+    results.json of the newest checkpoint. Not results.json alone: the chief writes it only after
+    its test evaluation and export, long after its final checkpoint, and a chief that fails probes
+    meanwhile (slow to answer on a loaded machine) must not be taken for a lost one."""
     step = estimator_lib.latest_global_step(model_dir)
+    if max_steps is None:
+        max_steps = progress.final_step(model_dir)
     if max_steps is not None:
-        return step >= max_steps
+        return step >= max_steps > 0
     try:
         return step > 0 and results_lib.read_results(model_dir).get("global_step") == step
     except (OSError, ValueError):
