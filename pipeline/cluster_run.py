@@ -81,14 +81,18 @@ def watch_cluster(cluster, args, max_steps):
 
 def recheck_model_readiness_every(secs):
     """Makes a worker's session wait for the chief's variables recheck every `secs` seconds, not
-    every 30; returns None. TF 2.15's MonitoredTrainingSession gives a non-chief a
-    WorkerSessionCreator (tensorflow/python/training/monitored_session.py:555-560), whose
+    every 30; returns None. In TF 2.15 a distributed MonitoredTrainingSession gets its session
+    creator from the distribute coordinator (tensorflow/python/training/monitored_session.py:416):
+    where the strategy says this task does not initialize variables (ParameterServerStrategy's
+    experimental_should_init is its is_chief, distribute/parameter_server_strategy.py:666-667;
+    CollectiveAllReduceStrategy's is always True, collective_all_reduce_strategy.py:965-966), that is
+    a WorkerSessionCreator (distribute/distribute_coordinator.py:246-260), whose
     _get_session_manager builds a SessionManager with the default recovery_wait_secs=30
-    (monitored_session.py:700-711, session_manager.py:125); its wait_for_session sleeps that long
-    after each check that finds the variables not yet ready (session_manager.py:453-478), and
-    neither the Estimator nor RunConfig passes another value. So a worker started beside its chief
-    (launch_local_cluster.py, any scheduler) idled ~30 s before its first step. Each recheck opens a
-    session on the worker's own server and runs the ready ops: cheap. Only cluster tasks call this."""
+    (monitored_session.py:700-711, session_manager.py:125). Its wait_for_session sleeps that long
+    after each check that finds the variables not ready (session_manager.py:453-478), and neither
+    the Estimator nor RunConfig passes another value: a parameter-server worker started beside its
+    chief idled ~30 s. Each recheck opens a session and runs the ready ops: cheap. Only cluster
+    trainers that are not the chief call this."""
     from tensorflow.python.training import monitored_session  # noqa: PLC0415 - the class TF uses itself
     creator = monitored_session.WorkerSessionCreator
     creator.recheck_secs = secs

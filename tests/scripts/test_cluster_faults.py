@@ -16,6 +16,7 @@ from tests.conftest import ROOT
 
 TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
 TIMEOUT = 5  # --peer-timeout-secs in these tests: the least the flag takes, so the waits for a loss are short
+PS_STEPS = 400  # the parameter-server chain's final step
 BOUND = TIMEOUT + 25  # the timeout, a probe period and a loaded 2-core machine's slack
 
 
@@ -151,13 +152,13 @@ def test_multi_worker_mirrored_survivors_end_when_a_peer_is_lost_and_relaunches_
 def test_parameter_server_cluster_ends_when_a_ps_or_a_worker_is_lost_and_relaunches_finish(
         fashion_data_dir, tmp_path):
     tasks = cluster_tasks(workers=1, ps=1)
-    # Bigger steps: the chief trains alone while a worker starts, and must not finish meanwhile.
-    fl = flags(fashion_data_dir, tmp_path / "m", "parameter_server", max_steps=800, batch_size=256)
+    # Bigger steps: the final run must last long enough to show the worker's share of its steps.
+    fl = flags(fashion_data_dir, tmp_path / "m", "parameter_server", max_steps=PS_STEPS, batch_size=128)
     step = 0
     for run, victim in enumerate(["ps 0", "worker 0"]):
         step = lose_a_task(tasks, fl, tmp_path / f"run-{run}", victim, signal.SIGKILL, step,
-                           ("worker 0", r"step \d+/800"))
+                           ("worker 0", rf"step \d+/{PS_STEPS}"))
     relaunched = relaunch_finishes(tasks, fl, tmp_path / "last-run", resumed_from=step, exact=False)
     # The relaunched ps ended by itself once training finished: nothing was left to stop.
     assert "training finished and every trainer ended" in relaunched["ps 0"].text()
-    assert_worker_joined_promptly(relaunched["worker 0"], step, 800)
+    assert_worker_joined_promptly(relaunched["worker 0"], step, PS_STEPS)
