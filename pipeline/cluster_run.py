@@ -54,8 +54,8 @@ def training_finished(model_dir, max_steps=None):
 
 def watch_cluster(cluster, args, max_steps):
     """Starts the watches of this task of `cluster` (nothing on one machine); returns the training
-    hooks they need (and one logging the steps a trainer ran itself). A lost peer ends the task with cluster.peers.PEER_LOST_EXIT. `max_steps` is
-    the final step (None on a parameter server)."""
+    hooks they need, and a trainer's OwnStepsHook. A lost peer ends the task with
+    cluster.peers.PEER_LOST_EXIT. `max_steps` is the final step (None on a parameter server)."""
     if cluster is None:
         return []
     log_listening_ports(cluster, logging.getLogger(__name__))
