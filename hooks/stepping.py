@@ -1,4 +1,6 @@
-"""A base for hooks that label their figures with the global step."""
+"""A base for hooks that label their figures with the global step, and a hook counting a task's own steps."""
+import logging
+
 import tensorflow as tf
 from tensorflow.python.training import training_util
 
@@ -55,3 +57,32 @@ class StepCountingHook(tf.estimator.SessionRunHook):
             return results.get("fetched")
         self.global_step += 1
         return results
+
+
+class OwnStepsHook(StepCountingHook):
+    """Counts the steps this task runs itself and, when its session ends, logs
+
+        worker 0 ran 212 steps, from global step 31 to 803
+
+    Under asynchronous training (parameter servers) the trainers' shares of the global steps differ:
+    a worker that joined late has a small one."""
+
+    def __init__(self, label):
+        super().__init__()
+        self.label, self.steps, self.first_global_step = label, 0, None
+
+    def before_run(self, run_context):
+        return self.step_args()
+
+    def after_run(self, run_context, run_values):
+        self.count_step(run_values)
+        self.steps += 1
+        if self.first_global_step is None:
+            self.first_global_step = self.global_step
+
+    def end(self, session):
+        if self.steps:
+            logging.getLogger(__name__).info("%s ran %d steps, from global step %d to %d", self.label, self.steps,
+                                             self.first_global_step, self.global_step)
+        else:
+            logging.getLogger(__name__).info("%s ran no step", self.label)

@@ -12,8 +12,12 @@ from cluster.peers import PeerWatch
 from cluster.slurm import slurm_tf_config
 from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
+from hooks.stepping import OwnStepsHook
 from hooks.stop import SessionStartedHook
-from pipeline import estimator as estimator_lib, results as results_lib
+from pipeline import estimator as estimator_lib, progress, results as results_lib
+
+# How often a worker rechecks whether the chief has initialized (or restored) the variables.
+WORKER_READY_RECHECK_SECS = 1.0
 
 
 def resolve_cluster(args):
@@ -31,12 +35,17 @@ def resolve_cluster(args):
 
 
 def training_finished(model_dir, max_steps=None):
-    """Returns True once the newest checkpoint in `model_dir` is at `max_steps` or past it; without
-    `max_steps` (a parameter server does not compute it), once the chief's results.json is of the
-    newest checkpoint."""
+    """Returns True once the newest checkpoint in `model_dir` is at `max_steps` or past it. A
+    parameter server does not compute `max_steps` (None): it reads the final step the chief recorded
+    before training (pipeline.progress), or, in a record without one, waits for the chief's
+    results.json of the newest checkpoint. Not results.json alone: the chief writes it only after
+    its test evaluation and export, long after its final checkpoint, and a chief that fails probes
+    meanwhile (slow to answer on a loaded machine) must not be taken for a lost one."""
     step = estimator_lib.latest_global_step(model_dir)
+    if max_steps is None:
+        max_steps = progress.final_step(model_dir)
     if max_steps is not None:
-        return step >= max_steps
+        return step >= max_steps > 0
     try:
         return step > 0 and results_lib.read_results(model_dir).get("global_step") == step
     except (OSError, ValueError):
@@ -45,14 +54,16 @@ def training_finished(model_dir, max_steps=None):
 
 def watch_cluster(cluster, args, max_steps):
     """Starts the watches of this task of `cluster` (nothing on one machine); returns the training
-    hooks they need. A lost peer ends the task with cluster.peers.PEER_LOST_EXIT. `max_steps` is
-    the final step (None on a parameter server)."""
+    hooks they need, and a trainer's OwnStepsHook. A lost peer ends the task with
+    cluster.peers.PEER_LOST_EXIT. `max_steps` is the final step (None on a parameter server)."""
     if cluster is None:
         return []
     log_listening_ports(cluster, logging.getLogger(__name__))
     peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
                       finished=lambda: training_finished(args.model_dir, max_steps))
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
+    if cluster.trains and not cluster.is_chief:
+        recheck_model_readiness_every(WORKER_READY_RECHECK_SECS)
     if not cluster.trains:  # a ps serves, the evaluator reads checkpoints: no session to wait for
         peers.start()
         if cluster.task_type == "ps":
@@ -63,4 +74,33 @@ def watch_cluster(cluster, args, max_steps):
     def started():
         startup.started()
         peers.start()
-    return [SessionStartedHook(started)] if cluster.trains else []
+    if not cluster.trains:
+        return []
+    return [SessionStartedHook(started), OwnStepsHook(f"{cluster.task_type} {cluster.index}")]
+
+
+def recheck_model_readiness_every(secs):
+    """Makes a worker's session wait for the chief's variables recheck every `secs` seconds, not
+    every 30; returns None. In TF 2.15 a distributed MonitoredTrainingSession gets its session
+    creator from the distribute coordinator (tensorflow/python/training/monitored_session.py:416):
+    where the strategy says this task does not initialize variables (ParameterServerStrategy's
+    experimental_should_init is its is_chief, distribute/parameter_server_strategy.py:666-667;
+    CollectiveAllReduceStrategy's is always True, collective_all_reduce_strategy.py:965-966), that is
+    a WorkerSessionCreator (distribute/distribute_coordinator.py:246-260), whose
+    _get_session_manager builds a SessionManager with the default recovery_wait_secs=30
+    (monitored_session.py:700-711, session_manager.py:125). Its wait_for_session sleeps that long
+    after each check that finds the variables not ready (session_manager.py:453-478), and neither
+    the Estimator nor RunConfig passes another value: a parameter-server worker started beside its
+    chief idled ~30 s. Each recheck opens a session and runs the ready ops: cheap. Only cluster
+    trainers that are not the chief call this."""
+    from tensorflow.python.training import monitored_session  # noqa: PLC0415 - the class TF uses itself
+    creator = monitored_session.WorkerSessionCreator
+    creator.recheck_secs = secs
+    if getattr(creator, "_tf_get_session_manager", None) is None:
+        creator._tf_get_session_manager = creator._get_session_manager  # noqa: SLF001
+
+        def _get_session_manager(self):
+            manager = self._tf_get_session_manager()
+            manager._recovery_wait_secs = type(self).recheck_secs  # noqa: SLF001 - read by wait_for_session
+            return manager
+        creator._get_session_manager = _get_session_manager  # noqa: SLF001

@@ -81,6 +81,16 @@ def read(model_dir, task_name):
     return record
 
 
+def final_step(model_dir):
+    """Returns the global step the newest run recorded in `model_dir` trains to, or None (no record,
+    an unreadable one, or one of an earlier version, which kept no final step)."""
+    try:
+        with open(os.path.join(model_dir, PROGRESS_FILE)) as f:
+            return json.load(f)["runs"][-1].get("max_steps")
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
 def describe_data(synthetic, train_examples):
     """Returns the record's description of a run's training data."""
     return {"synthetic": bool(synthetic), "train_examples": int(train_examples)}

@@ -4,6 +4,7 @@ from tensorflow.python.training import training_util
 
 from cluster.launcher import free_ports
 from hooks.progress import ProgressHook
+from hooks.stepping import OwnStepsHook
 
 
 def test_hooks_read_the_global_step_that_other_workers_advance_on_a_parameter_server():
@@ -20,8 +21,9 @@ def test_hooks_read_the_global_step_that_other_workers_advance_on_a_parameter_se
                 train = tf.compat.v1.assign_add(step, 1)
             others = tf.compat.v1.assign_add(step, 10)  # another worker's 10 steps
         hook = ProgressHook(max_steps=100, global_batch_size=1, every_n_steps=5)
+        own = OwnStepsHook("worker 0")
         creator = tf.compat.v1.train.ChiefSessionCreator(master=worker.target)
-        with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=[hook]) as session, \
+        with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=[hook, own]) as session, \
                 tf.compat.v1.Session(worker.target) as other_worker:
             session.run(train)
             assert hook.asynchronous and hook.global_step == 1
@@ -29,6 +31,7 @@ def test_hooks_read_the_global_step_that_other_workers_advance_on_a_parameter_se
             session.run(train)
             session.run(train)
     assert hook.global_step == 13  # counting its own steps, it would say 3
+    assert (own.steps, own.first_global_step, own.global_step) == (3, 1, 13)  # its share: 3 of 13
     assert [line.split(" (")[0] for line in hook.lines] == ["step 12/100"]  # the first multiple of 5 passed
 
 

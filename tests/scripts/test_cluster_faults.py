@@ -16,6 +16,7 @@ from tests.conftest import ROOT
 
 TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
 TIMEOUT = 5  # --peer-timeout-secs in these tests: the least the flag takes, so the waits for a loss are short
+PS_STEPS = 400  # the parameter-server chain's final step
 BOUND = TIMEOUT + 25  # the timeout, a probe period and a loaded 2-core machine's slack
 
 
@@ -57,14 +58,17 @@ class Task:
 
 
 def start_cluster(tasks, flags, log_dir):
-    """Starts every task; under parameter_server the workers once the chief's session exists (a
-    worker that finds the variables not yet initialized rechecks only 30 s later)."""
+    """Starts every task; under parameter_server the chief last, once the workers listen: a worker
+    then checks for the chief's variables before they exist, and must recheck soon (TensorFlow's
+    own wait between checks is 30 s)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    first = [(label, c) for label, c in tasks if "parameter_server" not in flags or not label.startswith("worker")]
-    cluster = {label: Task(label, tf_config, flags, log_dir) for label, tf_config in first}
-    if len(first) < len(tasks):
-        cluster["chief"].wait_for(r"Saving checkpoints for \d+ ")
-        cluster.update({label: Task(label, c, flags, log_dir) for label, c in tasks if label not in cluster})
+    later = [(label, c) for label, c in tasks if "parameter_server" in flags and label == "chief"]
+    cluster = {label: Task(label, tf_config, flags, log_dir) for label, tf_config in tasks if (label, tf_config)
+               not in later}
+    for label in cluster:
+        if label.startswith("worker") and later:
+            cluster[label].wait_for(rf"{label} listens on ")
+    cluster.update({label: Task(label, c, flags, log_dir) for label, c in later})
     return cluster
 
 
@@ -104,6 +108,14 @@ def relaunch_finishes(tasks, fl, log_dir, resumed_from, exact=True):
     return relaunched
 
 
+def assert_worker_joined_promptly(worker, resumed_from, max_steps):
+    """Asserts that `worker`, started before its chief, ran a fair share of the steps from near the start."""
+    ran = re.search(r"worker 0 ran (\d+) steps, from global step (\d+) to", worker.text())
+    assert ran, worker.text()[-3000:]
+    left = max_steps - resumed_from
+    assert int(ran.group(2)) <= resumed_from + left // 4 and int(ran.group(1)) >= left // 8, ran.group(0)
+
+
 def lose_a_task(tasks, fl, log_dir, victim, how, resumed_from, ready):
     """Starts the cluster, waits for `ready` (a task label and a log pattern) past a checkpoint after
     `resumed_from`, sends `how` to `victim`, and asserts every other task ends as it must (ps tasks
@@ -140,12 +152,13 @@ def test_multi_worker_mirrored_survivors_end_when_a_peer_is_lost_and_relaunches_
 def test_parameter_server_cluster_ends_when_a_ps_or_a_worker_is_lost_and_relaunches_finish(
         fashion_data_dir, tmp_path):
     tasks = cluster_tasks(workers=1, ps=1)
-    # Bigger steps: the chief trains alone while a worker starts, and must not finish meanwhile.
-    fl = flags(fashion_data_dir, tmp_path / "m", "parameter_server", max_steps=800, batch_size=256)
+    # Bigger steps: the final run must last long enough to show the worker's share of its steps.
+    fl = flags(fashion_data_dir, tmp_path / "m", "parameter_server", max_steps=PS_STEPS, batch_size=128)
     step = 0
     for run, victim in enumerate(["ps 0", "worker 0"]):
         step = lose_a_task(tasks, fl, tmp_path / f"run-{run}", victim, signal.SIGKILL, step,
-                           ("worker 0", r"step \d+/800"))
+                           ("worker 0", rf"step \d+/{PS_STEPS}"))
     relaunched = relaunch_finishes(tasks, fl, tmp_path / "last-run", resumed_from=step, exact=False)
     # The relaunched ps ended by itself once training finished: nothing was left to stop.
     assert "training finished and every trainer ended" in relaunched["ps 0"].text()
+    assert_worker_joined_promptly(relaunched["worker 0"], step, PS_STEPS)

@@ -1,0 +1,91 @@
+"""The end of a parameter-server run as its ps sees it: the chief's final checkpoint is written, then
+the chief stops answering (its report, or its exit) before its results.json exists. Replayed in that
+order with a stand-in gRPC peer, so the ordering is deterministic."""
+import json
+import socket
+import threading
+
+import pytest
+
+from cluster.peers import PEER_LOST_EXIT, PeerWatch
+from cluster.tf_config import ClusterTask
+from pipeline.cluster_run import training_finished
+from pipeline.progress import PROGRESS_FILE
+
+
+class FakeServer:
+    """Answers the HTTP/2 preface with a SETTINGS frame header, as a TensorFlow server does, until closed."""
+
+    def __init__(self):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen()
+        self.address = f"127.0.0.1:{self.socket.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(64)
+                connection.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+
+    def close(self):
+        self.socket.close()  # connections are refused from now on
+
+
+class RecordingWatch(PeerWatch):
+    """A PeerWatch whose exit is recorded, not taken."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.exited, self.code, self.line = threading.Event(), None, None
+
+    def _exit(self, code, line):
+        self.code, self.line = code, line() if callable(line) else line
+        self.exited.set()
+        threading.Event().wait()  # as a real exit, never returns (a daemon thread, left asleep)
+
+
+def write_checkpoint(model_dir, step, final_step):
+    (model_dir / f"model.ckpt-{step}.index").write_bytes(b"")
+    (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "model.ckpt-{step}"\n')
+    (model_dir / PROGRESS_FILE).write_text(json.dumps({"task": "fashion", "runs": [
+        {"start_step": 0, "images_at_start": 0, "global_batch": 256, "max_steps": final_step}]}))
+
+
+@pytest.mark.parametrize("checkpoint_step, expected_code", [(801, 0), (780, PEER_LOST_EXIT)])
+def test_a_ps_ends_0_when_the_chief_goes_after_its_final_checkpoint_and_200_before_it(
+        tmp_path, checkpoint_step, expected_code):
+    chief, worker = FakeServer(), FakeServer()
+    cluster = ClusterTask("ps", 0, 2, {"chief": [chief.address], "worker": [worker.address], "ps": ["127.0.0.1:1"]})
+    write_checkpoint(tmp_path, checkpoint_step, final_step=800)
+    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2,  # probes every 0.5 s
+                           finished=lambda: training_finished(str(tmp_path))).start()
+    try:
+        while not all(watch._seen.values()):  # noqa: SLF001 - both peers answered once
+            threading.Event().wait(0.05)
+        worker.close()  # the worker ends first at the end of training, and the chief next,
+        chief.close()  # before its results.json exists (the old test of the end: never true here)
+        assert watch.exited.wait(30), "the watch never ended the ps"
+    finally:
+        chief.close()
+        worker.close()
+    assert not (tmp_path / "results.json").exists()
+    assert watch.code == expected_code, watch.line
+    if expected_code:
+        assert "lost worker 0" in watch.line or "lost chief 0" in watch.line
+    else:
+        assert "training finished and every trainer ended" in watch.line
+
+
+def test_training_is_finished_at_the_recorded_final_step_or_past_it(tmp_path):
+    assert not training_finished(str(tmp_path))  # nothing yet
+    write_checkpoint(tmp_path, 800, final_step=800)
+    assert training_finished(str(tmp_path)) and training_finished(str(tmp_path), max_steps=800)
+    assert not training_finished(str(tmp_path), max_steps=1000)
+    write_checkpoint(tmp_path, 801, final_step=1000)  # a resumed run to 1000 recorded its final step
+    assert not training_finished(str(tmp_path))
