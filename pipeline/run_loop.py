@@ -8,8 +8,8 @@ import os
 import tensorflow as tf
 
 from models.optimizers import precision
-from pipeline import estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, roles, \
-    validation as validation_lib
+from pipeline import determinism, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, \
+    progress, roles, validation as validation_lib
 from pipeline.cluster_run import resolve_cluster, watch_cluster
 from pipeline.errors import UsageError
 from pipeline.logs import configure_logging
@@ -43,7 +43,8 @@ def run(task, args):
 def _run(task, args, cluster, chief, stop):
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
-    setup = RunSetup(task, args, cluster, chief, build_plan(args, cluster))
+    seed_defaulted = determinism.enable(args)  # before any graph is built
+    setup = RunSetup(task, args, cluster, chief, build_plan(args, cluster), seed_defaulted=seed_defaulted)
     if cluster is not None and cluster.task_type == "ps":
         watch_cluster(cluster, args, max_steps=None)
         return roles.run_parameter_server(setup)

@@ -61,12 +61,13 @@ def prepare_data(args, batch_size):
                                              CHANNELS)
              for split in ("train", "test")}
 
-    def make(split, training):
+    def make(split, training, skip=0):
         return image_folder.make_input_fn(image_folder.ImageFolderConfig(
             retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES, size, batch_size, training,
             scan=scans[split], on_bad_image=args.on_bad_image, channels=CHANNELS,
             fast_decode=args.decode == "reduced", cache=args.cache if training else None,
-            shuffle_buffer=args.shuffle_buffer, feature_key=FEATURE_KEY, seed=args.seed, file_key=FILE_KEY))
+            shuffle_buffer=args.shuffle_buffer, feature_key=FEATURE_KEY, seed=args.seed, file_key=FILE_KEY,
+            skip=skip))
 
     train_input_fn, eval_input_fn = make("train", True), make("test", False)
     skipped = scans["train"].bad_files + scans["test"].bad_files
@@ -77,7 +78,8 @@ def prepare_data(args, batch_size):
                     train_class_counts=list(scans["train"].class_counts().values()),
                     serving_input_fn=serving,
                     report={"data_root": root, "skipped_files": skipped,
-                            "skipped_file_problems": problems})
+                            "skipped_file_problems": problems},
+                    train_input_at=lambda skip: make("train", True, skip))
 
 
 def read_records_manifest(records_dir):
@@ -92,16 +94,17 @@ def _records_data(args, batch_size, size, serving):
                              f"pass --image-size {manifest['image_shape'][0]} or prepare them again")
     splits = manifest["splits"]
 
-    def make(split, training):
+    def make(split, training, skip=0):
         return records.make_image_records_input_fn(splits[split]["pattern"], size + (CHANNELS,),
                                                    len(retinal_oct.CLASS_NAMES), batch_size, training,
-                                                   FEATURE_KEY, seed=args.seed)
+                                                   FEATURE_KEY, seed=args.seed, skip=skip)
 
     return TaskData(make("train", True), make("test", False), splits["train"]["count"],
                     splits["test"]["count"], "real (prepared shards)", class_names=retinal_oct.CLASS_NAMES,
                     eval_labels=splits["test"]["labels_in_order"],
                     train_class_counts=splits["train"]["class_counts"], serving_input_fn=serving,
-                    report={"records_dir": args.records_dir})
+                    report={"records_dir": args.records_dir},
+                    train_input_at=lambda skip: make("train", True, skip))
 
 
 def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shards=(16, 2), seed=0):
