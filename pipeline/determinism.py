@@ -12,23 +12,32 @@ once and hands each step's N replicas N consecutive per-replica batches). A resu
 images trained at its checkpoint (pipeline.progress), before decoding, so its batches are those of a
 run that never stopped.
 """
+import contextlib
 import logging
 
 import tensorflow as tf
+from tensorflow.python.framework import config as tf_config  # TF 2.15 exports neither is_.. nor disable_..
 
 log = logging.getLogger(__name__)
 
 
-def enable(args):
-    """Turns op determinism on when `args.deterministic`, giving `args` seed 0 when no --seed was given
-    (before any graph is built); returns whether the seed was defaulted so."""
+@contextlib.contextmanager
+def turned_on(args):
+    """With `args.deterministic`, turns op determinism on (to enter before any graph is built) until
+    the context ends, and gives `args` seed 0 when no --seed was given; yields whether it did."""
     if not args.deterministic:
-        return False
+        yield False
+        return
     defaulted = args.seed is None
     if defaulted:
         args.seed = 0
+    was_on = tf_config.is_op_determinism_enabled()
     tf.config.experimental.enable_op_determinism()
-    return defaulted
+    try:
+        yield defaulted
+    finally:
+        if not was_on:  # an in-process caller's later runs are its own
+            tf_config.disable_op_determinism()
 
 
 def header_line(setup):

@@ -36,14 +36,13 @@ def run(task, args):
     cluster = resolve_cluster(args)
     chief = cluster is None or cluster.is_chief
     with StopSignals() as stop, (model_dir_lib.locked(args.model_dir) if chief else contextlib.nullcontext()), \
-            precision(args.precision):
-        return _run(task, args, cluster, chief, stop)
+            precision(args.precision), determinism.turned_on(args) as seed_defaulted:
+        return _run(task, args, cluster, chief, stop, seed_defaulted)
 
 
-def _run(task, args, cluster, chief, stop):
+def _run(task, args, cluster, chief, stop, seed_defaulted=False):
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
-    seed_defaulted = determinism.enable(args)  # before any graph is built
     setup = RunSetup(task, args, cluster, chief, build_plan(args, cluster), seed_defaulted=seed_defaulted)
     if cluster is not None and cluster.task_type == "ps":
         watch_cluster(cluster, args, max_steps=None)
