@@ -23,7 +23,7 @@ def assert_bitwise_equal(dir_a, dir_b, step):
     a, b = checkpoint_tensors(dir_a, step), checkpoint_tensors(dir_b, step)
     assert a.keys() == b.keys() and len(a) > 5
     differing = [name for name in a if a[name] != b[name]]
-    assert not differing, f"tensors differing at step {step}: {differing}"
+    assert not differing, f"{len(differing)} tensors differ at step {step}, e.g. {differing[:2]}"
 
 
 def train(data_dir, model_dir, *flags):
