@@ -13,12 +13,9 @@ images trained at its checkpoint (pipeline.progress), before decoding, so its ba
 run that never stopped.
 """
 import contextlib
-import logging
 
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config  # TF 2.15 exports neither is_.. nor disable_..
-
-log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
