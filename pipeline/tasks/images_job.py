@@ -200,6 +200,7 @@ def prepare_data(args, batch_size):
         report["validation_files"] = os.path.abspath(os.path.join(args.model_dir, VALIDATION_FILES))
     if args.class_weight == "balanced":
         report["class_weights"] = balanced_class_weights(data.train_class_counts())
+
     def train_input_at(skip=0):
         read_train = make("train", True, skip)
 
