@@ -46,3 +46,10 @@ def pipeline_files(file_pattern, num_files, input_context=None, training=True, s
     if training:
         files = files.shuffle(num_files // pipelines + 1, seed=seed, reshuffle_each_iteration=reshuffle_each_epoch)
     return files
+
+
+def skip_examples(dataset, examples, input_context=None):
+    """Returns `dataset` (a training stream, repeated) without its first examples: this pipeline's share
+    of the `examples` all pipelines together have already consumed (all of them with one pipeline)."""
+    share = examples // num_pipelines(input_context)
+    return dataset.skip(share) if share else dataset

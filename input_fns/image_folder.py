@@ -24,6 +24,7 @@ class ImageFolderConfig:
     shuffle_buffer: int = 2048  # with a cache: images shuffled anew each epoch after it
     feature_key: str = FEATURE_KEY
     seed: Optional[int] = None
+    skip: int = 0  # training: examples of the stream already trained (see image_list.ImageListConfig)
     file_key: Optional[str] = None  # evaluation: also yield each image's path under this feature
 
 
@@ -42,4 +43,4 @@ def make_input_fn(config):
         files, labels, len(config.class_names), config.image_size, config.channels, config.batch_size,
         config.training, config.feature_key, config.seed, config.fast_decode, config.cache,
         {"pattern": config.file_pattern, "files_fingerprint": scan.fingerprint, "skipped": scan.bad_files},
-        config.shuffle_buffer, config.file_key))
+        config.shuffle_buffer, config.file_key, config.skip))

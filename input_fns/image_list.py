@@ -2,8 +2,10 @@
 class_folders, or the files of a pattern's scan, see image_folder).
 
 The pipeline: the (file, label) pairs in list order -> this input pipeline's shard (every n-th
-pair) -> for training, shuffled as a whole -> parallel map (read, decode any of JPEG, PNG, BMP,
-GIF, resize) -> optional cache -> for training, repeated -> batch -> one-hot labels -> prefetch.
+pair) -> for training, shuffled as a whole (and without a cache, repeated) -> parallel map (read,
+decode any of JPEG, PNG, BMP, GIF, resize) -> optional cache (for training shuffled and repeated
+after it) -> batch -> one-hot labels -> prefetch. A training input's first `skip` examples are left
+out before decoding (after the cache: its first epoch is decoded anyway, to fill it).
 Images stay uint8: float conversion and preprocessing belong to the model.
 """
 import dataclasses
@@ -15,7 +17,7 @@ from acquisition.errors import InputDataError
 from input_fns import FEATURE_KEY
 from input_fns.cache import prepare_cache_file
 from input_fns.decode import decode_and_resize
-from input_fns.files import num_pipelines, pipeline_id
+from input_fns.files import num_pipelines, pipeline_id, skip_examples
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -40,6 +42,7 @@ class ImageListConfig:
     cache_key: Optional[dict] = None
     shuffle_buffer: int = 2048  # with a cache: images shuffled anew each epoch after it
     file_key: Optional[str] = None  # evaluation: also yield each image's path under this feature
+    skip: int = 0  # training: examples of the stream already trained (a resumed deterministic run's position)
 
 
 def make_input_fn(config):
@@ -76,6 +79,8 @@ def make_input_fn(config):
             features = {c.feature_key: images[0], c.file_key: images[1]} if with_paths else {c.feature_key: images}
             return features, tf.one_hot(labels, c.num_classes)
 
+        if c.training and c.cache is None:
+            pairs = skip_examples(pairs.repeat(), c.skip, input_context)
         images = pairs.map(load, num_parallel_calls=AUTOTUNE, deterministic=not c.training)
         if c.cache is not None:
             images = images.cache(c.cache and prepare_cache_file(c.cache, "images", {
@@ -83,9 +88,7 @@ def make_input_fn(config):
                 "image_size": list(c.image_size), "channels": c.channels,
                 "decode": "reduced" if c.fast_decode else "full", "training": c.training}))
             if c.training:
-                images = images.shuffle(c.shuffle_buffer, seed=c.seed)
-        if c.training:
-            images = images.repeat()
+                images = skip_examples(images.shuffle(c.shuffle_buffer, seed=c.seed).repeat(), c.skip, input_context)
         batches = images.batch(c.batch_size, drop_remainder=c.training)
         return batches.map(finish, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 

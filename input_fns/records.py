@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from acquisition.shards import IMAGE_EXAMPLE_SPEC
 from acquisition.image_checks import matching_files
-from input_fns.files import pipeline_files
+from input_fns.files import pipeline_files, skip_examples
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -23,7 +23,7 @@ def parse_image_examples(serialized, image_shape):
 
 
 def make_image_records_input_fn(file_pattern, image_shape, num_classes, batch_size, training,
-                                feature_key, seed=None, scale=False, cache_in_memory=False):
+                                feature_key, seed=None, scale=False, cache_in_memory=False, skip=0):
     """Returns an Estimator input_fn over image shards written by acquisition.shards: batches of
     ({feature_key: images [batch, *image_shape]}, one-hot float32 labels [batch, num_classes]).
 
@@ -36,11 +36,11 @@ def make_image_records_input_fn(file_pattern, image_shape, num_classes, batch_si
         return {feature_key: images}, tf.one_hot(labels, num_classes, dtype=tf.float32)
 
     return make_record_input_fn(file_pattern, parse, batch_size, training, seed=seed,
-                                cache_in_memory=cache_in_memory)
+                                cache_in_memory=cache_in_memory, skip=skip)
 
 
 def make_record_input_fn(file_pattern, parse_batch_fn, batch_size, training,
-                         shuffle_buffer=5000, seed=None, cache_in_memory=False):
+                         shuffle_buffer=5000, seed=None, cache_in_memory=False, skip=0):
     """Returns an Estimator input_fn(input_context=None) over the TFRecords matching `file_pattern`.
 
     `parse_batch_fn` maps a batch (a vector) of serialized records to batched
@@ -51,7 +51,8 @@ def make_record_input_fn(file_pattern, parse_batch_fn, batch_size, training,
     (an uneven last batch stalls MirroredStrategy); the shards are written in a
     shuffled order, so classes mix from the first batch. Evaluation input is
     read once, in file order, keeping the last partial batch. `batch_size` is
-    the batch one replica takes per step.
+    the batch one replica takes per step. Training input can start `skip` examples into its
+    stream (a resumed deterministic run's position), skipped as records, before parsing.
     """
     num_files = len(matching_files(file_pattern))  # fail before the Estimator starts, not inside its graph
 
@@ -66,7 +67,7 @@ def make_record_input_fn(file_pattern, parse_batch_fn, batch_size, training,
         if cache_in_memory:
             dataset = dataset.cache()
         if training:
-            dataset = dataset.shuffle(shuffle_buffer, seed=seed).repeat()
+            dataset = skip_examples(dataset.shuffle(shuffle_buffer, seed=seed).repeat(), skip, input_context)
         dataset = dataset.batch(batch_size, drop_remainder=training)
         dataset = dataset.map(parse_batch_fn, num_parallel_calls=AUTOTUNE)
         return dataset.prefetch(AUTOTUNE)

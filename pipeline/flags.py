@@ -206,6 +206,10 @@ def build_parser(task):
                             "for large global batches)")
     train.add_argument("--seed", type=int_in_range(0, 2 ** 31 - 1), default=None,
                        help="random seed for weights, shuffling and --augment's draws (0 for those without it)")
+    train.add_argument("--deterministic", action="store_true",
+                       help="reproduce the run bit for bit from --seed (0 without it): TensorFlow's op determinism, "
+                            "a deterministic input order, and a resumed run's input going on where its checkpoint "
+                            "stood (slower: see docs/benchmarks.md)")
     train.add_argument("--augment", type=augment_list(task.augment_defaults, task.augment_forbidden),
                        default="none", metavar="none|TRANSFORM[=VALUE],...",
                        help="random transforms of each training batch, never of evaluation or the export: "

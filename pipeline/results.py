@@ -62,6 +62,8 @@ class RunResults:
     stopped_because: str = "max_steps"
     eval_step: Optional[int] = None
     validation_seconds: float = 0.0
+    deterministic: bool = False  # --deterministic: op determinism, and `seed` for every random source
+    seed: Optional[int] = None  # --seed, or 0 for --deterministic without it
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_dict(self):

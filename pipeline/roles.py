@@ -168,4 +168,4 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation):
         checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
         eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
         eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
-        eval_step=int(evaluation["global_step"]))
+        eval_step=int(evaluation["global_step"]), deterministic=args.deterministic, seed=args.seed)

@@ -8,8 +8,8 @@ import os
 import tensorflow as tf
 
 from models.optimizers import precision
-from pipeline import estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, roles, \
-    validation as validation_lib
+from pipeline import determinism, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, \
+    progress, roles, validation as validation_lib
 from pipeline.cluster_run import resolve_cluster, watch_cluster
 from pipeline.errors import UsageError
 from pipeline.logs import configure_logging
@@ -36,14 +36,14 @@ def run(task, args):
     cluster = resolve_cluster(args)
     chief = cluster is None or cluster.is_chief
     with StopSignals() as stop, (model_dir_lib.locked(args.model_dir) if chief else contextlib.nullcontext()), \
-            precision(args.precision):
-        return _run(task, args, cluster, chief, stop)
+            precision(args.precision), determinism.turned_on(args) as seed_defaulted:
+        return _run(task, args, cluster, chief, stop, seed_defaulted)
 
 
-def _run(task, args, cluster, chief, stop):
+def _run(task, args, cluster, chief, stop, seed_defaulted=False):
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
-    setup = RunSetup(task, args, cluster, chief, build_plan(args, cluster))
+    setup = RunSetup(task, args, cluster, chief, build_plan(args, cluster), seed_defaulted=seed_defaulted)
     if cluster is not None and cluster.task_type == "ps":
         watch_cluster(cluster, args, max_steps=None)
         return roles.run_parameter_server(setup)

@@ -9,7 +9,8 @@ from typing import Optional
 import tensorflow as tf
 
 from models.learning_rate import ScheduledRate
-from pipeline import batching, estimator as estimator_lib, model_dir as model_dir_lib, progress, test_report
+from pipeline import batching, determinism, estimator as estimator_lib, model_dir as model_dir_lib, progress, \
+    test_report
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
@@ -34,6 +35,7 @@ class RunSetup:
     start_step: int = 0
     steps: object = None  # progress.Plan
     schedule: object = None  # ScheduledRate
+    seed_defaulted: bool = False  # --deterministic without --seed: seed 0
 
     @property
     def max_steps(self):
@@ -83,6 +85,7 @@ def prepare_run(setup):
     setup.steps = progress.plan(setup.record.segments, setup.start_step, setup.global_batch,
                                 data.num_train_examples, epochs=None if args.max_steps else args.epochs,
                                 max_steps=args.max_steps)
+    determinism.position_input(setup)
     setup.schedule = ScheduledRate(
         setup.learning_rate, setup.steps.images_at_end, args.lr_schedule,
         round(args.warm_up_epochs * data.num_train_examples), images_per_step=setup.global_batch,

@@ -45,6 +45,9 @@ class TaskData:
     num_validation_examples: int = 0
     # The training recipe the task chose for this data, and why (the run header shows it); None for the flags'.
     recipe: Optional[str] = None
+    # A function of n returning the training input_fn that starts n examples into its seeded stream
+    # (skipped before decoding): where a resumed --deterministic run goes on. None: the input cannot.
+    train_input_at: Optional[Callable] = None
 
 
 @dataclasses.dataclass

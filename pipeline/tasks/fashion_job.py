@@ -1,5 +1,6 @@
 """The Fashion-MNIST job's data and model: the dataset (downloaded, or the shipped sample when
 that fails), converted to TFRecord shards, and the design's CNN. Its command line: fashion.py."""
+import functools
 import logging
 import os
 
@@ -41,14 +42,15 @@ def prepare_data(args, batch_size):
     splits = fashion_mnist.prepare_shards(data_dir, args.cache_dir)
     if args.validation_fraction:
         return _with_validation(args, batch_size, data_dir, splits, source, recipe, report)
+    train_at = functools.partial(fashion_input.make_input_fn, splits["train"]["pattern"], batch_size, True,
+                                 FEATURE_KEY, args.seed)
     return TaskData(
-        fashion_input.make_input_fn(splits["train"]["pattern"], batch_size, training=True,
-                                   feature_key=FEATURE_KEY, seed=args.seed),
+        train_at(),
         fashion_input.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
                                    feature_key=FEATURE_KEY),
         splits["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
         train_class_counts=splits["train"]["class_counts"], recipe=recipe,
-        report=report)
+        report=report, train_input_at=train_at)
 
 
 def _with_validation(args, batch_size, data_dir, splits, source, recipe, report):
@@ -58,11 +60,13 @@ def _with_validation(args, batch_size, data_dir, splits, source, recipe, report)
     def make(pattern, training):
         return fashion_input.make_input_fn(pattern, batch_size, training=training, feature_key=FEATURE_KEY,
                                            seed=args.seed if training else None)
-    return TaskData(make(held["train"]["pattern"], True), make(splits["test"]["pattern"], False),
+    train_at = functools.partial(fashion_input.make_input_fn, held["train"]["pattern"], batch_size, True,
+                                 FEATURE_KEY, args.seed)
+    return TaskData(train_at(), make(splits["test"]["pattern"], False),
                     held["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
                     train_class_counts=held["train"]["class_counts"], recipe=recipe, report=report,
                     validation_input_fn=make(held["validation"]["pattern"], False),
-                    num_validation_examples=held["validation"]["count"])
+                    num_validation_examples=held["validation"]["count"], train_input_at=train_at)
 
 
 def apply_sample_recipe(args):

@@ -186,11 +186,11 @@ def prepare_data(args, batch_size):
                         "synthetic", class_names=names, serving_input_fn=_serving(size, channels))
     data = load_dataset(args)
 
-    def make(split, training):
+    def make(split, training, skip=0):
         files, labels = data.splits[split]
         return image_list.make_input_fn(image_list.ImageListConfig(
             files, labels, len(data.class_names), size, data.channels, batch_size, training,
-            feature_key=FEATURE_KEY, seed=args.seed))
+            feature_key=FEATURE_KEY, seed=args.seed, skip=skip))
 
     report = dict(data.report)
     held_out = split_off_validation(args, data)
@@ -199,20 +199,24 @@ def prepare_data(args, batch_size):
         report["validation_files"] = os.path.abspath(os.path.join(args.model_dir, VALIDATION_FILES))
     if args.class_weight == "balanced":
         report["class_weights"] = balanced_class_weights(data.train_class_counts())
-    read_train = make("train", True)
 
-    def train_input_fn(input_context=None):  # the Estimator calls it once every check before training passed
-        data.save_split()
-        if held_out:
-            write_validation_files(args.model_dir, held_out["validation"][0])
-        return read_train(input_context)
+    def train_input_at(skip=0):
+        read_train = make("train", True, skip)
 
-    return TaskData(train_input_fn, make("test", False), len(data.splits["train"][0]),
+        def train_input_fn(input_context=None):  # the Estimator calls it once every check before training passed
+            data.save_split()
+            if held_out:
+                write_validation_files(args.model_dir, held_out["validation"][0])
+            return read_train(input_context)
+        return train_input_fn
+
+    return TaskData(train_input_at(), make("test", False), len(data.splits["train"][0]),
                     len(data.splits["test"][0]), "real", class_names=data.class_names,
                     eval_labels=data.splits["test"][1], train_class_counts=data.train_class_counts(),
                     serving_input_fn=_serving(size, data.channels), report=report,
                     validation_input_fn=make("validation", False) if held_out else None,
-                    num_validation_examples=len(held_out["validation"][0]) if held_out else 0)
+                    num_validation_examples=len(held_out["validation"][0]) if held_out else 0,
+                    train_input_at=train_input_at)
 
 
 def split_off_validation(args, data):

@@ -84,29 +84,34 @@ def _folder_data(args, batch_size, size, serving):
         cache_key["validation"] = [args.validation_fraction, VALIDATION_SEED, args.validation_dir]
         report["validation_files"] = os.path.abspath(os.path.join(args.model_dir, VALIDATION_FILES))
 
-    def make(files, labels, training):
+    def make(files, labels, training, skip=0):
         return image_list.make_input_fn(image_list.ImageListConfig(
             files, labels, len(retinal_oct.CLASS_NAMES), size, CHANNELS, batch_size, training,
             feature_key=FEATURE_KEY, seed=args.seed, fast_decode=args.decode == "reduced",
-            cache=args.cache if training else None, cache_key=cache_key, shuffle_buffer=args.shuffle_buffer))
-    read_train = make(*train, True)
+            cache=args.cache if training else None, cache_key=cache_key, shuffle_buffer=args.shuffle_buffer,
+            skip=skip))
 
-    def train_input_fn(input_context=None):  # the Estimator calls it once every check before training passed
-        if held_out:
-            write_validation_files(args.model_dir, held_out["validation"][0])
-        return read_train(input_context)
+    def train_input_at(skip=0):
+        read_train = make(*train, True, skip)
+
+        def train_input_fn(input_context=None):  # the Estimator calls it once every check before training passed
+            if held_out:
+                write_validation_files(args.model_dir, held_out["validation"][0])
+            return read_train(input_context)
+        return train_input_fn
 
     eval_input_fn = image_folder.make_input_fn(image_folder.ImageFolderConfig(
         retinal_oct.split_pattern(root, "test"), retinal_oct.CLASS_NAMES, size, batch_size, False,
         scan=scans["test"], on_bad_image=args.on_bad_image, channels=CHANNELS,
         fast_decode=args.decode == "reduced", feature_key=FEATURE_KEY, seed=args.seed, file_key=FILE_KEY))
     _, test_labels = scans["test"].good()
-    return TaskData(train_input_fn, eval_input_fn, len(train[0]), len(test_labels), "real",
+    return TaskData(train_input_at(), eval_input_fn, len(train[0]), len(test_labels), "real",
                     class_names=retinal_oct.CLASS_NAMES, eval_labels=test_labels,
                     train_class_counts=[collections.Counter(train[1])[i] for i in range(len(retinal_oct.CLASS_NAMES))],
                     serving_input_fn=serving, report=report,
                     validation_input_fn=make(*held_out["validation"], False) if held_out else None,
-                    num_validation_examples=len(held_out["validation"][0]) if held_out else 0)
+                    num_validation_examples=len(held_out["validation"][0]) if held_out else 0,
+                    train_input_at=train_input_at)
 
 
 def split_off_validation(args, files, labels):
@@ -142,16 +147,17 @@ def _records_data(args, batch_size, size, serving):
                              f"pass --image-size {manifest['image_shape'][0]} or prepare them again")
     splits = manifest["splits"]
 
-    def make(split, training):
+    def make(split, training, skip=0):
         return records.make_image_records_input_fn(splits[split]["pattern"], size + (CHANNELS,),
                                                    len(retinal_oct.CLASS_NAMES), batch_size, training,
-                                                   FEATURE_KEY, seed=args.seed)
+                                                   FEATURE_KEY, seed=args.seed, skip=skip)
 
     return TaskData(make("train", True), make("test", False), splits["train"]["count"],
                     splits["test"]["count"], "real (prepared shards)", class_names=retinal_oct.CLASS_NAMES,
                     eval_labels=splits["test"]["labels_in_order"],
                     train_class_counts=splits["train"]["class_counts"], serving_input_fn=serving,
-                    report={"records_dir": args.records_dir})
+                    report={"records_dir": args.records_dir},
+                    train_input_at=lambda skip: make("train", True, skip))
 
 
 def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shards=(16, 2), seed=0):

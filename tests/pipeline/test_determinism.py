@@ -1,0 +1,56 @@
+"""--deterministic: the same seed gives bitwise-equal checkpoints, on 1 replica and on 2, with
+--augment, and across a resume (the resumed input goes on where its checkpoint stood)."""
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import config as tf_config
+
+from pipeline.cli import train_main
+from pipeline.tasks.fashion import TASK
+
+
+def checkpoint_tensors(model_dir, step):
+    """Returns {name: bytes} of every tensor in the model dir's checkpoint of `step` (not the
+    serialized object graph, metadata that is no trained value)."""
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, f"model.ckpt-{step}"))
+    return {name: np.asarray(reader.get_tensor(name)).tobytes() for name in reader.get_variable_to_shape_map()
+            if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def assert_bitwise_equal(dir_a, dir_b, step):
+    a, b = checkpoint_tensors(dir_a, step), checkpoint_tensors(dir_b, step)
+    assert a.keys() == b.keys() and len(a) > 5
+    differing = [name for name in a if a[name] != b[name]]
+    assert not differing, f"{len(differing)} tensors differ at step {step}, e.g. {differing[:2]}"
+
+
+def train(data_dir, model_dir, *flags):
+    assert train_main(TASK, ["--data-dir", data_dir, "--model-dir", str(model_dir), "--batch-size", "16",
+                             "--deterministic", "--warm-up-steps", "0", "--log-steps", "100", *flags]) == 0
+
+
+def test_a_run_stopped_at_step_20_and_resumed_equals_a_straight_run(fashion_data_dir, tmp_path, capsys):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    common = ["--seed", "7", "--checkpoint-steps", "20"]
+    train(fashion_data_dir, straight, *common, "--max-steps", "40")
+    train(fashion_data_dir, resumed, *common, "--max-steps", "20")
+    assert_bitwise_equal(straight, resumed, 20)  # two runs of the same seed
+    capsys.readouterr()
+    train(fashion_data_dir, resumed, *common, "--max-steps", "40")  # 40 x 16 images: not a whole epoch of 800
+    assert "input going on after the 320 images trained" in capsys.readouterr().out
+    assert_bitwise_equal(straight, resumed, 40)
+    results = json.loads((resumed / "results.json").read_text())
+    assert results["deterministic"] is True and results["seed"] == 7
+    assert not tf_config.is_op_determinism_enabled()  # off again after the in-process run
+
+
+def test_two_augmented_runs_on_2_replicas_are_bitwise_equal(fashion_data_dir, tmp_path, capsys):
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for model_dir in runs:
+        train(fashion_data_dir, model_dir, "--cpu-replicas", "2", "--augment", "flip,rotate", "--max-steps", "6",
+              "--validation-fraction", "0")  # no evaluation during training: a 2-replica run is slow enough
+    assert "determinism:   on, seed 0 (no --seed given)" in capsys.readouterr().out
+    assert_bitwise_equal(*runs, 6)
+    assert json.loads((runs[0] / "results.json").read_text())["seed"] == 0
