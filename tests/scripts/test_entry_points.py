@@ -35,6 +35,7 @@ BAD_FLAGS = {
     "make_fashion_sample.py": ["--out", "x", "--train", "none"],
     "make_oct_sample.py": ["--out", "x", "--test-per-class", "0"],
     "probe_peak.py": ["--precision", "fp64"],
+    "compare_runs.py": ["--csv"],  # no DIR
 }
 
 
