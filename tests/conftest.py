@@ -38,6 +38,15 @@ def assert_clean_failure(result, *fragments):
     return last
 
 
+def alive(pid):
+    """Returns whether process `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def pytest_configure(config):
     # TF 2.15 and Keras warn about their own TF 1 code paths the Estimator uses.
     for module in ("keras", "tensorflow", "tensorflow_estimator"):

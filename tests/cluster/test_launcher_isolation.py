@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cluster.isolation import NO_ISOLATION_VARIABLE, interfaces, namespace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, alive
 
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local_cluster.py")
 # A stand-in task: says where it runs, then, on SIGTERM, writes STOPPED-<pid> into the folder it
@@ -51,14 +51,6 @@ def wait_ready(launcher, tasks):
         if sum(line.endswith("] ready\n") for line in lines) == tasks:
             return lines, pids
     raise AssertionError("".join(lines) + launcher.stderr.read())
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_the_tasks_share_one_network_namespace_whose_only_interface_is_lo(tmp_path):

@@ -11,7 +11,7 @@ import time
 import tensorflow as tf
 
 from cluster.isolation import interfaces, listening_sockets, namespace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, alive
 
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local_cluster.py")
 TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
@@ -39,14 +39,6 @@ def start_training(model_dir, workers=1):
             assert sum(" listens on " in line for line in lines) == 1 + workers, "".join(lines)
             return launcher, lines, pids
     raise AssertionError("the cluster ended before training: " + "".join(lines)[-3000:])
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def assert_all_end_within_60_s(pids):
