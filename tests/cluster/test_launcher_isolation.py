@@ -2,9 +2,11 @@
 needs --allow-network, and stop signals passed on to every task (real processes and signals)."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -121,8 +123,18 @@ def test_parameter_servers_and_the_evaluator_are_stopped_once_the_trainers_have_
 def test_without_root_the_namespace_is_made_inside_a_user_namespace_that_maps_the_user_to_itself():
     if os.getuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
         pytest.skip("needs root and setpriv to become an unprivileged user")
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import os; from cluster.isolation import isolate_network, interfaces; "
-             "print(isolate_network(), interfaces(), open('/proc/self/uid_map').read().split(), os.getuid())")
-    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                             sys.executable, "-c", probe, ROOT], capture_output=True, text=True, timeout=60)
+    # The unprivileged user may not read the checkout (CI clones into a private temporary folder):
+    # it imports the module from a copy it can read.
+    readable = tempfile.mkdtemp(prefix="isolation-")
+    try:
+        os.chmod(readable, 0o755)
+        shutil.copy(os.path.join(ROOT, "cluster", "isolation.py"), readable)
+        os.chmod(os.path.join(readable, "isolation.py"), 0o644)
+        probe = ("import sys; sys.path.insert(0, sys.argv[1]); import os; "
+                 "from isolation import isolate_network, interfaces; "
+                 "print(isolate_network(), interfaces(), open('/proc/self/uid_map').read().split(), os.getuid())")
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                                 sys.executable, "-c", probe, readable], capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
     assert result.stdout.split("\n")[0] == "None ['lo'] ['65534', '65534', '1'] 65534", result.stdout + result.stderr
