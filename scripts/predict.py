@@ -16,8 +16,9 @@ def build_parser():
     """Returns the parser: the export, the images, and the output form."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True,
-                        help="export folder printed by the training run, or the <model dir>/export folder "
-                             "above it (the newest export is used)")
+                        help="a training run's model dir, or the export folder it printed, or the <model "
+                             "dir>/export folder above it (the newest export there is used: the best model when "
+                             "the run validated)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per line instead of text")
     parser.add_argument("--explain", metavar="OUT_DIR", default=None,
                         help="also write a Grad-CAM heatmap over each image, as OUT_DIR/<image>.gradcam.png: "

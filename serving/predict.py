@@ -24,13 +24,16 @@ class Predictor:
 
 
 def resolve_export_dir(path):
-    """Returns the SavedModel folder at `path`, or the newest one among its timestamped subfolders."""
+    """Returns the SavedModel folder at `path`, or the newest one among its timestamped subfolders, or,
+    for a model dir, the newest in its export/ (where a run exports its best, or its last, model)."""
     if os.path.isfile(os.path.join(path, "saved_model.pb")):
         return path
     versions = sorted((d for d in os.listdir(path) if d.isdigit()), key=int) if os.path.isdir(path) else []
+    if not versions and os.path.isdir(os.path.join(path, "export")):
+        return resolve_export_dir(os.path.join(path, "export"))
     if not versions:
-        raise ExportNotFoundError(f"no exported model at {path}: pass --model with the export folder a training "
-                                  "run printed (<model dir>/export/<timestamp>)")
+        raise ExportNotFoundError(f"no exported model at {path}: pass --model with a training run's model dir or "
+                                  "the export folder it printed (<model dir>/export/<timestamp>)")
     return os.path.join(path, versions[-1])
 
 

@@ -2,8 +2,10 @@
 import os
 
 import numpy as np
+import pytest
 
-from serving.predict import Predictor, classify_files, image_paths
+from serving import ExportNotFoundError
+from serving.predict import Predictor, classify_files, image_paths, resolve_export_dir
 from tests.images_data import draw_shape, encode
 
 
@@ -42,3 +44,15 @@ def test_many_files_go_through_in_batches_with_progress(tmp_path):
     assert len(rest) == 1000 and max(calls) == 64 and sum(calls) == 1000
     assert rest[-1] == {"file": str(folder / "bad.jpg"), "error": "is truncated (no JPEG end marker)"}
     assert progress[0].startswith("classified 64 files (") and progress[-1].startswith("classified 1001 files")
+
+
+def test_a_model_dir_an_export_folder_or_an_export_itself_name_the_newest_export(tmp_path):
+    for version in ("1700000000", "1800000000"):
+        (tmp_path / "export" / version).mkdir(parents=True)
+        (tmp_path / "export" / version / "saved_model.pb").write_bytes(b"")
+    newest = str(tmp_path / "export" / "1800000000")
+    assert resolve_export_dir(str(tmp_path)) == newest  # the model dir
+    assert resolve_export_dir(str(tmp_path / "export")) == newest
+    assert resolve_export_dir(newest) == newest
+    with pytest.raises(ExportNotFoundError, match="pass --model with a training run's model dir"):
+        resolve_export_dir(str(tmp_path / "export" / "1700000000" / "variables"))
