@@ -10,23 +10,28 @@ import urllib.request
 from acquisition.errors import DownloadError
 
 
-def write_json_atomically(path, value):
-    """Writes `value` as indented JSON to `path`, readable by all (0644); returns `path`.
+def write_text_atomically(path, text):
+    """Writes `text` (UTF-8) to `path`, readable by all (0644); returns `path`.
 
     The file is written under a temporary name in the same folder and renamed,
-    so a crash leaves the previous file intact rather than a truncated one.
+    so a crash leaves the previous file intact rather than a truncated one, and
+    several processes writing the same file (a cluster's workers) never mix.
     """
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=os.path.dirname(path) or ".")
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.path.basename(path)}-", dir=os.path.dirname(path) or ".")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(value, f, indent=2, sort_keys=True)
-            f.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         os.remove(tmp)
         raise
     return path
+
+
+def write_json_atomically(path, value):
+    """Writes `value` as indented JSON to `path` with write_text_atomically; returns `path`."""
+    return write_text_atomically(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def download_file(url, path, timeout, what):

@@ -8,9 +8,9 @@ when the arguments are known good. Nothing outside this package names a task.
 import dataclasses
 import importlib
 import os
-import tempfile
 from typing import Callable, Optional, Sequence
 
+from acquisition.files import write_text_atomically
 from input_fns import FEATURE_KEY  # noqa: F401 (the jobs' feature key, the models' input layer name)
 FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
 # --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
@@ -94,10 +94,4 @@ def write_validation_files(model_dir, files):
     tool that reads a job's input, such as inspect_input.py, with no run's model dir)."""
     if not os.path.isdir(model_dir):
         return None
-    path = os.path.join(model_dir, VALIDATION_FILES)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-validation-", suffix=".txt", dir=model_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("".join(name + "\n" for name in files))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return path
+    return write_text_atomically(os.path.join(model_dir, VALIDATION_FILES), "".join(name + "\n" for name in files))

@@ -7,7 +7,6 @@ import functools
 import json
 import logging
 import os
-import tempfile
 from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -15,7 +14,7 @@ import tensorflow as tf
 from acquisition import class_folders, image_checks
 from input_fns import decode, image_list, synthetic
 from acquisition.errors import InputDataError
-from acquisition.files import write_json_atomically
+from acquisition.files import write_json_atomically, write_text_atomically
 from models.backbones import build_image_classifier
 from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, VALIDATION_FILES, TaskData, write_validation_files
@@ -152,11 +151,8 @@ def write_split(model_dir, data_dir, folders, splits, channels, args):
     out = os.path.join(model_dir, SPLIT_DIR)
     os.makedirs(out, exist_ok=True)
     for split, (files, _) in splits.items():  # each worker of a cluster may write the same lists
-        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{split}-", suffix=".txt", dir=out)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(class_folders.split_list_text(files, os.path.abspath(data_dir)))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, os.path.join(out, f"{split}.txt"))
+        write_text_atomically(os.path.join(out, f"{split}.txt"),
+                              class_folders.split_list_text(files, os.path.abspath(data_dir)))
     write_json_atomically(os.path.join(out, "split.json"), {
         "data_dir": os.path.abspath(data_dir), "class_names": list(folders.class_names), "channels": channels,
         "presplit": folders.presplit, "test_fraction": None if folders.presplit else args.test_fraction,
