@@ -98,8 +98,20 @@ def _tensorflow_failure(error, args):
                 f"{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
                 "with (the same --image-size or --precision, say), or pass another --model-dir")
     if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)):
-        return next(line.strip() for line in error.message.splitlines() + [type(error).__name__] if line.strip())
+        return op_error_line(error)
     return None
+
+
+def op_error_line(error):
+    """Returns the line of a TensorFlow OpError that says what went wrong: in graph mode its message
+    opens with 'Graph execution error:' and where the failing node was defined, and that is not it."""
+    for line in error.message.splitlines():
+        if line.strip() and not line[0].isspace() and not line.startswith(_OP_ERROR_FRAME):
+            return line.strip()
+    return type(error).__name__
+
+
+_OP_ERROR_FRAME = ("Graph execution error:", "Detected at node", "Detected in the process", "Node: ", "[[")
 
 
 # What to do about a failed file operation, by its errno; {flag} is the flag naming the path.

@@ -8,6 +8,7 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 from hooks.scores import add_scores_to_collection
 from input_fns import augmentation
 from pipeline.batching import batch_sizes_for_replicas
+from pipeline import model_dir as model_dir_lib
 from pipeline.metrics import per_class_metric_ops
 from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
@@ -64,15 +65,17 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
     its loss and accuracy under evaluation's tags (add_training_summaries).
 
     A model dir without a checkpoint starts from the Keras model's current
-    weights; one with a checkpoint resumes from it. model_to_estimator's model_fn
+    weights (the tasks of a cluster one after another: see model_dir.warm_start_lock);
+    one with a checkpoint resumes from it. model_to_estimator's model_fn
     saves through a Saver of its own that keeps 5 checkpoints whatever the
     RunConfig says; its model_fn is wrapped here so that keep_checkpoint_max holds.
 
     `augment` (input_fns.augmentation's transforms) is applied to training batches
     only, drawn from (`augment_seed`, the global step, the replica).
     """
-    estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
-                                                      checkpoint_format=checkpoint_format(keras_model))
+    with model_dir_lib.warm_start_lock(run_config.model_dir):
+        estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
+                                                          checkpoint_format=checkpoint_format(keras_model))
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
 
     def model_fn(features, labels, mode):

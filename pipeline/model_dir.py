@@ -15,6 +15,8 @@ from pipeline.errors import UsageError
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".run.lock"
+WARM_START_LOCK_FILE = ".warm_start.lock"
+LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)  # each names its last holder's process, and holds no data
 _CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+)$")
 
 
@@ -34,6 +36,27 @@ def locked(model_dir):
         yield
     finally:
         locks.release(fd)
+
+
+@contextlib.contextmanager
+def warm_start_lock(model_dir):
+    """Holds, waiting for it, the lock under which an Estimator is built on `model_dir`.
+
+    model_to_estimator writes the model's first weights to keras/keras_model.ckpt
+    when that folder holds no checkpoint, and in a cluster every task builds its
+    Estimator on the same model dir, each a chief in its RunConfig's eyes at that
+    point (tensorflow_estimator 2.15, keras_lib._save_first_checkpoint; the
+    distribute coordinator only sets is_chief later). Unlocked, two tasks wrote that
+    checkpoint at once and one's MergeV2Checkpoints failed. Under the lock the first
+    task writes it and the others warm-start from it. A URL's file system has no
+    flock: there the tasks go unlocked, as TensorFlow leaves them.
+    """
+    if "://" in model_dir:
+        yield
+        return
+    os.makedirs(model_dir, exist_ok=True)
+    with locks.exclusive(os.path.join(model_dir, WARM_START_LOCK_FILE)):
+        yield
 
 
 def remove_leftovers(model_dir):

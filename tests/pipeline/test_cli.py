@@ -46,3 +46,18 @@ def test_a_read_failure_in_the_model_dir_is_not_called_a_write(capsys):
     line = capsys.readouterr().err
     assert "a file operation failed: Is a directory (/runs/m/results.json); that path is a folder where a file " \
            "is needed" in line and "write" not in line
+
+
+def test_a_graph_mode_error_is_told_by_its_cause_not_by_where_its_node_was_defined(capsys):
+    import tensorflow as tf
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        try:  # a checkpoint restore of a file gone: the DataLoss and NotFound errors a run meets
+            session.run(tf.raw_ops.RestoreV2(prefix="/gone/model.ckpt-7", tensor_names=["w"], shape_and_slices=[""],
+                                             dtypes=[tf.float32]))
+        except tf.errors.OpError as e:
+            error = e
+    assert error.message.startswith("Graph execution error:")
+    parser, work = fail_with(error)
+    assert run_command(parser, work, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("job.py: error: ") and "/gone/model.ckpt-7" in line, line

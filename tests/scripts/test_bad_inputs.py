@@ -17,7 +17,7 @@ import pytest
 
 from acquisition import fashion_mnist
 from pipeline.flags import build_parser
-from pipeline.model_dir import LOCK_FILE
+from pipeline.model_dir import LOCK_FILES
 from pipeline.run_loop import run
 from pipeline.tasks.fashion import TASK as FASHION
 from tests.conftest import ROOT, assert_clean_failure, make_oct_tree, odd_jpegs
@@ -48,10 +48,10 @@ def trained_oct_model_dir(oct_tree, tmp_path_factory):
 
 
 def snapshot(directory):
-    """Returns {file: sha256} of every file under `directory` but the run lock (it names the last
-    run's process and holds no data)."""
+    """Returns {file: sha256} of every file under `directory` but the locks (each names its last
+    holder's process and holds no data)."""
     return {os.path.relpath(os.path.join(d, f), directory): hashlib.sha256(open(os.path.join(d, f), "rb").read())
-            .hexdigest() for d, _, files in os.walk(directory) for f in files if f != LOCK_FILE}
+            .hexdigest() for d, _, files in os.walk(directory) for f in files if f not in LOCK_FILES}
 
 
 # --- Fashion-MNIST data makers: each returns a --data-dir ---------------------------------------

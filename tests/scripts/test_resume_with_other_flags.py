@@ -6,7 +6,7 @@ import re
 import signal
 import subprocess
 
-from pipeline.model_dir import LOCK_FILE
+from pipeline.model_dir import LOCK_FILES
 from tests.conftest import assert_clean_failure
 from tests.scripts.test_stop_and_damage import command, start, wait_for_training
 
@@ -47,7 +47,7 @@ def test_a_resume_with_a_doubled_batch_trains_the_images_that_remain(fashion_dat
 
     # Generated data would mix into the real data's epochs and figures: refused, nothing touched.
     before = {f: (model_dir / f).read_bytes() for f in os.listdir(model_dir) if os.path.isfile(model_dir / f)
-              and f != LOCK_FILE}
+              and f not in LOCK_FILES}
     other = subprocess.run(command(fashion_data_dir, model_dir, "--synthetic", "--epochs", "1000"),
                            capture_output=True, text=True, timeout=300)
     assert_clean_failure(other, "was trained on real data of 800 training images, and this run's is generated data "
