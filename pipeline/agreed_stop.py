@@ -17,6 +17,7 @@ training as finished once the newest checkpoint has reached it (pipeline.cluster
 """
 import functools
 import json
+import logging
 import os
 
 import tensorflow as tf
@@ -25,6 +26,7 @@ from tensorflow_estimator.python.estimator import training as training_lib
 
 from acquisition.files import write_json_atomically
 
+log = logging.getLogger(__name__)
 STOP_FILE = "stop.json"
 
 
@@ -114,8 +116,8 @@ class _EndsAtAgreedStop(training_lib._ContinuousEvalListener):  # noqa: SLF001 -
         record = read_stop(self._model_dir)
         if record is not None and self._evaluated_step is not None \
                 and self._evaluated_step >= record["stop_after_step"]:
-            tf.compat.v1.logging.info("training stopped early after step %d (%s): the evaluator ends",
-                                      record["stop_after_step"], record["because"])
+            log.info("training stopped early after step %d (%s): the evaluator ends", record["stop_after_step"],
+                     record["because"])
             return False
         return True
 
