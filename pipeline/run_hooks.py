@@ -65,8 +65,9 @@ def build_training_hooks(setup, stop_requested, validation=None):
     listeners = [checkpoint_timer]
     if setup.cluster is None:
         listeners += [validation] if validation is not None else []
-    else:  # the Estimator passes no saving listener to a cluster's checkpoint saver (pipeline.agreed_stop)
-        train_hooks.append(StopAtAgreedStepHook(agreed_stop.StopStepReader(args.model_dir)))
+    elif setup.data.validation_input_fn is not None:  # a cluster's chief validates (pipeline.agreed_stop)
+        if args.stop_at_accuracy is not None or args.patience:  # every trainer then reads the stop record
+            train_hooks.append(StopAtAgreedStepHook(agreed_stop.StopStepReader(args.model_dir)))
         if validation is not None:
             train_hooks.append(BetweenStepsHook(agreed_stop.ChiefValidation(validation, args.model_dir,
                                                                             setup.start_step)))
