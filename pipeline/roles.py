@@ -51,8 +51,9 @@ def train_on_one_machine(setup, estimator, hooks):
 
 def run_in_cluster(setup, estimator, hooks):
     """Runs this task's role of the cluster (chief, worker or evaluator) through train_and_evaluate:
-    the chief and the workers train, the evaluator evaluates each new checkpoint on the validation
-    split (TensorBoard's eval_validation), or the test split when there is none."""
+    the chief and the workers train (the chief validating between its steps, when `hooks` say so:
+    pipeline.agreed_stop), the evaluator evaluates each new checkpoint on the validation split
+    (TensorBoard's eval_validation), or the test split when there is none, until training ends."""
     data = setup.data
     evaluated = (data.validation_input_fn, "validation") if data.validation_input_fn else (data.eval_input_fn, None)
     train_spec = tf.estimator.TrainSpec(data.train_input_fn, max_steps=setup.max_steps, hooks=hooks.all,
