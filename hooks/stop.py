@@ -1,5 +1,8 @@
-"""A SessionRunHook that ends training cleanly when asked to (e.g. by a stop signal)."""
+"""SessionRunHooks that end training cleanly when asked to (a stop signal, a stop every task of a
+cluster agreed on), and one that calls back between steps."""
 import tensorflow as tf
+
+from hooks.stepping import StepCountingHook
 
 
 class StopOnRequestHook(tf.estimator.SessionRunHook):
@@ -32,3 +35,41 @@ class SessionStartedHook(tf.estimator.SessionRunHook):
 
     def after_create_session(self, session, coord):
         self._callback()
+
+
+class StopAtAgreedStepHook(StepCountingHook):
+    """Requests the session to stop after its first step that ends at or past the global step
+    `agreed_step()` returns (None: no stop agreed yet; it is called after every step, so keep it
+    cheap). With one agreed step, every synchronous trainer of a cluster stops after the same step.
+    `stopped_at_step` is the global step reached, or None."""
+
+    def __init__(self, agreed_step):
+        super().__init__()
+        self._agreed_step = agreed_step
+        self.stopped_at_step = None
+
+    def before_run(self, run_context):
+        return self.step_args()
+
+    def after_run(self, run_context, run_values):
+        self.count_step(run_values)
+        step = self._agreed_step()
+        if step is not None and self.global_step >= step:
+            self.stopped_at_step = self.global_step
+            run_context.request_stop()
+
+
+class BetweenStepsHook(StepCountingHook):
+    """Calls `callback(global_step)` before each run, with the global step the runs so far reached
+    (checkpoints of that step are written by then: the checkpoint saver runs after the last run)."""
+
+    def __init__(self, callback):
+        super().__init__()
+        self._callback = callback
+
+    def before_run(self, run_context):
+        self._callback(self.global_step)
+        return self.step_args()
+
+    def after_run(self, run_context, run_values):
+        self.count_step(run_values)

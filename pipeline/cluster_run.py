@@ -14,7 +14,7 @@ from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
 from hooks.stepping import OwnStepsHook
 from hooks.stop import SessionStartedHook
-from pipeline import estimator as estimator_lib, progress, results as results_lib
+from pipeline import agreed_stop, estimator as estimator_lib, progress, results as results_lib
 
 # How often a worker rechecks whether the chief has initialized (or restored) the variables.
 WORKER_READY_RECHECK_SECS = 1.0
@@ -38,10 +38,14 @@ def training_finished(model_dir, max_steps=None):
     """Returns True once the newest checkpoint in `model_dir` is at `max_steps` or past it. A
     parameter server does not compute `max_steps` (None): it reads the final step the chief recorded
     before training (pipeline.progress), or, in a record without one, waits for the chief's
-    results.json of the newest checkpoint. Not results.json alone: the chief writes it only after
+    results.json of the newest checkpoint. After an early stop, the newest checkpoint at or past the
+    stop record's step has finished training too. Not results.json alone: the chief writes it only after
     its test evaluation and export, long after its final checkpoint, and a chief that fails probes
     meanwhile (slow to answer on a loaded machine) must not be taken for a lost one."""
     step = estimator_lib.latest_global_step(model_dir)
+    stopped = agreed_stop.read_stop(model_dir)  # an early stop every trainer agreed on (pipeline.agreed_stop)
+    if stopped is not None and step >= stopped["stop_after_step"]:
+        return True
     if max_steps is None:
         max_steps = progress.final_step(model_dir)
     if max_steps is not None:

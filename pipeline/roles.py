@@ -10,7 +10,7 @@ import time
 import tensorflow as tf
 
 from hooks.loss_watch import DivergenceError
-from pipeline import estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
+from pipeline import agreed_stop, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
     results as results_lib, test_report
 from pipeline.errors import TrainingError
 from pipeline.run_output import print_summary
@@ -51,16 +51,21 @@ def train_on_one_machine(setup, estimator, hooks):
 
 def run_in_cluster(setup, estimator, hooks):
     """Runs this task's role of the cluster (chief, worker or evaluator) through train_and_evaluate:
-    the chief and the workers train, the evaluator evaluates each new checkpoint on the validation
-    split (TensorBoard's eval_validation), or the test split when there is none."""
+    the chief and the workers train (the chief validating between its steps, when `hooks` say so:
+    pipeline.agreed_stop), the evaluator evaluates each new checkpoint on the validation split
+    (TensorBoard's eval_validation), or the test split when there is none, until training ends."""
     data = setup.data
     evaluated = (data.validation_input_fn, "validation") if data.validation_input_fn else (data.eval_input_fn, None)
-    tf.estimator.train_and_evaluate(
-        estimator,
-        tf.estimator.TrainSpec(data.train_input_fn, max_steps=setup.max_steps, hooks=hooks.all,
-                               saving_listeners=hooks.listeners),
-        tf.estimator.EvalSpec(evaluated[0], steps=None, name=evaluated[1], start_delay_secs=0,
-                              throttle_secs=setup.args.eval_throttle_secs))
+    train_spec = tf.estimator.TrainSpec(data.train_input_fn, max_steps=setup.max_steps, hooks=hooks.all,
+                                        saving_listeners=hooks.listeners)
+    eval_spec = tf.estimator.EvalSpec(evaluated[0], steps=None, name=evaluated[1], start_delay_secs=0,
+                                      throttle_secs=setup.args.eval_throttle_secs)
+    if setup.cluster.task_type == "evaluator":
+        # What train_and_evaluate runs on an evaluator, with a listener that also ends it after the
+        # final checkpoint of an early stop (it would otherwise wait for --max-steps' for ever).
+        agreed_stop.evaluate_until_training_ends(estimator, train_spec, eval_spec, setup.args.model_dir)
+        return
+    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
 
 
 def train(setup, estimator, hooks, stop):

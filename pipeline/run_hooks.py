@@ -8,7 +8,8 @@ from hooks.examples_per_second import ExamplesPerSecondHook
 from hooks.learning_rate import LearningRateHook
 from hooks.loss_watch import LossWatchHook
 from hooks.progress import ProgressHook
-from hooks.stop import StopOnRequestHook
+from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook, StopOnRequestHook
+from pipeline import agreed_stop
 from pipeline.cluster_run import watch_cluster
 
 
@@ -45,7 +46,9 @@ class TimeElsewhere:
 def build_training_hooks(setup, stop_requested, validation=None):
     """Returns the TrainingHooks of `setup` (a prepared RunSetup); `stop_requested()` is true once a
     stop signal came. `validation` (a ValidationListener, or None) evaluates after the checkpoints it
-    needs. In a cluster they include the watches of its peers (see watch_cluster)."""
+    needs. In a cluster they include the watches of its peers (see watch_cluster), and the hooks that
+    validate between the chief's steps and stop every trainer after the step the chief agreed on
+    (pipeline.agreed_stop)."""
     args = setup.args
     stop_hook, loss_watch = StopOnRequestHook(stop_requested), LossWatchHook(args.log_steps)
     rate_hook = LearningRateHook(args.model_dir if setup.chief else None, args.summary_steps)
@@ -59,5 +62,13 @@ def build_training_hooks(setup, stop_requested, validation=None):
         excluded_time=TimeElsewhere(checkpoint_timer, validation)) \
         + [loss_watch, rate_hook, ProgressHook(setup.max_steps, setup.global_batch, args.log_steps)]
     train_hooks += watch_cluster(setup.cluster, args, setup.max_steps)
-    listeners = [checkpoint_timer] + ([validation] if validation is not None else [])
+    listeners = [checkpoint_timer]
+    if setup.cluster is None:
+        listeners += [validation] if validation is not None else []
+    elif setup.data.validation_input_fn is not None:  # a cluster's chief validates (pipeline.agreed_stop)
+        if args.stop_at_accuracy is not None or args.patience:  # every trainer then reads the stop record
+            train_hooks.append(StopAtAgreedStepHook(agreed_stop.StopStepReader(args.model_dir)))
+        if validation is not None:
+            train_hooks.append(BetweenStepsHook(agreed_stop.ChiefValidation(validation, args.model_dir,
+                                                                            setup.start_step)))
     return TrainingHooks(train_hooks, listeners, stop_hook, loss_watch, rate_hook, checkpoint_timer)

@@ -8,8 +8,8 @@ import os
 import tensorflow as tf
 
 from models.optimizers import precision
-from pipeline import determinism, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, \
-    progress, roles, validation as validation_lib
+from pipeline import agreed_stop, determinism, estimator as estimator_lib, mfu as mfu_lib, \
+    model_dir as model_dir_lib, progress, roles, validation as validation_lib
 from pipeline.cluster_run import resolve_cluster, watch_cluster
 from pipeline.errors import UsageError
 from pipeline.logs import configure_logging
@@ -43,6 +43,8 @@ def run(task, args):
 def _run(task, args, cluster, chief, stop, seed_defaulted=False):
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
+        if cluster is not None and not args.eval_only and agreed_stop.remove_stop(args.model_dir):
+            log.info("removed an earlier run's stop record (%s)", agreed_stop.STOP_FILE)
     setup = RunSetup(task, args, cluster, chief, build_plan(args, cluster), seed_defaulted=seed_defaulted)
     if cluster is not None and cluster.task_type == "ps":
         watch_cluster(cluster, args, max_steps=None)
@@ -67,6 +69,10 @@ def _run(task, args, cluster, chief, stop, seed_defaulted=False):
     if chief and setup.start_step < setup.max_steps:  # written last before training: a failure above leaves it
         progress.record_start(args.model_dir, task.name, setup.record, setup.steps, setup.trained_on)
     train_seconds = roles.train(setup, estimator, hooks, stop)
+    if validation is not None and cluster is not None and not stop.requested():
+        # In a cluster the Estimator calls no saving listener, so neither the listener's end(): the
+        # final step's evaluation comes here, after the final checkpoint (none after an early stop).
+        validation.end(None, estimator_lib.latest_global_step(args.model_dir))
     if stop.requested():
         raise Interrupted(stop.received, hooks.stop.stopped_at_step if chief else None)
     if not chief:
@@ -76,16 +82,18 @@ def _run(task, args, cluster, chief, stop, seed_defaulted=False):
 
 
 def validation_cadence(setup):
-    """Returns the validation's Cadence on one machine, or None: no validation split, or a cluster
-    (whose evaluator task evaluates the test split as it did)."""
-    if setup.data.validation_input_fn is None or setup.cluster is not None:
+    """Returns the validation's Cadence, or None: no validation split, or the evaluator task of a
+    cluster (which evaluates each new checkpoint as it comes). In a cluster every trainer knows it:
+    it sets the checkpoint steps, which must be the same on every task; the chief validates."""
+    if setup.data.validation_input_fn is None or (setup.cluster is not None and not setup.cluster.trains):
         return None
     return validation_lib.cadence_for(setup.args, setup)
 
 
 def build_validation(setup, estimator, cadence, stop_requested):
-    """Returns the ValidationListener evaluating as training goes and exporting the best, or None."""
-    if cadence is None:
+    """Returns the ValidationListener evaluating as training goes and exporting the best (on the chief
+    alone), or None."""
+    if cadence is None or not setup.chief:
         return None
     args, data = setup.args, setup.data
 

@@ -129,10 +129,13 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         self.stopped_because, self.seconds = None, 0.0
         self._clock, self._last_seconds, self._last_end, self._max_steps = clock, None, None, max_steps
 
+    def due(self, step):
+        """Returns whether the cadence makes a checkpoint of global `step` due for evaluation."""
+        return step > self._last_step and self._cadence.due(step, self._last_step)
+
     def after_save(self, session, global_step_value):
         step = int(global_step_value)
-        if step > self._last_step and not self._stop_requested() and self._cadence.due(step, self._last_step) \
-                and self._trained_long_enough(step):
+        if self.due(step) and not self._stop_requested() and self._trained_long_enough(step):
             return self.evaluate(step)
         return False
 

@@ -113,7 +113,9 @@ def test_a_killed_worker_fails_the_launch_and_a_relaunch_resumes(fashion_data_di
     result = launch(["--workers", "2"], flags)
     assert result.returncode == 0, result.stdout[-3000:]
     results = json.loads((model_dir / "results.json").read_text())
-    assert results["start_global_step"] >= 20 and results["global_step"] == 400
+    # Checkpoints every 15 steps, not 20: the chief validates every epoch (718 images at 48 a step) and
+    # each evaluation needs its checkpoint.
+    assert results["start_global_step"] >= 15 and results["global_step"] == 400
 
 
 def test_an_evaluator_cluster_driven_by_epochs_finishes(fashion_data_dir, tmp_path):

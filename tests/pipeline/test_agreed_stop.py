@@ -1,0 +1,99 @@
+"""The stop record a cluster's chief writes and every trainer reads (pipeline.agreed_stop), without a
+cluster: the chief's side between steps, the trainers' reader, the evaluator's end, the peer watches'
+end of training."""
+import collections
+import json
+
+from pipeline import agreed_stop
+from pipeline.cluster_run import training_finished
+from pipeline.progress import PROGRESS_FILE
+
+
+class FakeListener:
+    """A ValidationListener's due/after_save/stopped_because: due every 10 steps, asks to stop at `stop_at`."""
+
+    def __init__(self, stop_at=None):
+        self.saved, self.last, self.stop_at, self.stopped_because = [], 0, stop_at, None
+
+    def due(self, step):
+        return step // 10 > self.last // 10
+
+    def after_save(self, session, step):
+        self.saved.append(step)
+        self.last = step
+        if step == self.stop_at:
+            self.stopped_because = "target_accuracy"
+        return self.stopped_because is not None
+
+
+def write_checkpoint(model_dir, step):
+    (model_dir / f"model.ckpt-{step}.index").write_bytes(b"")
+
+
+def test_the_chief_evaluates_each_due_checkpoint_once_and_records_the_stop_after_the_next_step(tmp_path):
+    listener = FakeListener(stop_at=20)
+    validate = agreed_stop.ChiefValidation(listener, str(tmp_path), start_step=0)
+    reader = agreed_stop.StopStepReader(str(tmp_path))
+    for step in range(0, 12):  # checkpoints every 10 steps, as the saver writes them
+        if step % 10 == 0:
+            write_checkpoint(tmp_path, step)
+        validate(step)
+    assert listener.saved == [10] and reader() is None
+    write_checkpoint(tmp_path, 17)  # under parameter_server the chief sees the global step jump past it
+    validate(19)
+    assert listener.saved == [10]  # 17 is not due yet: nothing evaluated
+    write_checkpoint(tmp_path, 20)
+    validate(23)  # jumped from 19 to 23: the checkpoint of 20 in between is found
+    assert listener.saved == [10, 20]
+    assert agreed_stop.read_stop(str(tmp_path)) == {"stop_after_step": 24, "because": "target_accuracy"}
+    assert reader() == 24
+    write_checkpoint(tmp_path, 30)
+    validate(30)
+    assert listener.saved == [10, 20]  # nothing more once the stop is agreed
+
+
+def test_a_due_step_without_its_checkpoint_waits_for_the_next_checkpoint(tmp_path):
+    listener = FakeListener()
+    validate = agreed_stop.ChiefValidation(listener, str(tmp_path), start_step=5)
+    validate(5)  # the session's first call, at the resumed step: nothing to evaluate
+    validate(10)
+    validate(11)
+    write_checkpoint(tmp_path, 12)  # checkpoints every 4 steps from 0: 10 had none
+    validate(12)
+    assert listener.saved == [12] and agreed_stop.read_stop(str(tmp_path)) is None
+
+
+def test_a_reader_keeps_the_step_once_read_and_an_earlier_runs_record_is_removed(tmp_path):
+    reader = agreed_stop.StopStepReader(str(tmp_path))
+    assert reader() is None
+    agreed_stop.record_stop(str(tmp_path), 41, "patience")
+    assert reader() == 41
+    assert agreed_stop.remove_stop(str(tmp_path)) and not agreed_stop.remove_stop(str(tmp_path))
+    assert reader() == 41 and agreed_stop.StopStepReader(str(tmp_path))() is None
+    (tmp_path / agreed_stop.STOP_FILE).write_text("{not json")
+    assert agreed_stop.read_stop(str(tmp_path)) is None
+
+
+Result = collections.namedtuple("Result", "status metrics checkpoint_path")
+
+
+def test_the_evaluator_ends_after_evaluating_the_checkpoint_of_the_stop(tmp_path):
+    listener = agreed_stop._EndsAtAgreedStop(str(tmp_path))  # noqa: SLF001
+    evaluated = lambda step: Result("evaluated", {"global_step": step}, f"model.ckpt-{step}")  # noqa: E731
+    assert listener.after_eval(evaluated(30))
+    agreed_stop.record_stop(str(tmp_path), 41, "target_accuracy")
+    assert listener.after_eval(evaluated(40))  # written before the stop's step: evaluate on
+    assert listener.after_eval(Result("no_new_checkpoint", None, None))
+    assert not listener.after_eval(evaluated(41))
+
+
+def test_training_is_finished_once_the_newest_checkpoint_reaches_the_agreed_stop(tmp_path):
+    (tmp_path / PROGRESS_FILE).write_text(json.dumps({"task": "fashion", "runs": [
+        {"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 400}]}))
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-40"\n')
+    write_checkpoint(tmp_path, 40)
+    agreed_stop.record_stop(str(tmp_path), 41, "target_accuracy")
+    assert not training_finished(str(tmp_path)) and not training_finished(str(tmp_path), max_steps=400)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-41"\n')
+    write_checkpoint(tmp_path, 41)
+    assert training_finished(str(tmp_path)) and training_finished(str(tmp_path), max_steps=400)
