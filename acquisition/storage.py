@@ -13,6 +13,7 @@ upload is complete, so a reader still never sees a partial file, but two writers
 same name race (the last one wins, whole). On ram:// a file's rename works, a folder's
 does not (the folder comes out empty: TF 2.15), so no folder is ever renamed here.
 """
+import io
 import os
 import posixpath
 import shutil
@@ -197,3 +198,34 @@ def url_failure(url, message):
             break
     meaning = next((m for words, m in _CAUSES.items() if words in str(message)), None)
     return f"{bucket_of(url)} cannot be reached or written ({cause}{f': {meaning}' if meaning else ''})"
+
+
+def walk(path):
+    """Yields (folder, subfolder names, file names) below `path`, as os.walk does (top down: a
+    caller may prune the subfolder names)."""
+    if not is_url(path):
+        yield from os.walk(path)
+        return
+    for parent, dirs, names in _gfile().walk(path):
+        yield parent.rstrip("/"), dirs, names
+
+
+def open_binary(path):
+    """Returns the file `path` opened for reading bytes (on a URL its content, read at once, in a
+    BytesIO). Failures raise OSError on any file system."""
+    if not is_url(path):
+        return open(path, "rb")
+    try:
+        return io.BytesIO(read_bytes(path))
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - tf.errors.OpError: its message, as an OSError's
+        raise OSError(5, (getattr(e, "message", "") or type(e).__name__).strip().splitlines()[0], path) from None
+
+
+def size_and_mtime(path, opened):
+    """Returns (size in bytes, modification time in ns) of the file `path`, `opened` by open_binary."""
+    if not is_url(path):
+        stat = os.fstat(opened.fileno())
+        return stat.st_size, stat.st_mtime_ns
+    return len(opened.getbuffer()), int(_gfile().stat(path).mtime_nsec)

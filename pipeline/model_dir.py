@@ -85,12 +85,18 @@ def remove_leftovers(model_dir):
     return sorted(found)
 
 
+def read_checkpoint(prefix):
+    """Returns a reader of the checkpoint `prefix`. Not tf.train.load_checkpoint: where the file system
+    calls a prefix a folder (ram://, TF 2.15) it looks for a checkpoint inside it and finds none."""
+    return tf.compat.v1.train.NewCheckpointReader(prefix)
+
+
 def checkpoint_problem(prefix, finite=False):
     """Returns why the checkpoint `prefix` cannot be restored (missing, truncated, damaged
     file; with `finite`, NaN or infinite values), or None when every tensor in it reads back
     with a matching checksum."""
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        reader = read_checkpoint(prefix)
         for name, dtype in reader.get_variable_to_dtype_map().items():
             value = reader.get_tensor(name)
             if finite and dtype.is_floating and not np.isfinite(value).all():
@@ -106,7 +112,7 @@ def check_fits(model_dir, keras_model):
     checkpoint = tf.train.latest_checkpoint(model_dir)
     if not checkpoint:
         return
-    saved = sorted(tuple(shape) for name, shape in tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+    saved = sorted(tuple(shape) for name, shape in read_checkpoint(checkpoint).get_variable_to_shape_map()
                    .items() if name.startswith("layer_with_weights-") and "OPTIMIZER_SLOT" not in name
                    and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
     wanted = sorted(tuple(weight.shape) for weight in keras_model.weights)

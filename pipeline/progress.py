@@ -13,7 +13,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 from typing import Optional
 
 from acquisition import storage

@@ -1,7 +1,6 @@
 """The results.json file each run writes into its model dir, and the typed record it holds."""
 import dataclasses
 import json
-import os
 from typing import Any, Dict, List, Optional
 
 from acquisition import storage

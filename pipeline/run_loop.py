@@ -3,7 +3,6 @@ process's role (see pipeline.roles), and report."""
 import contextlib
 import dataclasses
 import logging
-import os
 
 import tensorflow as tf
 

@@ -4,7 +4,6 @@ image's scores as test_scores.csv."""
 import csv
 import io
 import json
-import os
 
 import numpy as np
 

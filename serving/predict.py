@@ -1,6 +1,5 @@
 """The client side: loading an exported model and classifying image files with it, in batches."""
 import dataclasses
-import os
 import sys
 import time
 from typing import Callable, List
@@ -63,12 +62,12 @@ def image_paths(paths):
     """Yields the files to classify: each path that is not a folder as given, and the image files
     (see image_formats.is_image_name) below each folder, walked recursively in sorted order."""
     for path in paths:
-        if not os.path.isdir(path):
+        if not storage.isdir(path):
             yield path
             continue
-        for parent, dirs, names in os.walk(path):
+        for parent, dirs, names in storage.walk(path):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            yield from (os.path.join(parent, n) for n in sorted(names) if is_image_name(n))
+            yield from (storage.join(parent, n) for n in sorted(names) if is_image_name(n))
 
 
 def _batches(iterable, size):
@@ -104,11 +103,10 @@ def classify_files(predictor, paths, batch_size=BATCH_SIZE, progress_every_secs=
 def _classify_batch(predictor, paths):
     results, readable, contents = [], [], []
     for path in paths:
-        problem = "file not found" if not os.path.isfile(path) else check_image(path).problem
+        problem = "file not found" if not storage.isfile(path) else check_image(path).problem
         results.append({"file": path, **({"error": problem} if problem else {})})
         if not problem:
-            with open(path, "rb") as f:
-                contents.append(f.read())
+            contents.append(storage.read_bytes(path))
             readable.append(results[-1])
     if readable:
         try:

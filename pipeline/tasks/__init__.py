@@ -7,7 +7,6 @@ when the arguments are known good. Nothing outside this package names a task.
 """
 import dataclasses
 import importlib
-import os
 from typing import Callable, Optional, Sequence
 
 from acquisition import storage
