@@ -122,7 +122,7 @@ class Lease:
         if not held or held.get("token") == self._token:
             return None
         age = self._clock() - float(held.get("heartbeat", 0))
-        if age >= self.ttl:
+        if age >= float(held.get("ttl_seconds", self.ttl)):  # the holder's own promise to renew
             return None
         return f"{held.get('owner', 'another process')}, renewed {max(age, 0):.0f} s ago"
 
