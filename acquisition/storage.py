@@ -59,7 +59,9 @@ def isdir(path):
 
 def isfile(path):
     """Returns whether `path` is a file (exists and is no folder)."""
-    return exists(path) and not isdir(path) if is_url(path) else os.path.isfile(path)
+    if is_url(path):
+        return exists(path) and not isdir(path)
+    return os.path.isfile(path)
 
 
 def makedirs(path):
@@ -175,31 +177,6 @@ def copy_tree(source, target, last=None):
     return target
 
 
-_CAUSES = {  # words in a TensorFlow file-system error -> what they mean to a user
-    "Could not resolve host": "no network, or no DNS",
-    "Couldn't connect": "no network to it",
-    "Timeout was reached": "the network timed out",
-    "403": "no permission: check the credentials (GOOGLE_APPLICATION_CREDENTIALS) and the bucket's access",
-    "401": "not signed in: set GOOGLE_APPLICATION_CREDENTIALS or run gcloud auth application-default login",
-    "bucket does not exist": "no such bucket: check its name",
-    "Unimplemented": "TensorFlow has no file system for that scheme (s3:// needs `import tensorflow_io`)",
-    "not implemented": "TensorFlow has no file system for that scheme (s3:// needs `import tensorflow_io`)",
-}
-
-
-def url_failure(url, message):
-    """Returns one line saying why the file system of `url` failed, from TensorFlow's error `message`:
-    the bucket, the cause (its 'error details', or first line) and, when known, what it means."""
-    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-    cause = lines[0] if lines else "no reason given"
-    for line in lines:
-        if "error details:" in line:
-            cause = line.split("error details:", 1)[1].strip()
-            break
-    meaning = next((m for words, m in _CAUSES.items() if words in str(message)), None)
-    return f"{bucket_of(url)} cannot be reached or written ({cause}{f': {meaning}' if meaning else ''})"
-
-
 def walk(path):
     """Yields (folder, subfolder names, file names) below `path`, as os.walk does (top down: a
     caller may prune the subfolder names)."""
@@ -229,3 +206,28 @@ def size_and_mtime(path, opened):
         stat = os.fstat(opened.fileno())
         return stat.st_size, stat.st_mtime_ns
     return len(opened.getbuffer()), int(_gfile().stat(path).mtime_nsec)
+
+
+_CAUSES = {  # words in a TensorFlow file-system error -> what they mean to a user
+    "Could not resolve host": "no network, or no DNS",
+    "Couldn't connect": "no network to it",
+    "Timeout was reached": "the network timed out",
+    "403": "no permission: check the credentials (GOOGLE_APPLICATION_CREDENTIALS) and the bucket's access",
+    "401": "not signed in: set GOOGLE_APPLICATION_CREDENTIALS or run gcloud auth application-default login",
+    "bucket does not exist": "no such bucket: check its name",
+    "Unimplemented": "TensorFlow has no file system for that scheme (s3:// needs `import tensorflow_io`)",
+    "not implemented": "TensorFlow has no file system for that scheme (s3:// needs `import tensorflow_io`)",
+}
+
+
+def url_failure(url, message):
+    """Returns one line saying why the file system of `url` failed, from TensorFlow's error `message`:
+    the bucket, the cause (its 'error details', or first line) and, when known, what it means."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    cause = lines[0] if lines else "no reason given"
+    for line in lines:
+        if "error details:" in line:
+            cause = line.split("error details:", 1)[1].strip()
+            break
+    meaning = next((m for words, m in _CAUSES.items() if words in str(message)), None)
+    return f"{bucket_of(url)} cannot be reached or written ({cause}{f': {meaning}' if meaning else ''})"
