@@ -3,6 +3,7 @@ lives in one process, so a second run is a lease planted there (fresh: refused; 
 import json
 import socket
 import time
+import uuid
 
 import pytest
 
@@ -20,7 +21,7 @@ def plant(path, heartbeat, owner="pid 4242 on elsewhere"):
 
 
 def test_a_fresh_lease_refuses_a_second_run_in_one_line(capsys):
-    model_dir = "ram://lease-fresh/run"
+    model_dir = f"ram://{uuid.uuid4().hex}/run"
     lease = storage.join(model_dir, model_dir_lib.LOCK_FILE)
     plant(lease, time.time() - 5)
     assert train_main(TASK, ["--synthetic", "--model-dir", model_dir, "--max-steps", "1"]) == 1
@@ -35,7 +36,7 @@ def test_a_fresh_lease_refuses_a_second_run_in_one_line(capsys):
 
 
 def test_a_stale_lease_is_taken_over_renewed_and_removed():
-    model_dir = "ram://lease-stale/run"
+    model_dir = f"ram://{uuid.uuid4().hex}/run"
     lease = storage.join(model_dir, model_dir_lib.LOCK_FILE)
     plant(lease, time.time() - 2 * locks.LEASE_SECONDS)
     with model_dir_lib.locked(model_dir):

@@ -17,7 +17,8 @@ from tests.images_data import make_shapes_folder
 
 def test_a_whole_run_on_ram(tmp_path, monkeypatch, capsys):
     local = make_shapes_folder(str(tmp_path / "shapes"), per_class=12)
-    data, model_dir, cache = "ram://data", "ram://runs/shapes", "ram://cache/peak_flops.json"
+    ram = f"ram://{tmp_path.name}"  # ram:// lives as long as the process: a root of this test's own
+    data, model_dir, cache = f"{ram}/data", f"{ram}/runs/shapes", f"{ram}/cache/peak_flops.json"
     storage.copy_tree(local, data)
     peak = os.environ.get("PIPELINE_PEAK_CACHE")
     if peak and os.path.isfile(peak):  # the suite's probed peak, read from ram:// from now on
