@@ -64,3 +64,13 @@ def test_a_whole_run_on_ram(tmp_path, monkeypatch, capsys):
     assert len(answers) == 12 and all(a["class"] in ("circle", "square", "plus sign") for a in answers)
 
     assert os.listdir(cwd) == [] and os.listdir(home) == []
+
+
+def test_the_fashion_job_refuses_a_url_data_dir_in_one_line(tmp_path, monkeypatch, capsys):
+    from pipeline.tasks.fashion import TASK as FASHION
+    monkeypatch.chdir(tmp_path)
+    assert train_main(FASHION, ["--data-dir", "ram://fashion", "--model-dir", "runs/f", "--max-steps", "1"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "__main__.py: error: --data-dir ram://fashion: the Fashion-MNIST job downloads and converts its IDX files on "
+        "local disk only; pass a local folder (model dirs may be on a bucket: --model-dir)")
+    assert os.listdir(tmp_path) == ["runs"] and not storage.exists("ram://fashion")
