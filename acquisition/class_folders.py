@@ -16,6 +16,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Tuple
 
+from acquisition import storage
 from acquisition.errors import InputDataError
 from acquisition.image_checks import FolderScan
 from acquisition.image_formats import check_image, is_image_name
@@ -42,24 +43,26 @@ class ClassFolders:
 def _walk_images(folder):
     """Returns (the image files below `folder`, sorted, and how many other files it holds)."""
     images, ignored = [], 0
-    for parent, dirs, names in os.walk(folder):
+    for parent, dirs, names in storage.walk(folder):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in names:
             if is_image_name(name):
-                images.append(os.path.join(parent, name))
+                images.append(storage.join(parent, name))
             else:
                 ignored += 1
     return sorted(images), ignored
 
 
 def _class_dirs(folder):
+    if storage.is_url(folder):
+        return sorted(n for n in storage.listdir(folder) if not n.startswith(".") and storage.isdir(storage.join(folder, n)))
     return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
 
 
 def _scan(folder, class_names, channels, workers):
     files, labels, ignored = [], [], 0
     for index, name in enumerate(class_names):
-        found, others = _walk_images(os.path.join(folder, name)) if os.path.isdir(os.path.join(folder, name)) \
+        found, others = _walk_images(storage.join(folder, name)) if storage.isdir(storage.join(folder, name)) \
             else ([], 0)
         files += found
         labels += [index] * len(found)
@@ -81,18 +84,18 @@ def scan_class_folders(data_dir, channels=None, workers=4):
     Raises InputDataError when the dir is missing, has fewer than 2 class folders,
     a class without images, or a test class unknown to training.
     """
-    if not os.path.isdir(data_dir):
+    if not storage.isdir(data_dir):
         raise InputDataError(f"no folder {data_dir}; pass --data-dir with a folder of class folders "
                              "(DIR/<class>/<image>)")
     top = {d.lower(): d for d in _class_dirs(data_dir)}
     presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
     if presplit:
-        class_names = tuple(_class_dirs(os.path.join(data_dir, top["train"])))
-        extra = sorted(set(_class_dirs(os.path.join(data_dir, top["test"]))) - set(class_names))
+        class_names = tuple(_class_dirs(storage.join(data_dir, top["train"])))
+        extra = sorted(set(_class_dirs(storage.join(data_dir, top["test"]))) - set(class_names))
         if extra:
             raise InputDataError(f"{os.path.join(data_dir, top['test'])} has class folder(s) {', '.join(extra)} "
                                  "that train does not; every test class needs training images")
-        folders = {s: os.path.join(data_dir, top[s]) for s in SPLITS}
+        folders = {s: storage.join(data_dir, top[s]) for s in SPLITS}
     else:
         class_names, folders = tuple(top.values()), {"all": data_dir}
     if len(class_names) < 2:
@@ -180,10 +183,12 @@ def _checked(split, per_class, test_fraction, group_by):
 
 def read_split_list(path, root):
     """Returns the files listed in the split file `path`, one path relative to `root` per line."""
-    with open(path, encoding="utf-8") as f:
-        return [os.path.join(root, line.rstrip("\n")) for line in f if line.strip()]
+    return [storage.join(root, *line.split("/")) if storage.is_url(root) else os.path.join(root, line)
+            for line in storage.read_text(path).splitlines() if line.strip()]
 
 
 def split_list_text(files, root):
     """Returns the text of a split file: the paths of `files` relative to `root`, one per line."""
+    if storage.is_url(root):
+        return "".join(f[len(root.rstrip("/")) + 1:] + "\n" for f in files)
     return "".join(os.path.relpath(f, root) + "\n" for f in files)

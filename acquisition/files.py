@@ -7,6 +7,7 @@ import tempfile
 import urllib.error
 import urllib.request
 
+from acquisition import storage
 from acquisition.errors import DownloadError
 
 
@@ -15,18 +16,11 @@ def write_text_atomically(path, text):
 
     The file is written under a temporary name in the same folder and renamed,
     so a crash leaves the previous file intact rather than a truncated one, and
-    several processes writing the same file (a cluster's workers) never mix.
+    several processes writing the same file (a cluster's workers) never mix. On a
+    URL (gs://, ram://...) through tf.io.gfile: see acquisition.storage for what
+    its rename promises there.
     """
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.path.basename(path)}-", dir=os.path.dirname(path) or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.remove(tmp)
-        raise
-    return path
+    return storage.write_atomically(path, text)
 
 
 def write_json_atomically(path, value):

@@ -10,6 +10,7 @@ from typing import Dict, List, Tuple
 
 import tensorflow as tf
 
+from acquisition import storage
 from acquisition.errors import InputDataError
 
 BAD_IMAGE_POLICIES = ("fail", "skip")
@@ -94,16 +95,16 @@ def jpeg_frame_header(f):
 def _inspect_file(path, channels):
     """Returns (problem or None, size, mtime_ns) of the image file at `path`."""
     try:
-        with open(path, "rb") as f:
-            stat = os.fstat(f.fileno())
+        with storage.open_binary(path) as f:
+            size, mtime_ns = storage.size_and_mtime(path, f)
             head = f.read(3)
             f.seek(2)  # just after the start-of-image marker
             header = jpeg_frame_header(f) if head == b"\xff\xd8\xff" else None
-            f.seek(max(0, stat.st_size - 1024))
+            f.seek(max(0, size - 1024))
             tail = f.read()
     except OSError as e:
         return f"cannot be read ({e.strerror})", 0, 0
-    return jpeg_header_problem(stat.st_size, head, header, tail, channels), stat.st_size, stat.st_mtime_ns
+    return jpeg_header_problem(size, head, header, tail, channels), size, mtime_ns
 
 
 def jpeg_header_problem(size, head, header, tail, channels):

@@ -11,6 +11,7 @@ import os
 import struct
 from typing import Optional
 
+from acquisition import storage
 from acquisition.image_checks import jpeg_frame_header, jpeg_header_problem
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif"})  # compared lowercased
@@ -40,13 +41,13 @@ def check_image(path, channels=None):
     """Returns the ImageCheck of the file at `path`, to be decoded to `channels` (1, 3, or None
     for its own)."""
     try:
-        with open(path, "rb") as f:
-            stat = os.fstat(f.fileno())
+        with storage.open_binary(path) as f:
+            size, mtime_ns = storage.size_and_mtime(path, f)
             head = f.read(64)
-            problem, gray = _check_open_file(f, head, stat.st_size, channels)
+            problem, gray = _check_open_file(f, head, size, channels)
     except OSError as e:
         return ImageCheck(f"cannot be read ({e.strerror})")
-    return ImageCheck(problem, gray, stat.st_size, stat.st_mtime_ns)
+    return ImageCheck(problem, gray, size, mtime_ns)
 
 
 def _tail(f, size, length=1024):

@@ -4,13 +4,19 @@
 however it exits (kill -9 included), so a lock left by a dead process is never
 stale. The lock file holds the owner's pid and host, for the message a waiting
 or refused process prints. NFS v4 supports these locks; some network file
-systems do not.
+systems do not. A file system reached by URL has none: Lease stands in there.
 """
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import socket
+import threading
+import time
+import uuid
+
+from acquisition import storage
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +73,100 @@ def exclusive(path):
         yield
     finally:
         release(fd)
+
+
+LEASE_SECONDS = 60.0  # a lease not renewed for this long is taken over: its owner is gone
+
+
+class Lease:
+    """A lock where there is no flock: a file system reached by URL (gs://, s3://, ram://).
+
+    The lease is a small JSON file naming its owner (pid and host) with the time of its
+    last heartbeat, renewed every `ttl` / 6 seconds by a daemon thread while it is held.
+    Another process reads it and refuses (or, with `wait`, waits) while the heartbeat is
+    younger than `ttl`; an older one is taken over: its owner stopped renewing it (died,
+    lost the network). What this guarantees: a run never starts beside a live one that
+    took the lease before it. What it does not: gfile has no atomic create-if-absent (GCS
+    has one, ifGenerationMatch, but gfile does not use it), so two processes taking a free
+    lease in the same fraction of a second could both write theirs; each reads the lease
+    back after `settle` seconds and only the one whose lease stands goes on, which narrows
+    that race to writes landing closer together than that. Hosts' clocks must agree (NTP)
+    to well within `ttl`.
+    """
+
+    def __init__(self, path, ttl=LEASE_SECONDS, settle=0.5, clock=time.time, sleep=time.sleep):
+        self.path, self.ttl, self.settle, self._clock, self._sleep = path, ttl, settle, clock, sleep
+        self.owner = f"pid {os.getpid()} on {socket.gethostname()}"
+        self._token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._thread = None
+
+    def _read(self):
+        try:
+            return json.loads(storage.read_text(self.path))
+        except (OSError, ValueError):  # none, or one cut short: no lease stands
+            return None
+        except Exception as e:  # noqa: BLE001 - tf.errors.NotFoundError of a file removed meanwhile
+            if type(e).__name__ == "NotFoundError":
+                return None
+            raise
+
+    def _write(self):
+        storage.write_atomically(self.path, json.dumps(
+            {"owner": self.owner, "pid": os.getpid(), "host": socket.gethostname(), "token": self._token,
+             "heartbeat": self._clock(), "ttl_seconds": self.ttl}) + "\n")
+
+    def holder(self):
+        """Returns the lease's live holder other than this process ("pid N on HOST, renewed S s ago"), or None."""
+        held = self._read()
+        if not held or held.get("token") == self._token:
+            return None
+        age = self._clock() - float(held.get("heartbeat", 0))
+        if age >= float(held.get("ttl_seconds", self.ttl)):  # the holder's own promise to renew
+            return None
+        return f"{held.get('owner', 'another process')}, renewed {max(age, 0):.0f} s ago"
+
+    def acquire(self, wait=False, poll=1.0):
+        """Takes the lease (see the class); returns self. Raises LockHeld while another live process
+        holds it, or with `wait` polls every `poll` seconds until it is free or stale."""
+        logged = False
+        while True:
+            holder = self.holder()
+            if holder is None:
+                stale = self._read()
+                if stale and stale.get("token") != self._token:
+                    log.warning("taking over the lease %s of %s: not renewed for %.0f s", self.path,
+                                stale.get("owner"), self._clock() - float(stale.get("heartbeat", 0)))
+                self._write()
+                self._sleep(self.settle)
+                held = self._read()
+                if held and held.get("token") == self._token:
+                    break
+                holder = self.holder() or "another process"
+            if not wait:
+                raise LockHeld(self.path, holder)
+            if not logged:
+                log.info("waiting for %s, which holds %s", holder, self.path)
+                logged = True
+            self._sleep(poll)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew, name="lease-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def _renew(self):
+        while not self._stop.wait(self.ttl / 6):
+            try:
+                self._write()
+            except Exception as e:  # noqa: BLE001 - the next beat tries again; the run goes on
+                log.warning("could not renew the lease %s: %s", self.path, e)
+
+    def release(self):
+        """Stops renewing the lease and removes it, if it is still this process's."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        held = self._read()
+        if held and held.get("token") == self._token:
+            storage.remove(self.path)

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import zipfile
 
-from acquisition import kaggle, locks
+from acquisition import kaggle, locks, storage
 from acquisition.errors import DownloadError, InputDataError
 
 DATASET = "paultimothymooney/kermany2018"
@@ -36,18 +36,19 @@ def find_split_root(directory):
     the staging folder of an unfinished download); the shallowest match wins,
     so nested mirrors of the tree do not matter.
     """
-    level = [directory] if os.path.isdir(directory) else []
+    level = [directory] if storage.isdir(directory) else []
     while level:
         below = []
         for current in level:
             try:
-                subdirs = sorted(e.name for e in os.scandir(current) if e.is_dir() and not e.name.startswith("."))
+                subdirs = sorted(n for n in storage.listdir(current)
+                                 if not n.startswith(".") and storage.isdir(storage.join(current, n)))
             except OSError:
                 continue
             if {"train", "test"} <= set(subdirs) and any(
-                    os.path.isdir(os.path.join(current, "train", c)) for c in CLASS_NAMES):
+                    storage.isdir(storage.join(current, "train", c)) for c in CLASS_NAMES):
                 return current
-            below += [os.path.join(current, d) for d in subdirs]
+            below += [storage.join(current, d) for d in subdirs]
         level = below
     return None
 
@@ -75,7 +76,7 @@ def make_sample_tree(root, sample=SHIPPED_SAMPLE_DIR, test_per_class=6):
 
 def split_pattern(root, split):
     """Returns the file pattern of the `split` images under a dataset root."""
-    return os.path.join(root, split, "*", IMAGE_PATTERN)
+    return storage.join(root, split, "*", IMAGE_PATTERN)
 
 
 def ensure_dataset(data_dir, api_factory=kaggle_api, stall_seconds=STALL_SECONDS):
@@ -91,6 +92,10 @@ def ensure_dataset(data_dir, api_factory=kaggle_api, stall_seconds=STALL_SECONDS
     root = find_split_root(data_dir)
     if root:
         return root
+    if storage.is_url(data_dir):
+        raise InputDataError(f"{data_dir} holds no OCT2017 tree (a folder with train/ and test/ class folders "
+                             f"{', '.join(CLASS_NAMES)}); the dataset is downloaded into a local --data-dir only: "
+                             "download it there, copy it to the bucket, and pass that folder")
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise InputDataError(f"the data dir {data_dir} is a file, not a folder")
     if os.path.isdir(data_dir) and [n for n in os.listdir(data_dir) if not n.startswith(".")]:

@@ -17,7 +17,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from acquisition import locks
+from acquisition import locks, storage
 from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically
 
@@ -167,10 +167,9 @@ def read_manifest(directory, advice, splits=()):
     it must have), or a shard is gone.
     """
     required = splits
-    path = os.path.join(directory, MANIFEST)
+    path = storage.join(directory, MANIFEST)
     try:
-        with open(path) as f:
-            manifest = json.load(f)
+        manifest = json.loads(storage.read_text(path))
     except (OSError, ValueError) as e:
         raise InputDataError(f"cannot read {path} ({getattr(e, 'strerror', None) or e}); {advice}") from None
     version = manifest.get("version", 1) if isinstance(manifest, dict) else 1
@@ -187,7 +186,7 @@ def read_manifest(directory, advice, splits=()):
     if missing:
         raise InputDataError(f"{path} lacks {', '.join(missing)}; {advice}")
     for split, entry in splits.items():
-        absent = [p for p in shard_paths(directory, split, entry["num_shards"]) if not os.path.isfile(p)]
+        absent = [p for p in shard_paths(directory, split, entry["num_shards"]) if not storage.isfile(p)]
         if absent:
             raise InputDataError(f"{absent[0]}, listed in {path}, is missing; {advice}")
     return _with_patterns(manifest, directory)

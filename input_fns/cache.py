@@ -9,13 +9,12 @@ removed and written anew by the one process that holds its lock.
 import glob
 import hashlib
 import json
-import os
 
-from acquisition import locks
+from acquisition import locks, storage
 from acquisition.errors import InputDataError
 
 _FORMAT = 1
-_held = {}  # cache file -> lock descriptor, held until this process ends
+_held = {}  # cache file -> lock descriptor (a locks.Lease on a URL), held until this process ends
 
 
 def cache_key(fields):
@@ -24,15 +23,19 @@ def cache_key(fields):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _escape(path):
+    return path if storage.is_url(path) else glob.escape(path)  # a URL's cache names hold no wildcard
+
+
 def is_complete(path):
     """Returns True when tf.data finished writing the cache `path` (its index exists, no writer's lockfile)."""
-    return os.path.isfile(path + ".index") and not glob.glob(glob.escape(path) + "_*.lockfile")
+    return storage.isfile(path + ".index") and not storage.glob(_escape(path) + "_*.lockfile")
 
 
 def _remove_leftovers(path):
-    for leftover in glob.glob(glob.escape(path) + "_*") + glob.glob(glob.escape(path) + ".index") + \
-            glob.glob(glob.escape(path) + ".data-*"):
-        os.remove(leftover)
+    for leftover in storage.glob(_escape(path) + "_*") + storage.glob(_escape(path) + ".index") + \
+            storage.glob(_escape(path) + ".data-*"):
+        storage.remove(leftover)
 
 
 def prepare_cache_file(cache_dir, name, fields):
@@ -44,18 +47,18 @@ def prepare_cache_file(cache_dir, name, fields):
     `<name>.json` that says what it holds. Raises InputDataError when `cache_dir`
     cannot be used or another live process is writing the same cache.
     """
-    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+    if storage.exists(cache_dir) and not storage.isdir(cache_dir):
         raise InputDataError(f"the cache dir {cache_dir} is a file; pass --cache with a folder")
     try:
-        os.makedirs(cache_dir, exist_ok=True)
+        storage.makedirs(cache_dir)
     except OSError as e:
         raise InputDataError(f"cannot create the cache dir {cache_dir} ({e.strerror}); pass another --cache") \
             from None
-    path = os.path.join(cache_dir, f"{name}-{cache_key(fields)}")
+    path = storage.join(cache_dir, f"{name}-{cache_key(fields)}")
     if path in _held or is_complete(path):
         return path
     try:
-        _held[path] = locks.acquire(path + ".lock")
+        _held[path] = locks.Lease(path + ".lock").acquire() if storage.is_url(path) else locks.acquire(path + ".lock")
     except locks.LockHeld as e:
         raise InputDataError(f"{e.owner} is writing the cache {path}; wait until it has finished its first "
                              "epoch, or pass another --cache folder") from None
@@ -63,6 +66,6 @@ def prepare_cache_file(cache_dir, name, fields):
         raise InputDataError(f"cannot write to the cache dir {cache_dir} ({e.strerror}); pass another --cache") \
             from None
     _remove_leftovers(path)
-    with open(path + ".json", "w") as f:
-        json.dump({k: v for k, v in fields.items() if k != "files_fingerprint"}, f, indent=2, sort_keys=True)
+    storage.write_atomically(path + ".json", json.dumps({k: v for k, v in fields.items() if k != "files_fingerprint"},
+                                                        indent=2, sort_keys=True))
     return path

@@ -18,12 +18,12 @@ training as finished once the newest checkpoint has reached it (pipeline.cluster
 import functools
 import json
 import logging
-import os
 
 import tensorflow as tf
 from tensorflow.python.distribute import estimator_training as coordinator
 from tensorflow_estimator.python.estimator import training as training_lib
 
+from acquisition import storage
 from acquisition.files import write_json_atomically
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ STOP_FILE = "stop.json"
 
 
 def stop_path(model_dir):
-    return os.path.join(model_dir, STOP_FILE)
+    return storage.join(model_dir, STOP_FILE)
 
 
 def record_stop(model_dir, stop_after_step, because):
@@ -44,8 +44,7 @@ def read_stop(model_dir):
     """Returns the stop record's dict, or None when there is none (or it cannot be read: a record is
     written whole by a rename, so a partial one is never seen)."""
     try:
-        with open(stop_path(model_dir)) as f:
-            record = json.load(f)
+        record = json.loads(storage.read_text(stop_path(model_dir)))
         return {"stop_after_step": int(record["stop_after_step"]), "because": str(record["because"])}
     except FileNotFoundError:
         return None
@@ -55,11 +54,11 @@ def read_stop(model_dir):
 
 def remove_stop(model_dir):
     """Removes an earlier run's stop record (the chief, before training); returns whether there was one."""
-    try:
-        os.remove(stop_path(model_dir))
-        return True
-    except FileNotFoundError:
+    path = stop_path(model_dir)
+    if not storage.exists(path):
         return False
+    storage.remove(path)
+    return True
 
 
 class StopStepReader:
@@ -78,7 +77,7 @@ class StopStepReader:
 
 def checkpoint_written(model_dir, step):
     """Returns whether the checkpoint of global `step` exists in `model_dir` (its index is written last)."""
-    return os.path.exists(os.path.join(model_dir, f"model.ckpt-{step}.index"))
+    return storage.exists(storage.join(model_dir, f"model.ckpt-{step}.index"))
 
 
 class ChiefValidation:

@@ -2,9 +2,11 @@
 failure turned into one line and an exit code."""
 import errno
 import os
+import re
 import sys
 import traceback
 
+from acquisition.storage import url_failure
 from cluster.isolation import with_network_advice
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
@@ -97,6 +99,10 @@ def _tensorflow_failure(error, args):
         return (f"the checkpoint in {model_dir} does not fit the model these flags build"
                 f"{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
                 "with (the same --image-size or --precision, say), or pass another --model-dir")
+    url = _URL.search(error.message)
+    if url:  # a file system reached by URL (gs://...): its errors carry no errno, but their class tells
+        return _io_failure(_TF_ERROR_NUMBERS.get(type(error).__name__), url_failure(url.group(0), error.message),
+                           None, args)
     if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)):
         return op_error_line(error)
     return None
@@ -129,6 +135,10 @@ _IO_ADVICE = {
     errno.EIO: "the disk reported an input/output error: check the disk, or pass another {flag}",
 }
 _WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}  # failures only a write meets
+# TensorFlow's errors on a URL's file system, by class, mapped to the errno whose advice fits.
+_TF_ERROR_NUMBERS = {"PermissionDeniedError": errno.EACCES, "UnauthenticatedError": errno.EACCES,
+                     "NotFoundError": errno.ENOENT, "ResourceExhaustedError": errno.ENOSPC}
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\",;)]+")
 # TensorFlow's file errors carry no errno: their words, mapped to one.
 _TF_IO_WORDS = {"No space left on device": errno.ENOSPC, "File too large": errno.EFBIG,
                 "Disk quota exceeded": errno.EDQUOT, "Read-only file system": errno.EROFS}

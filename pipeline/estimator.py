@@ -76,6 +76,7 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
     with model_dir_lib.warm_start_lock(run_config.model_dir):
         estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
                                                           checkpoint_format=checkpoint_format(keras_model))
+    _warm_start_from_folder(estimator)
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
 
     def model_fn(features, labels, mode):
@@ -105,6 +106,18 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
 
     estimator._model_fn = model_fn  # TF 2.15, the last Estimator release: private, but frozen
     return estimator
+
+
+def _warm_start_from_folder(estimator):
+    """Points `estimator`'s warm start at the folder of model_to_estimator's first checkpoint
+    (keras/, whose newest checkpoint is that one) where the file system calls the checkpoint's
+    prefix a folder: ram:// does (TF 2.15), and the warm start then looked for a checkpoint inside
+    it and failed with "TypeError: Expected binary or unicode string, got None"."""
+    settings = estimator._warm_start_settings
+    if settings is not None and tf.io.gfile.isdir(settings.ckpt_to_initialize_from):
+        folder = settings.ckpt_to_initialize_from.rstrip("/").rsplit("/", 1)[0]
+        if tf.train.latest_checkpoint(folder):
+            estimator._warm_start_settings = settings._replace(ckpt_to_initialize_from=folder)
 
 
 def checkpoint_format(keras_model):

@@ -1,22 +1,21 @@
 """The model dir: one run at a time, what interrupted runs leave behind, and which
 checkpoint a run can resume from."""
 import contextlib
-import glob
 import logging
 import os
 import re
-import shutil
 
 import numpy as np
 import tensorflow as tf
 
-from acquisition import locks
+from acquisition import locks, storage
 from pipeline.errors import UsageError
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".run.lock"
 WARM_START_LOCK_FILE = ".warm_start.lock"
-LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)  # each names its last holder's process, and holds no data
+# Each names its last holder's process and holds no data (on a URL: a locks.Lease, JSON).
+LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
 _CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+)$")
 
 
@@ -25,17 +24,22 @@ def locked(model_dir):
     """Holds the model dir's lock for the duration of the block: one run per model dir.
 
     Raises UsageError naming the running process when another run holds it. A
-    lock left by a process that died is taken over (the kernel releases it).
+    lock left by a process that died is taken over (the kernel releases it). On a
+    URL the lock is a locks.Lease, taken over once its owner stops renewing it.
     """
+    path = storage.join(model_dir, LOCK_FILE)
+    lease = locks.Lease(path) if storage.is_url(model_dir) else None
     try:
-        fd = locks.acquire(os.path.join(model_dir, LOCK_FILE))
+        held = lease.acquire() if lease else locks.acquire(path)
     except locks.LockHeld as e:
-        raise UsageError(f"another run ({e.owner}) is training in the model dir {model_dir}; wait for it to "
-                         "finish, or pass another --model-dir") from None
+        wait = f"wait for it to finish (or, if it is gone, {lease.ttl:.0f} s for its lease to expire)" if lease \
+            else "wait for it to finish"
+        raise UsageError(f"another run ({e.owner}) is training in the model dir {model_dir}; {wait}, or pass "
+                         "another --model-dir") from None
     try:
         yield
     finally:
-        locks.release(fd)
+        lease.release() if lease else locks.release(held)
 
 
 @contextlib.contextmanager
@@ -49,14 +53,23 @@ def warm_start_lock(model_dir):
     distribute coordinator only sets is_chief later). Unlocked, two tasks wrote that
     checkpoint at once and one's MergeV2Checkpoints failed. Under the lock the first
     task writes it and the others warm-start from it. A URL's file system has no
-    flock: there the tasks go unlocked, as TensorFlow leaves them; and no model dir
-    (None: a temporary folder of TensorFlow's own) is no one else's.
+    flock: there the lock is a locks.Lease the tasks wait for (see its guarantee). No
+    model dir (None: a temporary folder of TensorFlow's own) is no one else's: no lock.
     """
-    if not model_dir or "://" in model_dir:
+    if not model_dir:
         yield
         return
+    path = storage.join(model_dir, WARM_START_LOCK_FILE)
+    if storage.is_url(model_dir):
+        storage.makedirs(model_dir)
+        lease = locks.Lease(path).acquire(wait=True)
+        try:
+            yield
+        finally:
+            lease.release()
+        return
     os.makedirs(model_dir, exist_ok=True)
-    with locks.exclusive(os.path.join(model_dir, WARM_START_LOCK_FILE)):
+    with locks.exclusive(path):
         yield
 
 
@@ -64,14 +77,22 @@ def remove_leftovers(model_dir):
     """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`), files
     TensorFlow writes under a temporary name (`*.tmp<hex>`), export folders (`export/temp-*`)
     and temporary results files; returns the paths removed."""
-    found = (glob.glob(os.path.join(model_dir, "*_temp")) + glob.glob(os.path.join(model_dir, "*_temp_*"))
-             + glob.glob(os.path.join(model_dir, "*.tmp[0-9a-f]*"))
-             + glob.glob(os.path.join(model_dir, "export", "temp-*")) + glob.glob(os.path.join(model_dir, ".tmp-*")))
+    found = [path for pattern in ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "export/temp-*", ".tmp-*")
+             for path in storage.glob(storage.join(model_dir, *pattern.split("/")))]
+    if storage.is_url(model_dir):  # exports cut short while being copied there (see serving.export)
+        from serving.export import is_complete
+        found += [path for path in storage.glob(storage.join(model_dir, "export", "[0-9]*")) if not is_complete(path)]
     for path in found:
-        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+        storage.remove_tree(path)
     if found:
         log.info("removed what an interrupted run left: %s", ", ".join(sorted(found)))
     return sorted(found)
+
+
+def read_checkpoint(prefix):
+    """Returns a reader of the checkpoint `prefix`. Not tf.train.load_checkpoint: where the file system
+    calls a prefix a folder (ram://, TF 2.15) it looks for a checkpoint inside it and finds none."""
+    return tf.compat.v1.train.NewCheckpointReader(prefix)
 
 
 def checkpoint_problem(prefix, finite=False):
@@ -79,7 +100,7 @@ def checkpoint_problem(prefix, finite=False):
     file; with `finite`, NaN or infinite values), or None when every tensor in it reads back
     with a matching checksum."""
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        reader = read_checkpoint(prefix)
         for name, dtype in reader.get_variable_to_dtype_map().items():
             value = reader.get_tensor(name)
             if finite and dtype.is_floating and not np.isfinite(value).all():
@@ -95,7 +116,7 @@ def check_fits(model_dir, keras_model):
     checkpoint = tf.train.latest_checkpoint(model_dir)
     if not checkpoint:
         return
-    saved = sorted(tuple(shape) for name, shape in tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+    saved = sorted(tuple(shape) for name, shape in read_checkpoint(checkpoint).get_variable_to_shape_map()
                    .items() if name.startswith("layer_with_weights-") and "OPTIMIZER_SLOT" not in name
                    and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
     wanted = sorted(tuple(weight.shape) for weight in keras_model.weights)
@@ -117,10 +138,10 @@ def candidate_checkpoints(model_dir):
             match = re.search(r"-(\d+)$", path)
             if match:
                 prefixes[path] = int(match.group(1))
-    for name in os.listdir(model_dir):
+    for name in storage.listdir(model_dir):
         match = _CHECKPOINT.match(name)
         if match:
-            prefixes[os.path.join(model_dir, match.group("prefix"))] = int(match.group("step"))
+            prefixes[storage.join(model_dir, match.group("prefix"))] = int(match.group("step"))
     return sorted(prefixes, key=prefixes.get, reverse=True)
 
 
@@ -172,13 +193,14 @@ def set_aside_diverged(model_dir, nan_step):
 
 def _set_aside(model_dir, kept, skipped):
     for prefix, problem in skipped:
-        for path in glob.glob(glob.escape(prefix) + ".*"):
-            if not path.endswith(".damaged"):
-                os.replace(path, path + ".damaged")
+        folder, name = prefix.rsplit("/", 1) if storage.is_url(prefix) else os.path.split(prefix)
+        for file in storage.listdir(folder or "."):
+            if file.startswith(name + ".") and not file.endswith(".damaged"):
+                storage.rename(storage.join(folder, file), storage.join(folder, file + ".damaged"))
         log.warning("checkpoint %s is set aside (%s): its files are renamed *.damaged; a run resumes from %s",
                     os.path.basename(prefix), problem, os.path.basename(kept) if kept else "scratch")
     if kept is None:
-        os.replace(os.path.join(model_dir, "checkpoint"), os.path.join(model_dir, "checkpoint.damaged"))
+        storage.rename(storage.join(model_dir, "checkpoint"), storage.join(model_dir, "checkpoint.damaged"))
         return
     state = tf.train.get_checkpoint_state(model_dir)
     damaged = {os.path.basename(p) for p, _ in skipped}

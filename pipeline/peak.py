@@ -13,11 +13,12 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from typing import Optional
 
 import tensorflow as tf
+
+from acquisition import storage
 
 log = logging.getLogger(__name__)
 
@@ -184,18 +185,15 @@ def cache_path():
 
 def _read_cache(path):
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.loads(storage.read_text(path))
     except (OSError, ValueError):
         return {}
 
 
 def _write_cache(path, cache):
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(os.path.abspath(path)), delete=False) as f:
-            json.dump(cache, f, indent=2)
-        os.replace(f.name, path)
+        storage.makedirs(os.path.dirname(storage.absolute(path)))
+        storage.write_atomically(path, json.dumps(cache, indent=2))
     except OSError:
         pass  # a read-only home: the next run probes again
 

@@ -13,9 +13,9 @@ import dataclasses
 import json
 import logging
 import math
-import os
 from typing import Optional
 
+from acquisition import storage
 from acquisition.files import write_json_atomically
 from pipeline import results as results_lib
 from pipeline.errors import UsageError
@@ -65,10 +65,9 @@ def read(model_dir, task_name):
     Raises UsageError when the model dir holds another job's run (by its record, or by the
     results.json of a run that kept none): its checkpoints cannot be this job's.
     """
-    path = os.path.join(model_dir, PROGRESS_FILE)
+    path = storage.join(model_dir, PROGRESS_FILE)
     try:
-        with open(path) as f:
-            saved = json.load(f)
+        saved = json.loads(storage.read_text(path))
         owner, record = saved["task"], Record([Segment(**s) for s in saved["runs"]], saved.get("data"))
     except FileNotFoundError:
         owner, record = _results_task(model_dir), Record([])
@@ -85,8 +84,7 @@ def final_step(model_dir):
     """Returns the global step the newest run recorded in `model_dir` trains to, or None (no record,
     an unreadable one, or one of an earlier version, which kept no final step)."""
     try:
-        with open(os.path.join(model_dir, PROGRESS_FILE)) as f:
-            return json.load(f)["runs"][-1].get("max_steps")
+        return json.loads(storage.read_text(storage.join(model_dir, PROGRESS_FILE)))["runs"][-1].get("max_steps")
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
 
@@ -140,5 +138,5 @@ def record_start(model_dir, task_name, record, plan_, data):
     """Writes this run's segment to the model dir's record, before its first step; returns the path."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps))
-    return write_json_atomically(os.path.join(model_dir, PROGRESS_FILE),
+    return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

@@ -1,9 +1,9 @@
 """The results.json file each run writes into its model dir, and the typed record it holds."""
 import dataclasses
 import json
-import os
 from typing import Any, Dict, List, Optional
 
+from acquisition import storage
 from acquisition.files import write_json_atomically
 
 RESULTS_FILE = "results.json"
@@ -77,10 +77,9 @@ def write_results(model_dir, results):
     write_json_atomically); returns the path."""
     if isinstance(results, RunResults):
         results = results.as_dict()
-    return write_json_atomically(os.path.join(model_dir, RESULTS_FILE), results)
+    return write_json_atomically(storage.join(model_dir, RESULTS_FILE), results)
 
 
 def read_results(model_dir):
     """Returns the dict stored in <model_dir>/results.json."""
-    with open(os.path.join(model_dir, RESULTS_FILE)) as f:
-        return json.load(f)
+    return json.loads(storage.read_text(storage.join(model_dir, RESULTS_FILE)))

@@ -9,6 +9,7 @@ import time
 
 import tensorflow as tf
 
+from acquisition import storage
 from hooks.loss_watch import DivergenceError
 from pipeline import agreed_stop, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
     results as results_lib, test_report
@@ -127,7 +128,7 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
         extra["cluster"] = {"strategy": args.strategy, "training_workers": setup.cluster.num_workers}
     if data.serving_input_fn:
         extra["export_dir"] = best["export_dir"] if best and best.get("export_dir") else export_model(
-            estimator, data.serving_input_fn, data.class_names, os.path.join(args.model_dir, "export"),
+            estimator, data.serving_input_fn, data.class_names, storage.join(args.model_dir, "export"),
             best and best["checkpoint"])
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
         extra.update(test_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
@@ -152,7 +153,7 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation):
     images_trained = progress.images_at(progress.read(args.model_dir, setup.task.name).segments, step,
                                         setup.global_batch)[0]
     return results_lib.RunResults(
-        task=setup.task.name, data_source=data.source, model_dir=os.path.abspath(args.model_dir),
+        task=setup.task.name, data_source=data.source, model_dir=storage.absolute(args.model_dir),
         global_step=step, start_global_step=setup.start_step, max_steps=setup.max_steps,
         replicas=plan.replicas, devices=plan.devices, distribution=plan.description, precision=args.precision,
         augment=[[name, value] for name, value in args.augment], xla=args.xla,

@@ -3,10 +3,10 @@ process's role (see pipeline.roles), and report."""
 import contextlib
 import dataclasses
 import logging
-import os
 
 import tensorflow as tf
 
+from acquisition import storage
 from models.optimizers import precision
 from pipeline import agreed_stop, determinism, estimator as estimator_lib, mfu as mfu_lib, \
     model_dir as model_dir_lib, progress, roles, validation as validation_lib
@@ -99,7 +99,7 @@ def build_validation(setup, estimator, cadence, stop_requested):
 
     def export_best(checkpoint):
         return export_model(estimator, data.serving_input_fn, data.class_names,
-                            os.path.join(args.model_dir, validation_lib.BEST_EXPORT_DIR), checkpoint)
+                            storage.join(args.model_dir, validation_lib.BEST_EXPORT_DIR), checkpoint)
     return validation_lib.ValidationListener(
         estimator, data.validation_input_fn, cadence, args.model_dir, setup.start_step,
         export=export_best if data.serving_input_fn else None,

@@ -4,10 +4,12 @@ import dataclasses
 import logging
 import os
 import tempfile
+import uuid
 from typing import Optional
 
 import tensorflow as tf
 
+from acquisition import storage
 from models.learning_rate import ScheduledRate
 from pipeline import batching, determinism, estimator as estimator_lib, model_dir as model_dir_lib, progress, \
     test_report
@@ -43,7 +45,18 @@ class RunSetup:
 
 
 def ensure_writable_dir(path):
-    """Creates `path` if needed; raises UsageError when it cannot be written to."""
+    """Creates `path` if needed; raises UsageError when it cannot be written to. A URL (gs://...) is
+    checked through tf.io.gfile, a file written and removed, and never made a local folder."""
+    if storage.is_url(path):
+        probe = storage.join(path, f".tmp-write-check-{uuid.uuid4().hex[:8]}")
+        try:
+            storage.makedirs(path)
+            storage.write_atomically(probe, b"")
+            storage.remove(probe)
+        except tf.errors.OpError as e:
+            raise UsageError(f"cannot write to the model dir {path}: {storage.url_failure(path, e.message)}; "
+                             "pass --model-dir with a folder or bucket you can write to") from None
+        return
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):

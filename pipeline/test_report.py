@@ -16,6 +16,7 @@ import struct
 import numpy as np
 import tensorflow as tf
 
+from acquisition import storage
 from hooks.scores import ScoreCollectorHook
 from pipeline.errors import FlagError
 from pipeline.metrics import classification_report
@@ -70,7 +71,7 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None):
         at_specificity_target=args.at_specificity, resamples=args.bootstrap_resamples, seed=args.bootstrap_seed,
         group_pattern=pattern)
     pngs = report_files.write_report_files(model_dir, report, probabilities, labels, keys)
-    write_images(os.path.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
+    write_images(storage.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
     results = classification_report(labels, probabilities.argmax(axis=1), data.class_names)
     results["clinical"] = report
     if export_dir and collector.named:  # the test images are files (not Fashion-MNIST's records)
@@ -99,14 +100,13 @@ def write_examples(export_dir, collector, model_dir, step, seed, per_kind=EXAMPL
         return []
     contents = []
     for _, i in chosen:
-        with open(collector.keys[i], "rb") as f:
-            contents.append(f.read())
+        contents.append(storage.read_bytes(collector.keys[i]))
     _, _, heatmaps = gradcam.explain(contents)
     gradcam.close()
     pngs, examples = {}, []
     for (kind, i), heatmap in zip(chosen, heatmaps):
         label, guess = gradcam.class_names[collector.labels[i]], gradcam.class_names[predicted[i]]
-        with Image.open(collector.keys[i]) as image:
+        with Image.open(io.BytesIO(storage.read_bytes(collector.keys[i]))) as image:
             image.thumbnail((max_side, max_side))
             buffer = io.BytesIO()
             Image.fromarray(overlay(image, heatmap)).save(buffer, "PNG")
@@ -114,7 +114,7 @@ def write_examples(export_dir, collector, model_dir, step, seed, per_kind=EXAMPL
         pngs[tag] = buffer.getvalue()
         examples.append({"file": collector.keys[i], "label": label, "predicted": guess,
                          "tag": f"test_report/examples/{tag}"})
-    write_images(os.path.join(model_dir, EVAL_SUMMARY_DIR), pngs, step, prefix="test_report/examples/")
+    write_images(storage.join(model_dir, EVAL_SUMMARY_DIR), pngs, step, prefix="test_report/examples/")
     return examples
 
 
@@ -159,5 +159,5 @@ def print_headline(results, model_dir):
         lines.append(f"           referral {'+'.join(referral['positive_classes'])}: sensitivity "
                      f"{_interval(referral['sensitivity'])}, specificity "
                      f"{_interval(referral['specificity']) if referral['specificity'] else 'n/a'}, AUC {auc}")
-    lines.append(f"           {os.path.join(model_dir, report_files.REPORT_MD)}")
+    lines.append(f"           {storage.join(model_dir, report_files.REPORT_MD)}")
     print("\n".join(lines), flush=True)

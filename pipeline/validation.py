@@ -8,17 +8,16 @@ It is written after the best checkpoint's copy and export are whole, so a run ki
 leaves the recorded best intact, and a resumed run compares with it: a worse model never replaces it.
 """
 import dataclasses
-import glob
 import json
 import logging
 import math
 import os
-import shutil
 import time
 from typing import Callable, Optional
 
 import tensorflow as tf
 
+from acquisition import storage
 from acquisition.files import write_json_atomically
 from pipeline.errors import UsageError
 
@@ -82,10 +81,9 @@ def cadence_for(args, setup):
 
 def read_record(model_dir):
     """Returns the model dir's validation record ({'evaluations': [...], 'best': {...} or None})."""
-    path = os.path.join(model_dir, VALIDATION_FILE)
+    path = storage.join(model_dir, VALIDATION_FILE)
     try:
-        with open(path) as f:
-            record = json.load(f)
+        record = json.loads(storage.read_text(path))
         return {"evaluations": list(record["evaluations"]), "best": record.get("best")}
     except FileNotFoundError:
         return {"evaluations": [], "best": None}
@@ -158,7 +156,7 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         """Evaluates the checkpoint of `step` and keeps it when best; returns whether training should stop."""
         start = self._clock()
         self._last_step = step
-        checkpoint = os.path.join(self._model_dir, f"model.ckpt-{step}")
+        checkpoint = storage.join(self._model_dir, f"model.ckpt-{step}")
         metrics = self._estimator.evaluate(self._input_fn, checkpoint_path=checkpoint, name=EVAL_NAME)
         evaluation = {"step": step, "validation_accuracy": float(metrics["accuracy"]),
                       "validation_loss": float(metrics["loss"])}
@@ -190,18 +188,19 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
 
     def _keep(self, evaluation, checkpoint):
         """Copies `checkpoint` to <model dir>/best and exports it; returns the new best's record."""
-        best_dir = os.path.join(self._model_dir, BEST_DIR)
-        os.makedirs(best_dir, exist_ok=True)
-        for path in glob.glob(checkpoint + ".*"):
-            shutil.copy2(path, os.path.join(best_dir, os.path.basename(path) + ".tmp"))
-            os.replace(os.path.join(best_dir, os.path.basename(path) + ".tmp"),
-                       os.path.join(best_dir, os.path.basename(path)))
-        kept = os.path.join(best_dir, os.path.basename(checkpoint))
+        best_dir = storage.join(self._model_dir, BEST_DIR)
+        storage.makedirs(best_dir)
+        name = os.path.basename(checkpoint)
+        for file in storage.listdir(self._model_dir):
+            if file.startswith(name + "."):
+                storage.copy_file(storage.join(self._model_dir, file), storage.join(best_dir, file + ".tmp"))
+                storage.rename(storage.join(best_dir, file + ".tmp"), storage.join(best_dir, file))
+        kept = storage.join(best_dir, name)
         export_dir = self._export(kept) if self._export else None
-        return {**evaluation, "checkpoint": os.path.abspath(kept), "export_dir": export_dir}
+        return {**evaluation, "checkpoint": storage.absolute(kept), "export_dir": export_dir}
 
     def _write(self):
-        write_json_atomically(os.path.join(self._model_dir, VALIDATION_FILE), self.record)
+        write_json_atomically(storage.join(self._model_dir, VALIDATION_FILE), self.record)
         remove_superseded(self._model_dir, self.record["best"])
 
 
@@ -211,9 +210,9 @@ def remove_superseded(model_dir, best):
     if best is None:
         return
     keep = os.path.basename(best["checkpoint"])
-    for path in glob.glob(os.path.join(model_dir, BEST_DIR, "*")):
+    for path in storage.glob(storage.join(model_dir, BEST_DIR, "*")):
         if not os.path.basename(path).startswith(keep + "."):
-            os.remove(path)
-    for path in glob.glob(os.path.join(model_dir, BEST_EXPORT_DIR, "[0-9]*")):  # not an export being written
-        if best.get("export_dir") and os.path.abspath(path) != best["export_dir"]:
-            shutil.rmtree(path, ignore_errors=True)
+            storage.remove(path)
+    for path in storage.glob(storage.join(model_dir, BEST_EXPORT_DIR, "[0-9]*")):  # not an export being written
+        if best.get("export_dir") and storage.absolute(path) != best["export_dir"]:
+            storage.remove_tree(path)

@@ -4,10 +4,10 @@ image's scores as test_scores.csv."""
 import csv
 import io
 import json
-import os
 
 import numpy as np
 
+from acquisition import storage
 from reporting.clinical import roc_points
 
 REPORT_JSON, REPORT_MD, SCORES_CSV = "report.json", "report.md", "test_scores.csv"
@@ -15,11 +15,7 @@ CONFUSION_PNG, ROC_PNG = "confusion_matrix.png", "roc_curves.png"
 
 
 def _atomic_write(path, data):
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-    return path
+    return storage.write_atomically(path, data)
 
 
 def _percent(figure):
@@ -138,15 +134,15 @@ def write_report_files(model_dir, report, probabilities, labels, keys):
     """Writes report.json (exactly `report`), report.md, the PNGs of plot_pngs and test_scores.csv
     (a row per test image: its key, label and probabilities) into `model_dir`; returns
     {file name: PNG bytes} for TensorBoard."""
-    _atomic_write(os.path.join(model_dir, REPORT_JSON), (json.dumps(report, indent=2) + "\n").encode())
-    _atomic_write(os.path.join(model_dir, REPORT_MD), markdown(report).encode())
+    _atomic_write(storage.join(model_dir, REPORT_JSON), (json.dumps(report, indent=2) + "\n").encode())
+    _atomic_write(storage.join(model_dir, REPORT_MD), markdown(report).encode())
     pngs = plot_pngs(report, probabilities, labels)
     for name, data in pngs.items():
-        _atomic_write(os.path.join(model_dir, name), data)
+        _atomic_write(storage.join(model_dir, name), data)
     rows = io.StringIO()
     writer = csv.writer(rows)
     writer.writerow(["image", "label"] + [f"p_{n}" for n in report["class_names"]])
     for key, label, probs in zip(keys, labels, probabilities):
         writer.writerow([key, report["class_names"][label]] + [repr(float(p)) for p in probs])
-    _atomic_write(os.path.join(model_dir, SCORES_CSV), rows.getvalue().encode())
+    _atomic_write(storage.join(model_dir, SCORES_CSV), rows.getvalue().encode())
     return pngs

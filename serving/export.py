@@ -7,11 +7,15 @@ import tempfile
 
 import tensorflow as tf
 
+from acquisition import storage
+
 log = logging.getLogger(__name__)
 
 PROBABILITIES = "probabilities"
 CLASS_NAME = "class_name"
 CLASS_NAMES_FILE = "class_names.txt"  # in the export's assets.extra, for readers of the folder
+# Copied last into an export on a URL (gs://...): readers take no export there without it.
+COMPLETE_MARKER = "export_complete"
 
 
 def with_class_names(spec, probabilities, class_names):
@@ -26,15 +30,31 @@ def with_class_names(spec, probabilities, class_names):
 
 def export_model(estimator, serving_input_fn, class_names, export_base, checkpoint_path=None):
     """Exports the checkpoint `checkpoint_path` (default: the estimator's latest) under `export_base`
-    (in a temporary folder, renamed when whole) with the class names in assets.extra; returns the
-    export's path."""
+    with the class names in assets.extra; returns the export's path.
+
+    A local export is written in a temporary folder and renamed when whole (the
+    Estimator's way). A folder's rename is not atomic on GCS or S3 (a copy of each
+    object) and empties the folder on ram:// (TF 2.15), so under a URL the export is
+    written locally, then copied file by file, COMPLETE_MARKER last (see is_complete).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         names = os.path.join(tmp, CLASS_NAMES_FILE)
         with open(names, "w") as f:
             f.write("\n".join(class_names) + "\n")
-        path = estimator.export_saved_model(export_base, serving_input_fn,
-                                            assets_extra={CLASS_NAMES_FILE: names},
+        remote = storage.is_url(export_base)
+        path = estimator.export_saved_model(os.path.join(tmp, "export") if remote else export_base,
+                                            serving_input_fn, assets_extra={CLASS_NAMES_FILE: names},
                                             checkpoint_path=checkpoint_path)
-    path = path.decode() if isinstance(path, bytes) else path
+        path = path.decode() if isinstance(path, bytes) else path
+        if remote:
+            with open(os.path.join(path, COMPLETE_MARKER), "w") as f:
+                f.write("every file of this export is copied\n")
+            path = storage.copy_tree(path, storage.join(export_base, os.path.basename(path)), last=COMPLETE_MARKER)
     log.info("exported the model to %s", path)
-    return os.path.abspath(path)
+    return storage.absolute(path)
+
+
+def is_complete(export_dir):
+    """Returns whether the export at `export_dir` is whole: a local one always (it was renamed into
+    place), one on a URL when its COMPLETE_MARKER is there (copied last)."""
+    return not storage.is_url(export_dir) or storage.exists(storage.join(export_dir, COMPLETE_MARKER))

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import deprecation
 
+from acquisition import storage
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
 from serving.predict import resolve_export_dir
 
@@ -44,8 +45,8 @@ class GradCam:
 
     def __init__(self, path):
         self.export_dir = resolve_export_dir(path)
-        with open(os.path.join(self.export_dir, "assets.extra", CLASS_NAMES_FILE)) as f:
-            self.class_names = [line.strip() for line in f if line.strip()]
+        text = storage.read_text(storage.join(self.export_dir, "assets.extra", CLASS_NAMES_FILE))
+        self.class_names = [line.strip() for line in text.splitlines() if line.strip()]
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph)
         with self._graph.as_default():

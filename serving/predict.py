@@ -1,6 +1,5 @@
 """The client side: loading an exported model and classifying image files with it, in batches."""
 import dataclasses
-import os
 import sys
 import time
 from typing import Callable, List
@@ -9,7 +8,8 @@ import tensorflow as tf
 
 from acquisition.image_formats import check_image, is_image_name
 from serving import ExportNotFoundError
-from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES
+from acquisition import storage
+from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, is_complete
 
 BATCH_SIZE = 64  # files read and classified at once: memory stays flat however many are given
 
@@ -25,16 +25,18 @@ class Predictor:
 
 def resolve_export_dir(path):
     """Returns the SavedModel folder at `path`, or the newest one among its timestamped subfolders, or,
-    for a model dir, the newest in its export/ (where a run exports its best, or its last, model)."""
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+    for a model dir, the newest in its export/ (where a run exports its best, or its last, model). On a
+    URL, exports still being copied (without their completion marker) are passed over."""
+    if storage.isfile(storage.join(path, "saved_model.pb")) and is_complete(path):
         return path
-    versions = sorted((d for d in os.listdir(path) if d.isdigit()), key=int) if os.path.isdir(path) else []
-    if not versions and os.path.isdir(os.path.join(path, "export")):
-        return resolve_export_dir(os.path.join(path, "export"))
+    versions = sorted((d for d in storage.listdir(path) if d.isdigit() and is_complete(storage.join(path, d))),
+                      key=int) if storage.isdir(path) else []
+    if not versions and storage.isdir(storage.join(path, "export")):
+        return resolve_export_dir(storage.join(path, "export"))
     if not versions:
         raise ExportNotFoundError(f"no exported model at {path}: pass --model with a training run's model dir or "
                                   "the export folder it printed (<model dir>/export/<timestamp>)")
-    return os.path.join(path, versions[-1])
+    return storage.join(path, versions[-1])
 
 
 def load_predictor(path):
@@ -43,8 +45,8 @@ def load_predictor(path):
     serving = tf.saved_model.load(export_dir).signatures["serving_default"]
     # 'jpeg_bytes' (the OCT job) or 'image_bytes' (the images job): the signature's one input
     (bytes_key,) = serving.structured_input_signature[1]
-    with open(os.path.join(export_dir, "assets.extra", CLASS_NAMES_FILE), encoding="utf-8") as f:
-        class_names = [line.strip() for line in f if line.strip()]
+    text = storage.read_text(storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE))
+    class_names = [line.strip() for line in text.splitlines() if line.strip()]
 
     def classify(contents):
         outputs = serving(**{bytes_key: tf.constant(contents, tf.string)})
@@ -60,12 +62,12 @@ def image_paths(paths):
     """Yields the files to classify: each path that is not a folder as given, and the image files
     (see image_formats.is_image_name) below each folder, walked recursively in sorted order."""
     for path in paths:
-        if not os.path.isdir(path):
+        if not storage.isdir(path):
             yield path
             continue
-        for parent, dirs, names in os.walk(path):
+        for parent, dirs, names in storage.walk(path):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            yield from (os.path.join(parent, n) for n in sorted(names) if is_image_name(n))
+            yield from (storage.join(parent, n) for n in sorted(names) if is_image_name(n))
 
 
 def _batches(iterable, size):
@@ -101,11 +103,10 @@ def classify_files(predictor, paths, batch_size=BATCH_SIZE, progress_every_secs=
 def _classify_batch(predictor, paths):
     results, readable, contents = [], [], []
     for path in paths:
-        problem = "file not found" if not os.path.isfile(path) else check_image(path).problem
+        problem = "file not found" if not storage.isfile(path) else check_image(path).problem
         results.append({"file": path, **({"error": problem} if problem else {})})
         if not problem:
-            with open(path, "rb") as f:
-                contents.append(f.read())
+            contents.append(storage.read_bytes(path))
             readable.append(results[-1])
     if readable:
         try:

@@ -7,9 +7,9 @@ when the arguments are known good. Nothing outside this package names a task.
 """
 import dataclasses
 import importlib
-import os
 from typing import Callable, Optional, Sequence
 
+from acquisition import storage
 from acquisition.files import write_text_atomically
 from input_fns import FEATURE_KEY  # noqa: F401 (the jobs' feature key, the models' input layer name)
 FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
@@ -92,6 +92,6 @@ def write_validation_files(model_dir, files):
     """Writes `files`, one path per line, to <model dir>/validation_files.txt (atomically: a cluster's
     workers may each write the same list); returns its path, or None when there is no such folder (a
     tool that reads a job's input, such as inspect_input.py, with no run's model dir)."""
-    if not os.path.isdir(model_dir):
+    if not storage.isdir(model_dir):
         return None
-    return write_text_atomically(os.path.join(model_dir, VALIDATION_FILES), "".join(name + "\n" for name in files))
+    return write_text_atomically(storage.join(model_dir, VALIDATION_FILES), "".join(name + "\n" for name in files))

@@ -7,10 +7,11 @@ import os
 import numpy as np
 
 from cluster.tf_config import read_tf_config
-from acquisition import fashion_mnist
+from acquisition import fashion_mnist, storage
 from acquisition.errors import DownloadError
 from input_fns import baselines, fashion_mnist as fashion_input, synthetic
 from models.fashion_cnn import build_fashion_cnn
+from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, TaskData
 from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE, TRAIN_EXAMPLES
 
@@ -88,6 +89,10 @@ def apply_sample_recipe(args):
 def _dataset_or_sample(args):
     """Returns (data dir, data source): the dataset, downloaded if absent, or, when that fails on
     one machine with the default --data-dir, the sample shipped with the project."""
+    for flag, value in (("--data-dir", args.data_dir), ("--cache-dir", args.cache_dir)):
+        if value and storage.is_url(value):  # never a local folder made from a URL
+            raise UsageError(f"{flag} {value}: the Fashion-MNIST job downloads and converts its IDX files on local "
+                             "disk only; pass a local folder (model dirs may be on a bucket: --model-dir)")
     data_dir = os.path.normpath(os.path.abspath(os.path.expanduser(args.data_dir)))
     try:
         fashion_mnist.download(data_dir, base_url=args.download_url or fashion_mnist.DOWNLOAD_URL)

@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from acquisition import class_folders, image_checks
+from acquisition import class_folders, image_checks, storage
 from input_fns import decode, image_list, synthetic
 from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
@@ -57,8 +57,8 @@ def load_dataset(args):
     if not args.data_dir:
         raise UsageError("pass --data-dir with a folder of class folders (DIR/<class>/<image>, or "
                          "DIR/{train,test}/<class>/<image>), or --synthetic")
-    key = (os.path.abspath(args.data_dir), args.channels, args.test_fraction, args.split_seed, args.group_by,
-           args.on_bad_image, os.path.abspath(args.model_dir))
+    key = (storage.absolute(args.data_dir), args.channels, args.test_fraction, args.split_seed, args.group_by,
+           args.on_bad_image, storage.absolute(args.model_dir))
     if key not in _DATASETS:
         _DATASETS[key] = _load(args)
     return _DATASETS[key]
@@ -81,12 +81,12 @@ def _load(args):
         files, labels = folders.scans["all"].good()
         entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
-    split_dir = os.path.join(args.model_dir, SPLIT_DIR)
+    split_dir = storage.join(args.model_dir, SPLIT_DIR)
     pending = None if saved else functools.partial(write_split, args.model_dir, args.data_dir, folders, splits,
                                                     channels, args)
-    report = {"data_root": os.path.abspath(args.data_dir), "class_names": list(folders.class_names),
+    report = {"data_root": storage.absolute(args.data_dir), "class_names": list(folders.class_names),
               "layout": "train and test folders" if folders.presplit else "class folders, split here",
-              "split_dir": os.path.abspath(split_dir), "channels": channels,
+              "split_dir": storage.absolute(split_dir), "channels": channels,
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
               "skipped_file_problems": problems}
     return Dataset(folders.class_names, channels, splits, report, pending)
@@ -95,16 +95,15 @@ def _load(args):
 def read_split(model_dir, data_dir):
     """Returns the split.json an earlier run of this model dir wrote, or None; raises UsageError when
     it was made from another data dir."""
-    path = os.path.join(model_dir, SPLIT_DIR, "split.json")
+    path = storage.join(model_dir, SPLIT_DIR, "split.json")
     try:
-        with open(path) as f:
-            saved = json.load(f)
+        saved = json.loads(storage.read_text(path))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
         raise InputDataError(f"cannot read {path} ({e}); remove the folder {os.path.dirname(path)} to split "
                              "again, or pass another --model-dir") from None
-    if saved.get("data_dir") != os.path.abspath(data_dir):
+    if saved.get("data_dir") != storage.absolute(data_dir):
         raise UsageError(f"the model dir {model_dir} was trained on {saved.get('data_dir')}, not {data_dir}; pass "
                          "that --data-dir, or another --model-dir")
     return saved
@@ -129,7 +128,7 @@ def _splits_from_lists(folders, saved, model_dir):
     bad = {f for scan in folders.scans.values() for f in scan.problems}
     splits, listed = {}, set()
     for split in class_folders.SPLITS:
-        path = os.path.join(model_dir, SPLIT_DIR, f"{split}.txt")
+        path = storage.join(model_dir, SPLIT_DIR, f"{split}.txt")
         files = [f for f in class_folders.read_split_list(path, saved["data_dir"]) if f not in bad]
         gone = [f for f in files if f not in label_of]
         if gone:
@@ -148,13 +147,13 @@ def _splits_from_lists(folders, saved, model_dir):
 def write_split(model_dir, data_dir, folders, splits, channels, args):
     """Writes the split to <model_dir>/split: train.txt and test.txt, then split.json (written last:
     a split is whole when it exists); returns the folder."""
-    out = os.path.join(model_dir, SPLIT_DIR)
-    os.makedirs(out, exist_ok=True)
+    out = storage.join(model_dir, SPLIT_DIR)
+    storage.makedirs(out)
     for split, (files, _) in splits.items():  # each worker of a cluster may write the same lists
-        write_text_atomically(os.path.join(out, f"{split}.txt"),
-                              class_folders.split_list_text(files, os.path.abspath(data_dir)))
-    write_json_atomically(os.path.join(out, "split.json"), {
-        "data_dir": os.path.abspath(data_dir), "class_names": list(folders.class_names), "channels": channels,
+        write_text_atomically(storage.join(out, f"{split}.txt"),
+                              class_folders.split_list_text(files, storage.absolute(data_dir)))
+    write_json_atomically(storage.join(out, "split.json"), {
+        "data_dir": storage.absolute(data_dir), "class_names": list(folders.class_names), "channels": channels,
         "presplit": folders.presplit, "test_fraction": None if folders.presplit else args.test_fraction,
         "split_seed": args.split_seed, "group_by": args.group_by,
         "counts": {s: len(files) for s, (files, _) in splits.items()}})
@@ -192,7 +191,7 @@ def prepare_data(args, batch_size):
     held_out = split_off_validation(args, data)
     if held_out:
         data = dataclasses.replace(data, splits={**data.splits, **held_out})
-        report["validation_files"] = os.path.abspath(os.path.join(args.model_dir, VALIDATION_FILES))
+        report["validation_files"] = storage.absolute(storage.join(args.model_dir, VALIDATION_FILES))
     if args.class_weight == "balanced":
         report["class_weights"] = balanced_class_weights(data.train_class_counts())
 

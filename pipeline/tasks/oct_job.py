@@ -7,7 +7,7 @@ import os
 
 import tensorflow as tf
 
-from acquisition import class_folders, image_checks, retinal_oct, shards
+from acquisition import class_folders, image_checks, retinal_oct, shards, storage
 from acquisition.errors import InputDataError
 from input_fns import baselines, decode, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
@@ -82,7 +82,7 @@ def _folder_data(args, batch_size, size, serving):
     if held_out:
         train = held_out["train"]
         cache_key["validation"] = [args.validation_fraction, VALIDATION_SEED, args.validation_dir]
-        report["validation_files"] = os.path.abspath(os.path.join(args.model_dir, VALIDATION_FILES))
+        report["validation_files"] = storage.absolute(storage.join(args.model_dir, VALIDATION_FILES))
 
     def make(files, labels, training, skip=0):
         return image_list.make_input_fn(image_list.ImageListConfig(

@@ -62,3 +62,18 @@ def test_a_manifest_that_cannot_be_read_is_one_line_with_the_advice(tmp_path, ma
     with pytest.raises(InputDataError, match=message) as error:
         shards.read_manifest(str(tmp_path), "make them again", splits=("test",))
     assert str(error.value).endswith("; make them again") and "\n" not in str(error.value)
+
+
+def test_shards_on_a_url_are_read_as_local_ones(tmp_path):
+    from acquisition import storage
+    out = str(tmp_path / "shards")
+    local, _ = _prepare(out, {"files": "v1"}, [])
+    storage.copy_tree(out, "ram://shared/shards")  # as they would sit in a bucket
+    manifest = shards.read_manifest("ram://shared/shards", "make them again", splits=("test",))
+    assert manifest["splits"]["test"]["count"] == local["splits"]["test"]["count"] == 5
+    files = sorted(tf.io.gfile.glob(manifest["splits"]["test"]["pattern"]))
+    assert files == shards.shard_paths("ram://shared/shards", "test", 2)
+    assert sum(1 for _ in tf.data.TFRecordDataset(files)) == 5
+    storage.remove(files[1])
+    with pytest.raises(InputDataError, match="test-00001-of-00002.tfrecord, listed in ram://shared/shards/manifest"):
+        shards.read_manifest("ram://shared/shards", "make them again", splits=("test",))

@@ -61,3 +61,16 @@ def test_a_graph_mode_error_is_told_by_its_cause_not_by_where_its_node_was_defin
     assert run_command(parser, work, []) == 1
     line = capsys.readouterr().err.strip()
     assert line.startswith("job.py: error: ") and "/gone/model.ckpt-7" in line, line
+
+
+def test_a_failure_on_a_url_names_the_bucket_the_cause_and_the_advice_of_its_error_class(capsys):
+    import tensorflow as tf
+    parser, work = fail_with(tf.errors.PermissionDeniedError(
+        None, None, "Error executing an HTTP request: HTTP response code 403 with body '...'\n\t when initiating an "
+                    "upload to gs://shared-runs/m/model.ckpt-3_temp/part-00000-of-00001.data-00000-of-00001"))
+    assert run_command(parser, work, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("job.py: error: a file operation failed: gs://shared-runs cannot be reached or written "
+                           "(Error executing an HTTP request: HTTP response code 403 with body '...': no permission"), line
+    assert "you have no permission there: fix the permissions" in line and "it resumes from the latest whole " \
+        "checkpoint in /runs/m" in line and "\n" not in line

@@ -56,3 +56,21 @@ def test_a_model_dir_an_export_folder_or_an_export_itself_name_the_newest_export
     assert resolve_export_dir(newest) == newest
     with pytest.raises(ExportNotFoundError, match="pass --model with a training run's model dir"):
         resolve_export_dir(str(tmp_path / "export" / "1700000000" / "variables"))
+
+
+def test_an_export_on_a_url_still_being_copied_is_passed_over_and_removed_by_the_next_run():
+    import uuid
+    from acquisition import storage
+    from pipeline.model_dir import remove_leftovers
+    from serving.export import COMPLETE_MARKER
+    model_dir = f"ram://{uuid.uuid4().hex}/run"
+    for version, whole in (("100", True), ("200", False)):  # 200: a run killed while copying it
+        storage.makedirs(storage.join(model_dir, "export", version))
+        storage.write_atomically(storage.join(model_dir, "export", version, "saved_model.pb"), b"pb")
+        if whole:
+            storage.write_atomically(storage.join(model_dir, "export", version, COMPLETE_MARKER), b"")
+    assert resolve_export_dir(model_dir) == f"{model_dir}/export/100"
+    with pytest.raises(ExportNotFoundError):
+        resolve_export_dir(f"{model_dir}/export/200")
+    assert remove_leftovers(model_dir) == [f"{model_dir}/export/200"]
+    assert storage.listdir(storage.join(model_dir, "export")) == ["100"]

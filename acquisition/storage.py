@@ -1,0 +1,233 @@
+"""Files on any file system tf.io.gfile knows: local paths, and URLs (gs://, s3:// with
+tensorflow-io, hdfs://, TensorFlow's in-process ram://).
+
+A local path goes through os, as before: its errors keep their errno (pipeline.cli's
+advice reads it), a write is renamed into place, and nothing imports TensorFlow. A URL
+goes through tf.io.gfile, imported when the first URL is met, and never becomes a local
+folder (os.makedirs('gs://b/run') would make ./gs:/b/run).
+
+Atomic writes: a file is written under a temporary name in its folder and renamed. On
+a local or POSIX network file system the rename is atomic. gfile's rename on GCS and
+S3 is a server-side copy and a delete; an object there becomes visible only once its
+upload is complete, so a reader still never sees a partial file, but two writers of the
+same name race (the last one wins, whole). On ram:// a file's rename works, a folder's
+does not (the folder comes out empty: TF 2.15), so no folder is ever renamed here.
+"""
+import io
+import os
+import posixpath
+import shutil
+import tempfile
+import uuid
+
+
+def is_url(path):
+    """Returns whether `path` names a file system by its scheme (gs://, s3://, ram://...)."""
+    return "://" in str(path)
+
+
+def _gfile():
+    import tensorflow as tf  # only once a URL is met: the command lines' --help imports no TensorFlow
+    return tf.io.gfile
+
+
+def join(path, *names):
+    """Returns `path` joined with `names` ('/'-separated on a URL)."""
+    return posixpath.join(path, *names) if is_url(path) else os.path.join(path, *names)
+
+
+def absolute(path):
+    """Returns the absolute form of a local path, or the URL as it is."""
+    return path if is_url(path) else os.path.abspath(path)
+
+
+def bucket_of(url):
+    """Returns 'gs://bucket' for 'gs://bucket/some/run' (the scheme and the first name)."""
+    scheme, _, rest = str(url).partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def exists(path):
+    """Returns whether `path` exists."""
+    return _gfile().exists(path) if is_url(path) else os.path.exists(path)
+
+
+def isdir(path):
+    """Returns whether `path` is a folder."""
+    return _gfile().isdir(path) if is_url(path) else os.path.isdir(path)
+
+
+def isfile(path):
+    """Returns whether `path` is a file (exists and is no folder)."""
+    if is_url(path):
+        return exists(path) and not isdir(path)
+    return os.path.isfile(path)
+
+
+def makedirs(path):
+    """Creates the folder `path` and its parents if absent."""
+    _gfile().makedirs(path) if is_url(path) else os.makedirs(path, exist_ok=True)
+
+
+def listdir(path):
+    """Returns the names in the folder `path` (no trailing '/' on a URL's folders)."""
+    if is_url(path):
+        return [name.rstrip("/") for name in _gfile().listdir(path)]
+    return os.listdir(path)
+
+
+def glob(pattern):
+    """Returns the paths matching `pattern` (*, ? and [...] in the last names)."""
+    if is_url(pattern):
+        return _gfile().glob(pattern)
+    import glob as glob_lib
+    return glob_lib.glob(pattern)
+
+
+def read_bytes(path):
+    """Returns the content of the file `path`. A missing file raises FileNotFoundError on any file system."""
+    if not is_url(path):
+        with open(path, "rb") as f:
+            return f.read()
+    gfile = _gfile()
+    if not gfile.exists(path):  # ram://'s NotFoundError has no message
+        raise FileNotFoundError(2, "No such file or directory", path)
+    with gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
+def read_text(path):
+    """Returns the UTF-8 text of the file `path` (see read_bytes)."""
+    return read_bytes(path).decode("utf-8")
+
+
+def write_atomically(path, data):
+    """Writes `data` (bytes, or str as UTF-8) to `path` under a temporary name, renamed into place;
+    returns `path`. A local file is readable by all (0644)."""
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    folder, name = posixpath.split(path) if is_url(path) else os.path.split(path)
+    if is_url(path):
+        gfile = _gfile()
+        tmp = posixpath.join(folder, f".tmp-{name}-{uuid.uuid4().hex[:8]}")
+        try:
+            with gfile.GFile(tmp, "wb") as f:
+                f.write(data)
+            gfile.rename(tmp, path, overwrite=True)
+        except BaseException:
+            if gfile.exists(tmp):
+                gfile.remove(tmp)
+            raise
+        return path
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{name}-", dir=folder or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
+    return path
+
+
+def rename(source, target):
+    """Renames the file `source` to `target`, replacing it (files only: see the module's note on ram://)."""
+    _gfile().rename(source, target, overwrite=True) if is_url(source) else os.replace(source, target)
+
+
+def remove(path):
+    """Removes the file `path`."""
+    _gfile().remove(path) if is_url(path) else os.remove(path)
+
+
+def remove_tree(path):
+    """Removes `path`, a folder with all it holds, or a file; nothing when it is absent."""
+    if is_url(path):
+        gfile = _gfile()
+        if gfile.isdir(path):
+            gfile.rmtree(path)
+        elif gfile.exists(path):
+            gfile.remove(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def copy_file(source, target):
+    """Copies the file `source` to `target` (replacing it), across file systems."""
+    if is_url(source) or is_url(target):
+        _gfile().copy(source, target, overwrite=True)
+    else:
+        shutil.copy2(source, target)
+
+
+def copy_tree(source, target, last=None):
+    """Copies the folder `source` into `target` file by file, across file systems; the file named
+    `last` (relative to `source`), when given, is copied after all the others. Returns `target`."""
+    files = []
+    walk = _gfile().walk if is_url(source) else os.walk
+    for parent, _, names in walk(source):
+        relative = os.path.relpath(parent, source) if not is_url(source) else parent[len(source):].strip("/")
+        files += [posixpath.join(relative, n) if relative not in ("", ".") else n for n in names]
+    for name in sorted(files, key=lambda n: n == last):
+        destination = join(target, *name.split("/"))
+        makedirs(destination.rsplit("/", 1)[0] if is_url(destination) else os.path.dirname(destination))
+        copy_file(join(source, *name.split("/")), destination)
+    return target
+
+
+def walk(path):
+    """Yields (folder, subfolder names, file names) below `path`, as os.walk does (top down: a
+    caller may prune the subfolder names)."""
+    if not is_url(path):
+        yield from os.walk(path)
+        return
+    for parent, dirs, names in _gfile().walk(path):
+        yield parent.rstrip("/"), dirs, names
+
+
+def open_binary(path):
+    """Returns the file `path` opened for reading bytes (on a URL its content, read at once, in a
+    BytesIO). Failures raise OSError on any file system."""
+    if not is_url(path):
+        return open(path, "rb")
+    try:
+        return io.BytesIO(read_bytes(path))
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - tf.errors.OpError: its message, as an OSError's
+        raise OSError(5, (getattr(e, "message", "") or type(e).__name__).strip().splitlines()[0], path) from None
+
+
+def size_and_mtime(path, opened):
+    """Returns (size in bytes, modification time in ns) of the file `path`, `opened` by open_binary."""
+    if not is_url(path):
+        stat = os.fstat(opened.fileno())
+        return stat.st_size, stat.st_mtime_ns
+    return len(opened.getbuffer()), int(_gfile().stat(path).mtime_nsec)
+
+
+_CAUSES = {  # words in a TensorFlow file-system error -> what they mean to a user
+    "Could not resolve host": "no network, or no DNS",
+    "Couldn't connect": "no network to it",
+    "Timeout was reached": "the network timed out",
+    "403": "no permission: check the credentials (GOOGLE_APPLICATION_CREDENTIALS) and the bucket's access",
+    "401": "not signed in: set GOOGLE_APPLICATION_CREDENTIALS or run gcloud auth application-default login",
+    "bucket does not exist": "no such bucket: check its name",
+    "Unimplemented": "TensorFlow has no file system for that scheme (s3:// needs `import tensorflow_io`)",
+    "not implemented": "TensorFlow has no file system for that scheme (s3:// needs `import tensorflow_io`)",
+}
+
+
+def url_failure(url, message):
+    """Returns one line saying why the file system of `url` failed, from TensorFlow's error `message`:
+    the bucket, the cause (its 'error details', or first line) and, when known, what it means."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    cause = lines[0] if lines else "no reason given"
+    for line in lines:
+        if "error details:" in line:
+            cause = line.split("error details:", 1)[1].strip()
+            break
+    meaning = next((m for words, m in _CAUSES.items() if words in str(message)), None)
+    return f"{bucket_of(url)} cannot be reached or written ({cause}{f': {meaning}' if meaning else ''})"
