@@ -75,7 +75,8 @@ def start_cluster(tasks, flags, log_dir):
 def flags(data_dir, model_dir, strategy, max_steps=300, batch_size=8):
     return ["--strategy", strategy, "--data-dir", data_dir, "--model-dir", str(model_dir),
             "--batch-size", str(batch_size), "--max-steps", str(max_steps), "--checkpoint-steps", "20",
-            "--warm-up-steps", "2", "--log-steps", "50", "--peer-timeout-secs", str(TIMEOUT), "--eval-throttle-secs", "1"]
+            "--warm-up-steps", "2", "--log-steps", "50", "--peer-timeout-secs", str(TIMEOUT), "--eval-throttle-secs", "1",
+            "--validation-fraction", "0"]  # validation in a cluster: tests/scripts/test_cluster_early_stop.py
 
 
 def assert_lost(task, peer, since, reason=None):
