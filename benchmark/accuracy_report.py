@@ -45,6 +45,7 @@ def summarize(rows):
             "epochs_to_accuracy": _mean(r["epochs_to_accuracy"] for r in reached),
             "evaluations_to_accuracy": _mean(r["evaluations_to_accuracy"] for r in reached),
             "validation_share": _mean(r["validation_seconds"] / r["seconds_to_accuracy"] for r in reached),
+            "seconds_outside_evaluation": _mean(r["seconds_to_accuracy"] - r["validation_seconds"] for r in reached),
             "images_per_sec": _mean(r["images_per_sec"] for r in group),
             "best_validation_accuracy": max(r["best_validation_accuracy"] or 0 for r in group),
             "load_average": _mean(r["load_average_at_start"] for r in group),
@@ -57,8 +58,8 @@ def _label(s):
 
 
 def ratios(rows, summary):
-    """Returns (label, ratio of mean seconds to accuracy, range of the same ratio per seed, ratio of
-    images/sec, ratio of images to accuracy) for bf16 and fp16 against fp32, and each replica count
+    """Returns (label, ratio of mean seconds to accuracy, range of the same ratio per seed, the ratio of
+    the seconds outside evaluations, ratio of images/sec, ratio of images to accuracy) for bf16 and fp16 against fp32, and each replica count
     against 1, at the same other settings: only configurations whose every repeat reached the target.
     A time ratio above 1 means the second configuration reaches the target sooner."""
     complete = {tuple(s[f] for f in _CONFIG): s for s in summary if s["reached"] == s["repeats"]}
@@ -79,6 +80,7 @@ def ratios(rows, summary):
                       for (k, seed) in by_seed if k == key and (base_key, seed) in by_seed]
             found.append((f"{_label(base)} / {_label(s)}", base["seconds_to_accuracy"] / s["seconds_to_accuracy"],
                           (min(paired), max(paired)) if paired else None,
+                          base["seconds_outside_evaluation"] / s["seconds_outside_evaluation"],
                           s["images_per_sec"] / base["images_per_sec"] if s["images_per_sec"] and base["images_per_sec"]
                           else None, base["images_to_accuracy"] / s["images_to_accuracy"]))
     return found
@@ -95,8 +97,9 @@ def markdown_report(rows, summary, header):
              "Means over the repeats that reached it; images/sec (training steps only, evaluations and "
              "checkpoints left out) over all repeats.", "",
              "| precision | replicas | batch/replica | global batch | reached | seconds to accuracy (mean) | min..max "
-             "| steps | images | epochs | evaluations | evaluating, share of the time | images/sec | best accuracy "
-             "| load average |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| steps | images | epochs | evaluations | evaluating, share of the time | seconds outside evaluations "
+             "| images/sec | best accuracy | load average |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(
             f"| {s['precision']} | {s['replicas']} | {s['per_replica_batch_size']} | {s['global_batch_size']} "
@@ -104,7 +107,8 @@ def markdown_report(rows, summary, header):
             f"| {_fmt(s['seconds_min'], '{:.1f}')}..{_fmt(s['seconds_max'], '{:.1f}')} "
             f"| {_fmt(s['steps_to_accuracy'], '{:.0f}')} | {_fmt(s['images_to_accuracy'], '{:.0f}')} "
             f"| {_fmt(s['epochs_to_accuracy'], '{:.1f}')} | {_fmt(s['evaluations_to_accuracy'], '{:.1f}')} "
-            f"| {_fmt(s['validation_share'], '{:.0%}')} | {_fmt(s['images_per_sec'], '{:.0f}')} "
+            f"| {_fmt(s['validation_share'], '{:.0%}')} | {_fmt(s['seconds_outside_evaluation'], '{:.1f}')} "
+            f"| {_fmt(s['images_per_sec'], '{:.0f}')} "
             f"| {s['best_validation_accuracy']:.3f} | {_fmt(s['load_average'], '{:.1f}')} |")
     lines += ["", "Every measurement:", "",
               "| precision | replicas | batch/replica | seed | outcome | seconds | step | epochs | evaluating s "
@@ -121,15 +125,16 @@ def markdown_report(rows, summary, header):
     if found:
         lines += ["", "Ratios (same invocation; configurations whose every repeat reached the target):", "",
                   "| baseline / configuration | seconds to accuracy: baseline / this | per seed, min..max "
-                  "| images/sec: this / baseline | images to accuracy: baseline / this |", "|---|---|---|---|---|"]
+                  "| seconds outside evaluations: baseline / this | images/sec: this / baseline "
+                  "| images to accuracy: baseline / this |", "|---|---|---|---|---|---|"]
         lines += [f"| {label} | {r:.2f} | {_fmt(p and p[0], '{:.2f}')}..{_fmt(p and p[1], '{:.2f}')} "
-                  f"| {_fmt(t, '{:.2f}')} | {i:.2f} |" for label, r, p, t, i in found]
+                  f"| {o:.2f} | {_fmt(t, '{:.2f}')} | {i:.2f} |" for label, r, p, o, t, i in found]
     return "\n".join(lines) + "\n"
 
 
 def plot(rows, summary, out_dir, title=""):
-    """Writes time_to_accuracy.png (each configuration's seconds to the target: the mean's bar, each
-    repeat a dot, a repeat that did not reach it an x at the top) and accuracy.png (validation accuracy
+    """Writes time_to_accuracy.png (each configuration's seconds to the target: the mean's bar, split into
+    the seconds outside evaluations and those evaluating, each repeat a dot, a repeat that did not reach it an x at the top) and accuracy.png (validation accuracy
     against seconds from the start and against epochs of images, one line per measurement, the target
     dashed); returns the paths written."""
     if not summary:
@@ -141,7 +146,10 @@ def plot(rows, summary, out_dir, title=""):
     figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(summary) + 2), 4.5))
     top = max([r["train_seconds"] for r in rows] + [1.0])
     for i, (key, s) in enumerate(zip(keys, summary)):
-        axes.bar(i, s["seconds_to_accuracy"] or 0, color=colors[key], alpha=0.5)
+        outside = s["seconds_outside_evaluation"] or 0
+        axes.bar(i, outside, color=colors[key], alpha=0.6, label="outside evaluations" if i == 0 else None)
+        axes.bar(i, (s["seconds_to_accuracy"] or 0) - outside, bottom=outside, color=colors[key], alpha=0.25,
+                 hatch="//", label="evaluating" if i == 0 else None)
         group = [r for r in rows if tuple(r[f] for f in _CONFIG) == key]
         axes.scatter([i] * len([r for r in group if r["reached"]]),
                      [r["seconds_to_accuracy"] for r in group if r["reached"]], color="black", zorder=3, s=12)
@@ -155,6 +163,7 @@ def plot(rows, summary, out_dir, title=""):
     axes.set_ylim(bottom=0, top=1.12 * top)
     axes.set_title(title, fontsize=9)
     axes.grid(alpha=0.3, axis="y")
+    axes.legend(fontsize=7)
     figure.tight_layout()
     paths = [os.path.join(out_dir, "time_to_accuracy.png")]
     figure.savefig(paths[-1], dpi=110)
