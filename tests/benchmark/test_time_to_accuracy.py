@@ -21,7 +21,7 @@ def test_a_tiny_sweep_times_each_configuration_to_its_first_evaluation_at_the_ta
                                                                                      capsys):
     out = str(tmp_path / "tta")
     code = main(["--task", "fashion", "--target-accuracy", "0.3", "--cpu-replicas", "1,2", "--batch-size", "16",
-                 "--repeats", "1", "--eval-every-steps", "4", "--max-steps", "40", "--warm-up-steps", "0",
+                 "--repeats", "1", "--eval-every-steps", "4", "--max-steps", "40", "--warm-up-steps", "0", "--lr-scaling", "none",
                  "--seed", "3", "--output", out, "--data-dir", fashion_data_dir])
     assert code == 0, capsys.readouterr().err[-2000:]
     printed = capsys.readouterr().out
