@@ -47,7 +47,8 @@ def summarize(rows):
             "validation_share": _mean(r["validation_seconds"] / r["seconds_to_accuracy"] for r in reached),
             "seconds_outside_evaluation": _mean(r["seconds_to_accuracy"] - r["validation_seconds"] for r in reached),
             "images_per_sec": _mean(r["images_per_sec"] for r in group),
-            "best_validation_accuracy": max(r["best_validation_accuracy"] or 0 for r in group),
+            "best_validation_accuracy": max((r["best_validation_accuracy"] for r in group
+                                             if r["best_validation_accuracy"] is not None), default=None),
             "load_average": _mean(r["load_average_at_start"] for r in group),
         })
     return summary
@@ -59,9 +60,10 @@ def _label(s):
 
 def ratios(rows, summary):
     """Returns (label, ratio of mean seconds to accuracy, range of the same ratio per seed, the ratio of
-    the seconds outside evaluations, ratio of images/sec, ratio of images to accuracy) for bf16 and fp16 against fp32, and each replica count
-    against 1, at the same other settings: only configurations whose every repeat reached the target.
-    A time ratio above 1 means the second configuration reaches the target sooner."""
+    the seconds outside evaluations, ratio of images/sec, ratio of images to accuracy) for bf16 and fp16
+    against fp32, and each replica count against 1, at the same other settings: only configurations whose
+    every repeat reached the target. A time ratio above 1 means the second configuration reaches the
+    target sooner."""
     complete = {tuple(s[f] for f in _CONFIG): s for s in summary if s["reached"] == s["repeats"]}
     by_seed = {(tuple(r[f] for f in _CONFIG), r["seed"]): r for r in rows if r["reached"]}
     found = []
@@ -109,13 +111,14 @@ def markdown_report(rows, summary, header):
             f"| {_fmt(s['epochs_to_accuracy'], '{:.1f}')} | {_fmt(s['evaluations_to_accuracy'], '{:.1f}')} "
             f"| {_fmt(s['validation_share'], '{:.0%}')} | {_fmt(s['seconds_outside_evaluation'], '{:.1f}')} "
             f"| {_fmt(s['images_per_sec'], '{:.0f}')} "
-            f"| {s['best_validation_accuracy']:.3f} | {_fmt(s['load_average'], '{:.1f}')} |")
+            f"| {_fmt(s['best_validation_accuracy'], '{:.3f}')} | {_fmt(s['load_average'], '{:.1f}')} |")
     lines += ["", "Every measurement:", "",
               "| precision | replicas | batch/replica | seed | outcome | seconds | step | epochs | evaluating s "
               "| images/sec | load at start..end |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        outcome = "reached" if r["reached"] else f"not reached ({r['stopped_because']}, best " \
-                                                  f"{_fmt(r['best_validation_accuracy'], '{:.3f}')} by step {r['final_step']})"
+        outcome = "reached" if r["reached"] else (f"not reached ({r['stopped_because']}, best "
+                                                   f"{_fmt(r['best_validation_accuracy'], '{:.3f}') or 'none'} "
+                                                   f"by step {r['final_step']})")
         lines.append(f"| {r['precision']} | {r['replicas']} | {r['per_replica_batch_size']} | {r['seed']} | {outcome} "
                      f"| {_fmt(r['seconds_to_accuracy'], '{:.1f}')} | {_fmt(r['steps_to_accuracy'], '{}')} "
                      f"| {_fmt(r['epochs_to_accuracy'], '{:.1f}')} | {r['validation_seconds']:.1f} "
@@ -134,9 +137,9 @@ def markdown_report(rows, summary, header):
 
 def plot(rows, summary, out_dir, title=""):
     """Writes time_to_accuracy.png (each configuration's seconds to the target: the mean's bar, split into
-    the seconds outside evaluations and those evaluating, each repeat a dot, a repeat that did not reach it an x at the top) and accuracy.png (validation accuracy
-    against seconds from the start and against epochs of images, one line per measurement, the target
-    dashed); returns the paths written."""
+    the seconds outside evaluations and those evaluating, each repeat a dot, a repeat that did not reach it
+    an x at the top) and accuracy.png (validation accuracy against seconds from the start and against
+    epochs of images, one line per measurement, the target dashed); returns the paths written."""
     if not summary:
         return []
     plt = _pyplot()

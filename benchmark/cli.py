@@ -138,12 +138,12 @@ def _benchmark(args, task, task_args, variants):
     configs = sweep.plan_configs(args.engines, args.data, replica_counts, batch_sizes, variants, args.precision)
     devices = sorted({d for p in plans.values() for d in p.devices})
     gpus = describe_gpus()
-    header = (f"{task.name}, {'input only' if variants else 'training'}, TF {tf.__version__}, "
-              f"CPU {describe_cpu()}{', GPUs ' + '; '.join(gpus) if gpus else ', no GPU'}; "
-              f"{task_args.strategy} over {', '.join(devices)}; {len(configs)} configurations x {args.repeats} "
-              f"repeats, {task_args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
+    machine = (f"TF {tf.__version__}, CPU {describe_cpu()}{', GPUs ' + '; '.join(gpus) if gpus else ', no GPU'}; "
+               f"{task_args.strategy} over {', '.join(devices)}")
     if args.target_accuracy is not None:
-        return _time_to_accuracy(args, task, task_args, plans, configs, devices, gpus)
+        return _time_to_accuracy(args, task, task_args, plans, configs, machine)
+    header = (f"{task.name}, {'input only' if variants else 'training'}, {machine}; {len(configs)} configurations "
+              f"x {args.repeats} repeats, {task_args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
     print(f"benchmark: {header}", flush=True)
     rows = sweep.run_sweep(task, task_args, configs, plans, args.repeats, task_args.warm_up_steps,
                            args.timed_steps, log=lambda line: print(line, flush=True))
@@ -152,17 +152,14 @@ def _benchmark(args, task, task_args, variants):
     print(f"outputs: {os.path.abspath(args.output)} (results.csv, results.json, report.md, plots)")
 
 
-def _time_to_accuracy(args, task, task_args, plans, configs, devices, gpus):
-    import tensorflow as tf
+def _time_to_accuracy(args, task, task_args, plans, configs, machine):
     from benchmark import accuracy_report, time_to_accuracy
-    from pipeline.machine import describe_cpu
 
     budget = (f"--max-steps {task_args.max_steps}" if task_args.max_steps else f"--epochs {task_args.epochs:g}") + \
         (f" or {args.time_budget:g} s" if args.time_budget else "")
     seed = task_args.seed or 0
-    header = (f"{task.name}, time to validation accuracy {args.target_accuracy:g}, TF {tf.__version__}, "
-              f"CPU {describe_cpu()}{', GPUs ' + '; '.join(gpus) if gpus else ', no GPU'}; "
-              f"{task_args.strategy} over {', '.join(devices)}; {len(configs)} configurations x {args.repeats} "
+    header = (f"{task.name}, time to validation accuracy {args.target_accuracy:g}, {machine}; "
+              f"{len(configs)} configurations x {args.repeats} "
               f"repeats (seeds {seed}..{seed + args.repeats - 1}), budget {budget} each; "
               f"load average {os.getloadavg()[0]:.1f} at the start")
     print(f"benchmark: {header}", flush=True)

@@ -136,10 +136,14 @@ def run_sweep(task, task_args, configs, plans, repeats, target, time_budget=None
             rows.append(row)
             outcome = (f"reached {target:g} in {row['seconds_to_accuracy']:.1f} s, step {row['steps_to_accuracy']}, "
                        f"{row['epochs_to_accuracy']:.1f} epochs" if row["reached"] else
-                       f"NOT reached ({row['stopped_because']}, best {row['best_validation_accuracy']:.3f} "
-                       f"by step {row['final_step']})")
+                       f"NOT reached ({row['stopped_because']} at step {row['final_step']}, best validation "
+                       f"accuracy {_three_places(row['best_validation_accuracy'])})")
             rate = f"{row['images_per_sec']:.0f} images/sec" if row["images_per_sec"] else "no images/sec"
             log(f"[{len(rows)}/{total}] {config.engine} {config.precision} {config.data} replicas {config.replicas} "
                 f"batch {config.batch_size}/replica seed {seed}: {outcome}; {rate}, "
                 f"{row['validation_seconds']:.1f} s evaluating, load {row['load_average_at_start']:.1f}")
     return rows
+
+
+def _three_places(value):
+    return "none (no evaluation)" if value is None else f"{value:.3f}"

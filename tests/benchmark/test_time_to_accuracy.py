@@ -21,8 +21,8 @@ def test_a_tiny_sweep_times_each_configuration_to_its_first_evaluation_at_the_ta
                                                                                      capsys):
     out = str(tmp_path / "tta")
     code = main(["--task", "fashion", "--target-accuracy", "0.3", "--cpu-replicas", "1,2", "--batch-size", "16",
-                 "--repeats", "1", "--eval-every-steps", "4", "--max-steps", "40", "--warm-up-steps", "0", "--lr-scaling", "none",
-                 "--seed", "3", "--output", out, "--data-dir", fashion_data_dir])
+                 "--repeats", "1", "--eval-every-steps", "4", "--max-steps", "40", "--warm-up-steps", "0",
+                 "--lr-scaling", "none", "--seed", "3", "--output", out, "--data-dir", fashion_data_dir])
     assert code == 0, capsys.readouterr().err[-2000:]
     printed = capsys.readouterr().out
     assert printed.startswith("benchmark: fashion, time to validation accuracy 0.3") and "[2/2]" in printed
@@ -60,13 +60,21 @@ def test_a_target_never_reached_is_reported_as_not_reached(fashion_data_dir, tmp
                  "--repeats", "1", "--eval-every-steps", "3", "--max-steps", "6", "--output", out,
                  "--data-dir", fashion_data_dir])
     assert code == 0, capsys.readouterr().err[-2000:]
-    assert "NOT reached (max_steps" in capsys.readouterr().out
+    assert "NOT reached (max_steps at step 6" in capsys.readouterr().out
     csv_rows, rows, report = read_outputs(out)
     assert [e["step"] for e in rows[0]["evaluations"]] == [3, 6]
     assert not rows[0]["reached"] and rows[0]["stopped_because"] == "max_steps" and rows[0]["final_step"] == 6
     assert csv_rows[0]["seconds_to_accuracy"] == csv_rows[0]["steps_to_accuracy"] == ""  # no figure made up
     assert "| 0 of 1 | not reached |" in report and "not reached (max_steps, best" in report
     assert "Ratios" not in report
+    # A time budget ends it too, before any evaluation: still no figure.
+    code = main(["--task", "fashion", "--target-accuracy", "1", "--cpu-replicas", "1", "--batch-size", "16",
+                 "--repeats", "1", "--eval-every-steps", "3", "--max-steps", "600", "--time-budget", "0.01",
+                 "--output", out, "--data-dir", fashion_data_dir])
+    assert code == 0
+    csv_rows, rows, _ = read_outputs(out)
+    assert rows[0]["stopped_because"] == "time_budget" and rows[0]["final_step"] < 600 and not rows[0]["reached"]
+    assert rows[0]["evaluations"] == [] and csv_rows[0]["seconds_to_accuracy"] == ""
 
 
 @pytest.mark.parametrize("flags, refusal", [
