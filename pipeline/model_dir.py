@@ -49,9 +49,10 @@ def warm_start_lock(model_dir):
     distribute coordinator only sets is_chief later). Unlocked, two tasks wrote that
     checkpoint at once and one's MergeV2Checkpoints failed. Under the lock the first
     task writes it and the others warm-start from it. A URL's file system has no
-    flock: there the tasks go unlocked, as TensorFlow leaves them.
+    flock: there the tasks go unlocked, as TensorFlow leaves them; and no model dir
+    (None: a temporary folder of TensorFlow's own) is no one else's.
     """
-    if "://" in model_dir:
+    if not model_dir or "://" in model_dir:
         yield
         return
     os.makedirs(model_dir, exist_ok=True)

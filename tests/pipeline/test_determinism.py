@@ -1,7 +1,11 @@
 """--deterministic: the same seed gives bitwise-equal checkpoints, on 1 replica and on 2, with
---augment, and across a resume (the resumed input goes on where its checkpoint stood)."""
+--augment, and across a kill -9 and a resume (the resumed input goes on where its checkpoint stood)."""
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -9,6 +13,7 @@ from tensorflow.python.framework import config as tf_config
 
 from pipeline.cli import train_main
 from pipeline.tasks.fashion import TASK
+from tests.conftest import ROOT
 
 
 def checkpoint_tensors(model_dir, step):
@@ -31,18 +36,25 @@ def train(data_dir, model_dir, *flags):
                              "--deterministic", "--warm-up-steps", "0", "--log-steps", "100", *flags]) == 0
 
 
-def test_a_run_stopped_at_step_20_and_resumed_equals_a_straight_run(fashion_data_dir, tmp_path, capsys):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    common = ["--seed", "7", "--checkpoint-steps", "20"]
-    train(fashion_data_dir, straight, *common, "--max-steps", "40")
-    train(fashion_data_dir, resumed, *common, "--max-steps", "20")
-    assert_bitwise_equal(straight, resumed, 20)  # two runs of the same seed
+def test_a_run_killed_with_sigkill_and_resumed_equals_a_straight_run(fashion_data_dir, tmp_path, capsys):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    common = ["--seed", "7", "--batch-size", "128", "--checkpoint-steps", "30", "--validation-fraction", "0"]
+    train(fashion_data_dir, straight, *common, "--max-steps", "60")
+    command = [sys.executable, os.path.join(ROOT, "scripts", "train_fashion.py"), "--data-dir", fashion_data_dir,
+               "--model-dir", str(killed), "--deterministic", "--warm-up-steps", "0", "--log-steps", "100", *common,
+               "--max-steps", "60"]
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as process:
+        while tf.train.latest_checkpoint(str(killed)) != str(killed / "model.ckpt-30") and process.poll() is None:
+            time.sleep(0.02)
+        process.kill()  # at a step between the checkpoints of 30 and 60
+        assert process.wait() == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+    assert_bitwise_equal(straight, killed, 30)  # two runs of the same seed
     capsys.readouterr()
-    train(fashion_data_dir, resumed, *common, "--max-steps", "40")  # 40 x 16 images: not a whole epoch of 800
-    assert "input going on after the 320 images trained" in capsys.readouterr().out
-    assert_bitwise_equal(straight, resumed, 40)
-    results = json.loads((resumed / "results.json").read_text())
-    assert results["deterministic"] is True and results["seed"] == 7
+    train(fashion_data_dir, killed, *common, "--max-steps", "60")  # 60 x 128 images: 9.6 epochs of 800
+    assert "input going on after the 3,840 images trained" in capsys.readouterr().out
+    assert_bitwise_equal(straight, killed, 60)
+    results = json.loads((killed / "results.json").read_text())
+    assert results["deterministic"] is True and results["seed"] == 7 and results["start_global_step"] == 30
     assert not tf_config.is_op_determinism_enabled()  # off again after the in-process run
 
 
