@@ -6,7 +6,7 @@ import os
 import benchmark
 from models import PRECISIONS
 from pipeline.cli import run_command, set_tensorflow_environment
-from pipeline.flags import positive_int
+from pipeline.flags import fraction, positive_float, positive_int
 from pipeline.tasks.registry import TASKS, parse_tool_args, tool_parser
 
 
@@ -36,21 +36,24 @@ def choice_list(choices):
 def build_benchmark_parser():
     """Returns the parser of the sweep flags."""
     parser = tool_parser("Measure training throughput over replicas, batch sizes, data sources and engines "
-                         "(or the input pipeline alone) and write results.csv, results.json, report.md and plots.",
+                         "(or the input pipeline alone, or the time to a validation accuracy) and write "
+                         "results.csv, results.json, report.md and plots.",
                          task_help="which job to measure")
     devices = parser.add_mutually_exclusive_group()
     devices.add_argument("--gpus", type=int_list, help="GPU counts to sweep, e.g. 1,2,4")
     devices.add_argument("--cpu-replicas", type=int_list, help="logical CPU replica counts to sweep (no GPU)")
     parser.add_argument("--batch-size", type=int_list, default=None,
                         help="per-replica batch sizes to sweep (default: the job's batch size)")
-    parser.add_argument("--engines", type=choice_list(benchmark.ENGINES), default=list(benchmark.ENGINES),
+    parser.add_argument("--engines", type=choice_list(benchmark.ENGINES), default=None,
                         help="'estimator' (this pipeline), 'keras' (model.fit), 'custom_loop' (a tf.function step "
                              "with strategy.run over a distributed dataset) and 'limit' (that step on one batch "
-                             "held in memory): same model, optimizer, input and global batch")
+                             "held in memory): same model, optimizer, input and global batch. Default: all; "
+                             "with --target-accuracy the Estimator only")
     parser.add_argument("--precision", type=choice_list(tuple(PRECISIONS)), default=["fp32"],
                         help="precisions to sweep, e.g. fp32,bf16 (see train_fashion.py --help)")
-    parser.add_argument("--data", type=choice_list(benchmark.DATA_SOURCES), default=list(benchmark.DATA_SOURCES),
-                        help="'real' (file-pattern input_fn) and/or 'synthetic' (generated, same shapes)")
+    parser.add_argument("--data", type=choice_list(benchmark.DATA_SOURCES), default=None,
+                        help="'real' (file-pattern input_fn) and/or 'synthetic' (generated, same shapes). Default: "
+                             "both; with --target-accuracy real only")
     parser.add_argument("--input-only", action="store_true",
                         help="time the input pipelines alone, with no model (see --variants)")
     parser.add_argument("--variants", type=str, default=None,
@@ -60,6 +63,14 @@ def build_benchmark_parser():
                         help="train a trivially small model (Flatten + one Dense layer) on the job's input instead "
                              "of the job's model: each engine's time per step beyond the limit's is then its host "
                              "work per step (see docs/benchmarks.md, GPU figures)")
+    parser.add_argument("--target-accuracy", type=fraction, default=None,
+                        help="time to accuracy (MLPerf's measure) instead of throughput: each configuration trains "
+                             "as the run loop does, on real data with its validation split, from its start until "
+                             "validation accuracy first reaches this; the job's --epochs/--max-steps is the budget "
+                             "(and --time-budget), --eval-every-epochs (default 1, exact)/--eval-every-steps the "
+                             "cadence, --seed + the repeat each repeat's seed")
+    parser.add_argument("--time-budget", type=positive_float, default=None,
+                        help="with --target-accuracy: seconds after which a configuration stops, not reached")
     parser.add_argument("--timed-steps", type=positive_int, default=20, help="timed steps of each measurement")
     parser.add_argument("--repeats", type=positive_int, default=3, help="times the whole sweep runs, interleaved")
     parser.add_argument("--output", default=os.path.join("runs", "benchmark"), help="folder for the outputs")
@@ -83,8 +94,31 @@ def _parse(parser, argv):
             parser.error(f"argument --variants: {e}")
     if args.input_only and args.tiny_model:
         parser.error("argument --tiny-model: --input-only measures no model; use one or the other")
+    if args.target_accuracy is None:
+        if args.time_budget is not None:
+            parser.error("argument --time-budget: it bounds --target-accuracy's runs; give --target-accuracy too")
+        args.engines = args.engines or list(benchmark.ENGINES)
+        args.data = args.data or list(benchmark.DATA_SOURCES)
+    else:
+        _check_time_to_accuracy(parser, args, task_args)
     set_tensorflow_environment(task_args)  # --xla
     return args, task, task_args, variants
+
+
+def _check_time_to_accuracy(parser, args, task_args):
+    """Refuses what --target-accuracy cannot time (exit 2) and sets its engine and data source."""
+    if args.input_only:
+        parser.error("argument --target-accuracy: --input-only trains no model; use one or the other")
+    if args.engines not in (None, ["estimator"]):
+        parser.error("argument --engines: --target-accuracy times the Estimator pipeline (the run loop's "
+                     "validation); leave --engines out or pass estimator")
+    if task_args.synthetic or args.data not in (None, ["real"]):
+        parser.error("argument --data: synthetic data has no accuracy to reach; --target-accuracy trains on real "
+                     "data (leave --data and --synthetic out)")
+    if not task_args.validation_fraction and not task_args.validation_dir:
+        parser.error("argument --target-accuracy: it is measured on the validation split; give "
+                     "--validation-fraction above 0 (or --validation-dir)")
+    args.engines, args.data = ["estimator"], ["real"]
 
 
 def _benchmark(args, task, task_args, variants):
@@ -104,13 +138,34 @@ def _benchmark(args, task, task_args, variants):
     configs = sweep.plan_configs(args.engines, args.data, replica_counts, batch_sizes, variants, args.precision)
     devices = sorted({d for p in plans.values() for d in p.devices})
     gpus = describe_gpus()
-    header = (f"{task.name}, {'input only' if variants else 'training'}, TF {tf.__version__}, "
-              f"CPU {describe_cpu()}{', GPUs ' + '; '.join(gpus) if gpus else ', no GPU'}; "
-              f"{task_args.strategy} over {', '.join(devices)}; {len(configs)} configurations x {args.repeats} "
-              f"repeats, {task_args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
+    machine = (f"TF {tf.__version__}, CPU {describe_cpu()}{', GPUs ' + '; '.join(gpus) if gpus else ', no GPU'}; "
+               f"{task_args.strategy} over {', '.join(devices)}")
+    if args.target_accuracy is not None:
+        return _time_to_accuracy(args, task, task_args, plans, configs, machine)
+    header = (f"{task.name}, {'input only' if variants else 'training'}, {machine}; {len(configs)} configurations "
+              f"x {args.repeats} repeats, {task_args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
     print(f"benchmark: {header}", flush=True)
     rows = sweep.run_sweep(task, task_args, configs, plans, args.repeats, task_args.warm_up_steps,
                            args.timed_steps, log=lambda line: print(line, flush=True))
     report = report_lib.write_outputs(rows, args.output, header)
     print(report)
     print(f"outputs: {os.path.abspath(args.output)} (results.csv, results.json, report.md, plots)")
+
+
+def _time_to_accuracy(args, task, task_args, plans, configs, machine):
+    from benchmark import accuracy_report, time_to_accuracy
+
+    budget = (f"--max-steps {task_args.max_steps}" if task_args.max_steps else f"--epochs {task_args.epochs:g}") + \
+        (f" or {args.time_budget:g} s" if args.time_budget else "")
+    seed = task_args.seed or 0
+    header = (f"{task.name}, time to validation accuracy {args.target_accuracy:g}, {machine}; "
+              f"{len(configs)} configurations x {args.repeats} "
+              f"repeats (seeds {seed}..{seed + args.repeats - 1}), budget {budget} each; "
+              f"load average {os.getloadavg()[0]:.1f} at the start")
+    print(f"benchmark: {header}", flush=True)
+    rows = time_to_accuracy.run_sweep(task, task_args, configs, plans, args.repeats, args.target_accuracy,
+                                      args.time_budget, log=lambda line: print(line, flush=True))
+    report = accuracy_report.write_outputs(rows, args.output, header)
+    print(report)
+    print(f"outputs: {os.path.abspath(args.output)} (results.csv, results.json, report.md, time_to_accuracy.png, "
+          "accuracy.png)")

@@ -29,7 +29,7 @@ from pipeline.errors import UsageError
 from pipeline.estimator import build_estimator, build_run_config, session_config
 
 # What the sweep chooses itself, so that no task recipe (the Fashion sample's) replaces it.
-_SWEEP_SETS = frozenset({"batch_size", "learning_rate", "lr_scaling"})
+SWEEP_SETS = frozenset({"batch_size", "learning_rate", "lr_scaling"})
 _NEVER = 10 ** 9  # a step count no benchmark reaches: no checkpoints or summaries while timing
 
 
@@ -131,7 +131,7 @@ class InputVariants:
         self.task, self.workdir = task, workdir
         self.args = copy.copy(task_args)
         self.args.synthetic = False
-        self.args.explicit_flags = _SWEEP_SETS
+        self.args.explicit_flags = SWEEP_SETS
         self._built = {}
 
     def _build(self, variant, batch_size):
@@ -201,7 +201,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
     else:
         args = copy.copy(task_args)
         args.synthetic = config.data == "synthetic"
-        args.explicit_flags = _SWEEP_SETS
+        args.explicit_flags = SWEEP_SETS
         args.learning_rate = batching.scaled_learning_rate(
             task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
             task_args.lr_scaling)

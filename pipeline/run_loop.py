@@ -124,9 +124,10 @@ def mirror_evaluation(setup):
     return True
 
 
-def build_estimator(setup, cadence=None):
+def build_estimator(setup, cadence=None, figures=True):
     """Returns (the Estimator of `setup`'s model, (its FLOPs per image, the devices' peak)), the
-    model checked to fit the model dir's checkpoint."""
+    model checked to fit the model dir's checkpoint; without `figures`, (the Estimator, None) and
+    no MFU header lines (the benchmark's time to accuracy)."""
     args = setup.args
     if args.seed is not None:
         tf.keras.utils.set_random_seed(args.seed)
@@ -137,9 +138,11 @@ def build_estimator(setup, cadence=None):
         args.model_dir, setup.plan, checkpoint_steps, args.summary_steps, args.keep_checkpoints, args.seed,
         estimator_lib.session_config(args.xla, args.intra_op_threads, args.inter_op_threads), mirrored)
     keras_model = setup.task.build_model(args, setup.schedule)
-    model_flops, peak = mfu_lib.run_figures(keras_model, args.precision, setup.plan.devices, probe=setup.chief)
-    print(mfu_lib.header_lines(model_flops, peak), flush=True)
+    run_figures = None
+    if figures:
+        run_figures = mfu_lib.run_figures(keras_model, args.precision, setup.plan.devices, probe=setup.chief)
+        print(mfu_lib.header_lines(*run_figures), flush=True)
     model_dir_lib.check_fits(args.model_dir, keras_model)
     estimator = estimator_lib.build_estimator(keras_model, config, setup.data.class_names, args.augment,
                                               args.seed or 0)
-    return estimator, (model_flops, peak)
+    return estimator, run_figures
