@@ -1,13 +1,11 @@
 """Time-to-accuracy outputs: results.csv and results.json (a row per measurement; the JSON also holds
 each one's evaluations), report.md, time_to_accuracy.png and accuracy.png."""
 import collections
-import csv
-import json
 import os
 import statistics
 import textwrap
 
-from benchmark.report import _fmt, _pyplot
+from benchmark.report import _fmt, _pyplot, write_tables
 
 COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size",
            "repeat", "seed", "target_accuracy", "reached", "stopped_because", "seconds_to_accuracy",
@@ -198,16 +196,8 @@ def plot(rows, summary, out_dir, title=""):
 
 def write_outputs(rows, out_dir, header):
     """Writes results.csv, results.json, report.md and the plots into `out_dir`; returns report.md's text."""
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")  # evaluations: results.json
-        writer.writeheader()
-        writer.writerows(rows)
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump({"header": header, "rows": rows}, f, indent=2)
     summary = summarize(rows)
-    report = markdown_report(rows, summary, header)
-    with open(os.path.join(out_dir, "report.md"), "w") as f:
-        f.write(report)
+    # Each row's evaluations go to results.json only.
+    report = write_tables(rows, out_dir, header, COLUMNS, markdown_report(rows, summary, header))
     plot(rows, summary, out_dir, title=header.split(";")[0])
     return report

@@ -248,17 +248,23 @@ def plot(summary, out_dir, title=""):
 
 def write_outputs(rows, out_dir, header):
     """Writes results.csv, results.json, report.md and the plots into `out_dir`; returns report.md's text."""
-    os.makedirs(out_dir, exist_ok=True)
     add_scaling_efficiency(rows)
+    summary = summarize(rows)
+    report = write_tables(rows, out_dir, header, COLUMNS, markdown_report(summary, header, rows))
+    plot(summary, out_dir, title=header.split(";")[0])
+    return report
+
+
+def write_tables(rows, out_dir, header, columns, report):
+    """Writes `rows` to results.csv (their `columns`) and results.json (whole, with `header`), and the
+    markdown `report` to report.md, into `out_dir`; returns `report`."""
+    os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"header": header, "rows": rows}, f, indent=2)
-    summary = summarize(rows)
-    report = markdown_report(summary, header, rows)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(report)
-    plot(summary, out_dir, title=header.split(";")[0])
     return report

@@ -4,6 +4,7 @@ Each case must end with one clear line naming the problem, a non-zero exit, no
 Python traceback, and the model dir's checkpoint and results byte for byte as
 they were.
 """
+import concurrent.futures
 import gzip
 import hashlib
 import json
@@ -230,15 +231,17 @@ CASES = {
 ANOTHER_JOBS_MODEL_DIR = {"oct-on-a-finished-fashion-run", "fashion-on-an-oct-run"}
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input_is_one_clear_line_and_harms_nothing(case, trained_model_dir, trained_oct_model_dir,
-                                                       fashion_data_dir, oct_sample, tmp_path):
-    script, make_data, argv, env_extra, fragments = CASES[case]
+BAD_INPUT_TEST = "test_bad_input_is_one_clear_line_and_harms_nothing"
+
+
+def start_case(case, trained_model_dir, trained_oct_model_dir, fashion_data_dir, oct_sample, tmp_path):
+    """Prepares `case`'s data and model dir under `tmp_path`; returns (command, env, model dir,
+    the model dir's snapshot before)."""
+    script, make_data, argv, env_extra, _ = CASES[case]
     (tmp_path / "file").write_text("")  # a file where a folder is needed
     model_dir = tmp_path / "model"
     oct_dir = (script == "train_oct.py") != (case in ANOTHER_JOBS_MODEL_DIR)
     shutil.copytree(trained_oct_model_dir if oct_dir else trained_model_dir, model_dir)
-    before = snapshot(model_dir)
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if make_data:
         sample = oct_sample if script == "train_oct.py" else fashion_data_dir
@@ -247,8 +250,30 @@ def test_bad_input_is_one_clear_line_and_harms_nothing(case, trained_model_dir, 
         args += ["--model-dir", str(model_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE") and k != "TF_CONFIG"}
     env.update({k: v.replace("{tmp}", str(tmp_path)) for k, v in env_extra.items()})
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args], env=env,
-                            capture_output=True, text=True, timeout=300)
+    return [sys.executable, os.path.join(ROOT, "scripts", script), *args], env, model_dir, snapshot(model_dir)
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(request, trained_model_dir, trained_oct_model_dir, fashion_data_dir, oct_sample,
+                   tmp_path_factory):
+    """The commands of the selected CASES, prepared first and then run two at a time in the background
+    (most of each is one process importing TensorFlow: one core's work); returns {case: a future of
+    (CompletedProcess, model dir, its snapshot before)}."""
+    selected = [item.callspec.params["case"] for item in request.session.items
+                if item.name.startswith(BAD_INPUT_TEST + "[") and item.module.__name__ == __name__]
+    prepared = {case: start_case(case, trained_model_dir, trained_oct_model_dir, fashion_data_dir, oct_sample,
+                                 tmp_path_factory.mktemp(case)) for case in selected}
+
+    def run_case(command, env, model_dir, before):
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300), model_dir, before
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        yield {case: pool.submit(run_case, *prepared[case]) for case in selected}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_clear_line_and_harms_nothing(case, bad_input_runs):
+    script, fragments = CASES[case][0], CASES[case][4]
+    result, model_dir, before = bad_input_runs[case].result()
 
     last = assert_clean_failure(result, *fragments)
     assert last.startswith(f"{script}: error: "), last

@@ -17,8 +17,8 @@ def kill_at_random_and_rerun(data_dir, model_dir, delay):
     """Starts a run, kills it with SIGKILL `delay` seconds after its first checkpoint past step 0,
     reruns the same command and checks that it resumed from the newest checkpoint and finished."""
     command = [sys.executable, os.path.join(ROOT, "scripts", "train_fashion.py"), "--data-dir", data_dir,
-               "--model-dir", str(model_dir), "--batch-size", "32", "--max-steps", "600",
-               "--checkpoint-steps", "25", "--eval-every-steps", "200"]  # kills land in evaluations too
+               "--model-dir", str(model_dir), "--batch-size", "32", "--max-steps", "300",
+               "--checkpoint-steps", "25", "--eval-every-steps", "100"]  # kills land in evaluations too
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while tf.train.latest_checkpoint(str(model_dir)) in (None, str(model_dir / "model.ckpt-0")):
@@ -36,8 +36,8 @@ def kill_at_random_and_rerun(data_dir, model_dir, delay):
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     results = json.loads((model_dir / "results.json").read_text())
     assert results["start_global_step"] == int(killed_at.rsplit("-", 1)[1]) > 0
-    assert results["global_step"] == 600
-    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-600")
+    assert results["global_step"] == 300
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-300")
 
 
 def test_kill_9_then_rerun_resumes_and_ends_exactly_at_the_final_step(fashion_data_dir, tmp_path):
