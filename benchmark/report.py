@@ -3,6 +3,7 @@ import collections
 import csv
 import json
 import os
+import random
 import statistics
 
 COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size", "repeat",
@@ -66,43 +67,71 @@ REFERENCES = (("keras", "Keras fit"), ("custom_loop", "custom loop"), ("limit", 
 ENGINE_NAMES = {"estimator": "Estimator", "keras": "Keras fit", "custom_loop": "custom loop", "limit": "limit"}
 
 
-def ratios(summary):
-    """Returns (label, ratio of images/sec, ratio of CPU per image) comparisons measured in this run:
-    the Estimator against each reference engine, every other engine against the limit, real /
-    synthetic data, bf16 and fp16 against fp32, and each input variant against the design's recipe."""
+def median_interval(values, confidence=0.95, resamples=2000, seed=0):
+    """Returns (median, low, high): the median of `values` and a percentile-bootstrap interval of
+    it at `confidence` (seeded, so a report written again gives the same interval)."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    tail = int((1 - confidence) / 2 * resamples)
+    return statistics.median(values), medians[tail], medians[resamples - 1 - tail]
+
+
+def paired_ratios(rows, key, base_key):
+    """Returns each repeat's ratio of images/sec over the timed span (everything between steps
+    included) of configuration `key` against `base_key`, both measured in that repeat; keys are
+    (mode, engine, data, precision, replicas, per_replica_batch_size)."""
+    def by_repeat(wanted):
+        return {r["repeat"]: r.get("images_per_sec_span") or r["images_per_sec"] for r in rows
+                if _key(r, "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size") == wanted}
+    these, bases = by_repeat(key), by_repeat(base_key)
+    return [these[repeat] / bases[repeat] for repeat in sorted(these) if repeat in bases]
+
+
+def ratios(summary, rows=()):
+    """Returns (label, ratio of images/sec, ratio of CPU per image, paired) comparisons measured in
+    this run: the Estimator against each reference engine, every other engine against the limit,
+    real / synthetic data, bf16 and fp16 against fp32, and each input variant against the design's
+    recipe. `paired`, for the engine comparisons when `rows` hold two or more repeats of both, is
+    (median, low, high, repeats at or above 1, repeats) of paired_ratios, low..high its 95% interval."""
     by_key = {(s["mode"], s["engine"], s["data"], s["precision"], s["replicas"], s["per_replica_batch_size"]): s
               for s in summary}
     found = []
-    for (mode, engine, data, precision, replicas, batch), s in by_key.items():
+
+    def engines(label, key, base_key):
+        per_repeat = paired_ratios(rows, key, base_key)
+        paired = (median_interval(per_repeat) + (sum(r >= 1 for r in per_repeat), len(per_repeat))
+                  if len(per_repeat) > 1 else None)
+        found.append((label, by_key[key]["images_per_sec"] / by_key[base_key]["images_per_sec"], None, paired))
+
+    for key, s in by_key.items():
+        mode, engine, data, precision, replicas, batch = key
         where = f"{precision}, {replicas} replica(s), batch {batch}/replica"
         if mode == "train" and engine == "estimator":
             for reference, name in REFERENCES:
-                other = by_key.get(("train", reference, data, precision, replicas, batch))
-                if other:
-                    found.append((f"Estimator / {name}, {data} data, {where}",
-                                  s["images_per_sec"] / other["images_per_sec"], None))
+                if ("train", reference, data, precision, replicas, batch) in by_key:
+                    engines(f"Estimator / {name}, {data} data, {where}", key,
+                            ("train", reference, data, precision, replicas, batch))
         if mode == "train" and engine in ("keras", "custom_loop"):
-            limit = by_key.get(("train", "limit", data, precision, replicas, batch))
-            if limit:
-                found.append((f"{ENGINE_NAMES[engine]} / limit, {data} data, {where}",
-                              s["images_per_sec"] / limit["images_per_sec"], None))
+            if ("train", "limit", data, precision, replicas, batch) in by_key:
+                engines(f"{ENGINE_NAMES[engine]} / limit, {data} data, {where}", key,
+                        ("train", "limit", data, precision, replicas, batch))
         if mode == "train" and engine == "estimator":
             if data == "real":
                 synthetic = by_key.get(("train", "estimator", "synthetic", precision, replicas, batch))
                 if synthetic:
                     found.append((f"real / synthetic data, Estimator, {where}",
-                                  s["images_per_sec"] / synthetic["images_per_sec"], None))
+                                  s["images_per_sec"] / synthetic["images_per_sec"], None, None))
         if mode == "train" and precision != "fp32":
             fp32 = by_key.get(("train", engine, data, "fp32", replicas, batch))
             if fp32:
                 found.append((f"{precision} / fp32, {engine}, {data} data, {replicas} replica(s), batch {batch}/replica",
-                              s["images_per_sec"] / fp32["images_per_sec"], None))
+                              s["images_per_sec"] / fp32["images_per_sec"], None, None))
         if mode == "input" and data != "design":
             design = by_key.get(("input", "input", "design", precision, replicas, batch))
             if design:
                 found.append((f"input '{data}' / design recipe, batch {batch}",
                               s["images_per_sec"] / design["images_per_sec"],
-                              design["cpu_ms_per_image"] / s["cpu_ms_per_image"]))
+                              design["cpu_ms_per_image"] / s["cpu_ms_per_image"], None))
     return found
 
 
@@ -152,13 +181,20 @@ def markdown_report(summary, header, rows=()):
             f"| {_fmt(s.get('mfu'), '{:.2f}')} | {s['repeats']} |")
     peaks = sorted({(r["precision"], r["peak_flops"], r["peak_source"]) for r in rows if r.get("peak_flops")})
     if peaks:
-        lines += ["", "MFU: images/sec x training FLOPs per image (3 x forward, models/flops.py) / the peak:"]
+        lines += ["", "MFU: images/sec x training FLOPs per image (the forward pass and the trained layers' "
+                  "gradients, models/flops.py) / the peak:"]
         lines += [f"- {precision}: {flops / 1e9:.1f} GFLOP/s, {source}" for precision, flops, source in peaks]
-    found = ratios(summary)
+    found = ratios(summary, rows)
     if found:
-        lines += ["", "Ratios (same invocation, means over repeats):", "",
-                  "| comparison | images/sec ratio | CPU per image: baseline / this |", "|---|---|---|"]
-        lines += [f"| {label} | {r:.2f} | {_fmt(c, '{:.2f}')} |" for label, r, c in found]
+        lines += ["", "Ratios (same invocation). Means: of images/sec over the repeats. Paired: each repeat's "
+                  "ratio of the two engines' images/sec over the timed span (everything between steps "
+                  "included), measured in that repeat; their median, its 95% bootstrap interval, and how "
+                  "many repeats were at or above 1:", "",
+                  "| comparison | images/sec ratio (means) | paired: median | 95% interval | repeats >= 1 "
+                  "| CPU per image: baseline / this |", "|---|---|---|---|---|---|"]
+        lines += [f"| {label} | {r:.2f} | {_fmt(p and p[0], '{:.2f}')} "
+                  f"| {p and f'{p[1]:.2f}..{p[2]:.2f}' or ''} | {p and f'{p[3]} of {p[4]}' or ''} "
+                  f"| {_fmt(c, '{:.2f}')} |" for label, r, c, p in found]
     overheads = step_overheads(summary)
     if overheads:
         lines += ["", "Time per step beyond the limit's (ms; from the images/sec over each timed span):", "",

@@ -2,7 +2,9 @@
 
 Every configuration runs a fixed number of warm-up steps, then timed steps;
 the sweep repeats all configurations `repeats` times, interleaved, so that
-drifts of a shared machine spread over all of them. Training is timed by the
+drifts of a shared machine spread over all of them, and the engines measured on
+one setting take turns going first (repeat_order), so that none always runs
+right after the same one. Training is timed by the
 project's ExamplesPerSecondHook (Estimator, beside the run loop's loss watch and
 progress line), an equivalent Keras callback (model.fit), around each step (the
 custom loop) or around each call of several steps (the limit, custom_loop.py):
@@ -49,6 +51,19 @@ def plan_configs(engines, data_sources, replica_counts, batch_sizes, input_varia
         return [Config("input", v, 1, b) for b in batch_sizes for v in input_variants]
     return [Config(e, d, r, b, p) for p in precisions for b in batch_sizes for r in replica_counts
             for d in data_sources for e in engines]
+
+
+def repeat_order(configs, repeat):
+    """Returns `configs` in the order that repeat number `repeat` measures them: each run of
+    consecutive configurations that differ only in engine is rotated by `repeat`."""
+    groups = []
+    for config in configs:
+        if groups and dataclasses.replace(groups[-1][0], engine=config.engine) == config:
+            groups[-1].append(config)
+        else:
+            groups.append([config])
+    return [config for group in groups
+            for config in group[repeat % len(group):] + group[:repeat % len(group)]]
 
 
 class _KerasStepTimer(tf.keras.callbacks.Callback):
@@ -168,7 +183,7 @@ def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_ste
         variants = InputVariants(task, task_args, workdir)
         total = len(configs) * repeats
         for repeat in range(repeats):
-            for config in configs:
+            for config in repeat_order(configs, repeat):
                 rows.append(_measure(task, task_args, config, plans, variants, warm_up_steps, timed_steps, repeat))
                 row = rows[-1]
                 if config.engine != "input":

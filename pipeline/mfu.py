@@ -63,8 +63,9 @@ def format_flops(flops):
 def header_lines(flops, peak):
     """Returns the run header's lines about the model's FLOPs and the peak they are read against."""
     beside = "nominal peak" if peak.source.startswith("measured") else "measured peak"
+    factor = f" ({flops['training'] / flops['forward']:.2f} x forward)" if flops["forward"] else ""
     return (f"  model FLOPs:   {format_flops(flops['forward'])} per image forward, "
-            f"{format_flops(flops['training'])} training (3 x forward)\n"
+            f"{format_flops(flops['training'])} training{factor}\n"
             f"  peak:          {_rate(peak.flops)}, the {peak.source} ({peak.detail}): MFU is read against it\n"
             f"  {beside + ':':15s}{_rate(peak.nominal)}, {peak.nominal_source}")
 

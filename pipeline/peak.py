@@ -47,10 +47,11 @@ GPU_PEAKS = (
     (r"\bL4\b", {"fp32": 60.0, "bf16": 121.0, "fp16": 121.0}),
 )
 
-# What the probe times: matmuls (rows, columns) x (columns, columns) and 3x3 'same' convolutions (batch, size, channels)
-# of VGG's shapes, each chained a few times in one graph so that per-call costs vanish.
-GEMM_SHAPES = ((2048, 2048), (8192, 1024))
-CONV_SHAPES = ((8, 28, 256), (8, 56, 128), (4, 112, 64))
+# What the probe times, in this order (the best on an AVX-512 Zen 5 first): 3x3 'same' convolutions
+# (batch, size, channels) of VGG's shapes at training batch sizes and matmuls (rows, columns) x
+# (columns, columns), each chained a few times in one graph so that per-call costs vanish.
+PROBE_SHAPES = (("conv", (64, 8, 512)), ("gemm", (4096, 2048)), ("conv", (64, 16, 256)),
+                ("conv", (32, 28, 256)), ("gemm", (8192, 1024)), ("conv", (4, 112, 64)))
 CHAIN = 4
 
 
@@ -115,29 +116,31 @@ def gpu_table_peak(device_name, precision):
 
 
 def _chained_graph(kind, shape, dtype, device):
-    """Returns (graph, op to run, FLOPs of one run) of CHAIN dependent matmuls or convolutions."""
+    """Returns (graph, its initializer, op to run, FLOPs of one run) of CHAIN dependent matmuls or
+    convolutions on inputs held in variables, so that a run times the math and not the making of
+    its inputs (which took up to a third of a run when they were generated in it)."""
     graph = tf.Graph()
     with graph.as_default(), tf.device(device):
         if kind == "gemm":
             rows, columns = shape
-            x = tf.cast(tf.random.normal((rows, columns)), dtype)
-            w = tf.cast(tf.random.normal((columns, columns), stddev=columns ** -0.5), dtype)
+            x_shape, w_shape, fan_in = (rows, columns), (columns, columns), columns
             flops_each = 2 * rows * columns * columns
-            for _ in range(CHAIN):
-                x = tf.matmul(x, w)
         else:
             batch, size, channels = shape
-            x = tf.cast(tf.random.normal((batch, size, size, channels)), dtype)
-            w = tf.cast(tf.random.normal((3, 3, channels, channels), stddev=(9 * channels) ** -0.5), dtype)
+            x_shape, w_shape, fan_in = (batch, size, size, channels), (3, 3, channels, channels), 9 * channels
             flops_each = 2 * batch * size * size * channels * channels * 9
-            for _ in range(CHAIN):
-                x = tf.nn.conv2d(x, w, strides=1, padding="SAME")
-        op = tf.reduce_sum(tf.cast(x[:1], tf.float32))
-    return graph, op, CHAIN * flops_each
+        x = tf.compat.v1.Variable(tf.cast(tf.random.normal(x_shape), dtype))
+        w = tf.compat.v1.Variable(tf.cast(tf.random.normal(w_shape, stddev=fan_in ** -0.5), dtype))
+        y = x.read_value()
+        for _ in range(CHAIN):
+            y = tf.matmul(y, w) if kind == "gemm" else tf.nn.conv2d(y, w, strides=1, padding="SAME")
+        op = tf.reduce_sum(tf.cast(y[:1], tf.float32))
+        initializer = tf.compat.v1.variables_initializer([x, w])
+    return graph, initializer, op, CHAIN * flops_each
 
 
 def probe_shapes(precision, device="/cpu:0", budget_seconds=6.0):
-    """Returns [(shape, best FLOP/s)] over GEMM_SHAPES and CONV_SHAPES in `precision` on `device`:
+    """Returns [(shape, best FLOP/s)] over PROBE_SHAPES in `precision` on `device`:
     each shape run once to warm up, then timed up to 3 times while the budget lasts (at least
     one shape is timed).
 
@@ -149,12 +152,11 @@ def probe_shapes(precision, device="/cpu:0", budget_seconds=6.0):
     clock = time.process_time if on_cpu else time.perf_counter
     scale = os.cpu_count() if on_cpu else 1
     figures, spent = [], 0.0
-    shapes = [("conv", CONV_SHAPES[0]), ("gemm", GEMM_SHAPES[0]), ("gemm", GEMM_SHAPES[1])] \
-        + [("conv", s) for s in CONV_SHAPES[1:]]  # the best on the machine measured first
-    for kind, shape in shapes:
-        graph, op, flops = _chained_graph(kind, shape, DTYPES[precision], device)
+    for kind, shape in PROBE_SHAPES:
+        graph, initializer, op, flops = _chained_graph(kind, shape, DTYPES[precision], device)
         best = 0.0
         with tf.compat.v1.Session(graph=graph) as session:
+            session.run(initializer)
             for run in range(4):
                 start, wall = clock(), time.perf_counter()
                 session.run(op)
@@ -196,6 +198,15 @@ def _write_cache(path, cache):
         storage.write_atomically(path, json.dumps(cache, indent=2))
     except OSError:
         pass  # a read-only home: the next run probes again
+
+
+def cpu_identity(cpuinfo):
+    """Returns what tells two CPUs apart in the peak cache: the model name, family and model
+    (a cloud's 'AMD EPYC' names several generations) and the vector flags."""
+    flags = set(cpuinfo.get("flags", "").split())
+    vector = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16") if f in flags)
+    return (f"{cpuinfo.get('model name', 'unknown CPU')} (family {cpuinfo.get('cpu family', '?')}, "
+            f"model {cpuinfo.get('model', '?')}; {vector or 'no AVX2'})")
 
 
 def machine_key(name, cores):
@@ -253,6 +264,6 @@ def machine_peak(precision, devices, gpu_names=(), probe=True, cpuinfo=None):
                     "unknown (GPU not in the table)")
     info = read_cpuinfo() if cpuinfo is None else cpuinfo
     name, cores = info.get("model name", "unknown CPU"), os.cpu_count()
-    flops, detail = measured_peak(precision, name, cores, probe=probe)
+    flops, detail = measured_peak(precision, cpu_identity(info), cores, probe=probe)
     nominal, nominal_source = nominal_cpu_peak(precision, info, cores)
     return Peak(flops, f"measured {precision} peak of {name}, {cores} cores", detail, nominal, nominal_source)

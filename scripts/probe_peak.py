@@ -36,7 +36,7 @@ def probe(args):
     """Probes each precision `--repeats` times on the CPU, updates the cache and prints the figures."""
     from pipeline import peak  # imports TensorFlow: once the arguments are good
     info = peak.read_cpuinfo()
-    name, cores = info.get("model name", "unknown CPU"), os.cpu_count()
+    name, cores = peak.cpu_identity(info), os.cpu_count()
     print(f"{name}, {cores} cores; cache: {peak.cache_path()}")
     for precision in args.precision:
         for repeat in range(args.repeats):

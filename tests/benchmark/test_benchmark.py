@@ -35,8 +35,8 @@ def test_a_tiny_training_sweep_writes_well_formed_outputs(fashion_data_dir, tmp_
     assert "Estimator / Keras fit, real data, fp32, 2 replica(s)" in report
     assert "real / synthetic data, Estimator, fp32, 1 replica(s)" in report
     assert describe_cpu() in printed.splitlines()[0]  # the CPU's model, cores and flags beside every figure
-    # MFU beside every training figure: images/sec x the model's 16.8 MFLOP per training image / the peak.
-    assert all(float(r["mfu"]) == pytest.approx(float(r["images_per_sec"]) * 3 * 5588480 / float(r["peak_flops"]))
+    # MFU beside every training figure: images/sec x the model's 16.4 MFLOP per training image / the peak.
+    assert all(float(r["mfu"]) == pytest.approx(float(r["images_per_sec"]) * 16376064 / float(r["peak_flops"]))
                for r in rows)
     assert "| MFU |" in report and "measured fp32 peak" in report
     for png in ("throughput.png", "mfu.png", "time.png"):
@@ -107,7 +107,7 @@ def test_scaling_efficiency_and_ratios_come_from_the_same_run():
     benchmark_report.add_scaling_efficiency(rows)
     assert rows[2]["scaling_efficiency"] == pytest.approx(300 / (2 * 200))
     assert rows[3]["scaling_efficiency"] is None  # no 1-replica Keras run to compare with
-    found = {label: ratio for label, ratio, _ in benchmark_report.ratios(benchmark_report.summarize(rows))}
+    found = {label: ratio for label, ratio, *_ in benchmark_report.ratios(benchmark_report.summarize(rows))}
     assert found["Estimator / Keras fit, real data, fp32, 2 replica(s), batch 32/replica"] == pytest.approx(1.2)
     assert found["Estimator / limit, real data, fp32, 2 replica(s), batch 32/replica"] == pytest.approx(300 / 320)
     assert found["real / synthetic data, Estimator, fp32, 2 replica(s), batch 32/replica"] == pytest.approx(0.75)
@@ -144,5 +144,37 @@ def test_each_engines_time_per_step_beyond_the_limits_comes_from_its_mean_rate()
     assert [(o["engine"], round(o["step_ms"], 3), round(o["overhead_ms"], 3), o["fraction_of_limit"])
             for o in found] == [("estimator", 10.0, 2.0, 0.8), ("keras", 20.0, 12.0, 0.4)]  # no batch-16 limit
     assert [o["cpu_overhead_ms"] for o in found] == pytest.approx([(8000 / 900 - 8) * 8, (20 - 8) * 8])
-    labels = [label for label, _, _ in benchmark_report.ratios([summary("keras", 400.0), summary("limit", 1000.0)])]
+    labels = [label for label, *_ in benchmark_report.ratios([summary("keras", 400.0), summary("limit", 1000.0)])]
     assert labels == ["Keras fit / limit, synthetic data, fp32, 1 replica(s), batch 8/replica"]
+
+
+def test_the_engines_of_one_setting_take_turns_going_first():
+    from benchmark.sweep import plan_configs, repeat_order
+    configs = plan_configs(["estimator", "keras", "limit"], ["synthetic"], [1], [64, 512])
+    orders = [[(c.engine, c.batch_size) for c in repeat_order(configs, repeat)] for repeat in range(4)]
+    assert orders[0] == [("estimator", 64), ("keras", 64), ("limit", 64),
+                         ("estimator", 512), ("keras", 512), ("limit", 512)]
+    assert orders[1] == [("keras", 64), ("limit", 64), ("estimator", 64),
+                         ("keras", 512), ("limit", 512), ("estimator", 512)]
+    assert orders[3] == orders[0]
+    assert sorted(orders[2]) == sorted(orders[0])  # every configuration once per repeat
+
+
+def test_engines_are_compared_repeat_by_repeat_with_an_interval_of_the_median():
+    def row(engine, repeat, span):
+        return {"mode": "train", "engine": engine, "data": "synthetic", "precision": "fp32", "replicas": 1,
+                "per_replica_batch_size": 64, "global_batch_size": 64, "repeat": repeat,
+                "images_per_sec": 1000.0, "images_per_sec_span": span, "cpu_seconds_per_image": 0.001,
+                "epoch_seconds": None}
+    # Keras drifts with the machine; the Estimator is 2% ahead of it within every repeat.
+    keras_spans = [900.0, 1200.0, 1000.0, 800.0, 1100.0]
+    rows = ([row("keras", i, span) for i, span in enumerate(keras_spans)]
+            + [row("estimator", i, 1.02 * span) for i, span in enumerate(keras_spans)])
+    assert benchmark_report.paired_ratios(rows, ("train", "estimator", "synthetic", "fp32", 1, 64),
+                                          ("train", "keras", "synthetic", "fp32", 1, 64)) == pytest.approx([1.02] * 5)
+    (label, _, _, paired), = benchmark_report.ratios(benchmark_report.summarize(rows), rows)
+    assert label.startswith("Estimator / Keras fit")
+    assert paired[:3] == pytest.approx((1.02, 1.02, 1.02)) and paired[3:] == (5, 5)
+    median, low, high = benchmark_report.median_interval([0.9, 1.0, 1.1, 1.2, 0.95, 1.05])
+    assert low < median < high and 0.9 <= low and high <= 1.2
+    assert benchmark_report.median_interval([0.9, 1.0, 1.1, 1.2, 0.95, 1.05]) == (median, low, high)

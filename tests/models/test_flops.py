@@ -30,15 +30,33 @@ def test_a_dense_layer_counts_inputs_times_units_at_every_position():
     assert forward_flops_per_image(one_layer(tf.keras.layers.Dense(5), (4, 7))) == 2 * 4 * 7 * 5
 
 
-def test_layers_without_multiply_adds_count_nothing_and_training_is_three_forwards():
+def test_layers_without_multiply_adds_count_nothing_and_training_is_three_forwards_but_the_first_input_gradient():
     inputs = tf.keras.Input(shape=(8, 8, 2))
     x = tf.keras.layers.MaxPooling2D()(inputs)
     x = tf.keras.layers.BatchNormalization()(tf.keras.layers.ReLU()(x))
     assert forward_flops_per_image(tf.keras.Model(inputs, x)) == 0
     # The Fashion CNN by hand: 26x26x32x9, 11x11x64x(9x32), 3x3x64x(9x64), 576x64, 64x10 multiply-adds.
-    multiply_adds = 26 * 26 * 32 * 9 + 11 * 11 * 64 * 288 + 3 * 3 * 64 * 576 + 576 * 64 + 64 * 10
+    first = 26 * 26 * 32 * 9
+    multiply_adds = first + 11 * 11 * 64 * 288 + 3 * 3 * 64 * 576 + 576 * 64 + 64 * 10
+    # Backward: every layer's weight gradients, every layer's input gradients but the first's (the image's).
     assert model_flops_per_image(build_fashion_cnn(1e-3)) == {"forward": 2 * multiply_adds,
-                                                              "training": 6 * multiply_adds}
+                                                              "training": 6 * multiply_adds - 2 * first}
+
+
+def test_frozen_layers_count_only_their_forward_pass_and_the_gradients_that_pass_through_them():
+    frozen = tf.keras.layers.Conv2D(4, 3, name="frozen", trainable=False)  # 8x8x4 out, 27 multiply-adds each
+    trained = tf.keras.layers.Conv2D(2, 3, name="trained")  # 6x6x2 out, 36 each
+    inner = tf.keras.Sequential([tf.keras.Input((6, 6, 2)), tf.keras.layers.Flatten(), tf.keras.layers.Dense(3)])
+    inner.trainable = False  # a frozen nested model freezes its layers, whatever theirs say
+    inputs = tf.keras.Input((10, 10, 3))
+    outputs = tf.keras.layers.Dense(5)(inner(trained(frozen(inputs))))
+    model = tf.keras.Model(inputs, outputs)
+    f_frozen, f_trained, f_inner, f_head = 2 * 8 * 8 * 4 * 27, 2 * 6 * 6 * 2 * 36, 2 * 72 * 3, 2 * 3 * 5
+    assert model_flops_per_image(model) == {
+        "forward": f_frozen + f_trained + f_inner + f_head,
+        # frozen: forward only; trained: + weight gradients (its input's are not needed); inner, after a
+        # trained layer: + input gradients; the head: + both.
+        "training": f_frozen + 2 * f_trained + 2 * f_inner + 3 * f_head}
 
 
 def test_vgg16_without_its_top_at_224_px_is_30_69_gflop_forward():

@@ -15,6 +15,18 @@ def test_the_probe_returns_a_positive_figure_in_each_precision():
         assert flops > 1e8 and shape.startswith(("gemm", "conv"))
 
 
+@pytest.mark.parametrize("kind, shape", [("conv", (2, 8, 16)), ("gemm", (32, 16))])
+def test_a_probe_run_times_the_math_and_not_the_making_of_its_inputs(kind, shape):
+    import tensorflow as tf
+    graph, _, op, flops = peak._chained_graph(kind, shape, tf.float32, "/cpu:0")
+    timed = tf.compat.v1.graph_util.extract_sub_graph(graph.as_graph_def(), [op.op.name])
+    op_types = {node.op for node in timed.node}
+    assert not any(t.startswith("Random") for t in op_types)  # the inputs were made once, by the initializer
+    assert ("Conv2D" if kind == "conv" else "MatMul") in op_types
+    multiply_adds = 2 * 8 * 8 * 16 * 16 * 9 if kind == "conv" else 32 * 16 * 16
+    assert flops == peak.CHAIN * 2 * multiply_adds
+
+
 def test_the_cache_is_reused_only_on_the_same_cpu_name_and_core_count(tmp_path):
     path, probed = str(tmp_path / "peak.json"), []
 
@@ -94,3 +106,10 @@ def test_a_probe_that_fails_leaves_the_peak_unknown_and_caches_nothing(tmp_path)
     path = str(tmp_path / "peak.json")
     flops, detail = peak.measured_peak("fp16", "CPU A", 2, path=path, probe_fn=failing_probe)
     assert flops is None and "probe failed" in detail and not (tmp_path / "peak.json").exists()
+
+
+def test_cpus_of_one_name_but_another_generation_do_not_share_a_cached_peak():
+    zen5 = dict(ZEN4, **{"cpu family": "26", "model": "2"})
+    assert peak.cpu_identity(ZEN4) != peak.cpu_identity(zen5)
+    assert peak.cpu_identity(zen5) == "AMD EPYC 9R14 (family 26, model 2; avx2 fma avx512f avx512_bf16)"
+    assert peak.cpu_identity(dict(zen5, flags="fpu avx2 fma")) != peak.cpu_identity(zen5)
