@@ -9,7 +9,7 @@ besides the forward pass: each trained layer's weight gradients and the input
 gradients of every layer after the first trained one, each as many FLOPs as the
 layer's forward pass. That is about 3 x forward for a model trained whole (less the
 first layer's input gradients, which nothing needs) and far less with frozen layers
-(the OCT job's VGG16 trains only its last block: 1.2 x forward), as TF computes it:
+(the OCT job's VGG16 trains only its last block: 1.15 x forward), as TF computes it:
 a frozen layer below every trained one gets no gradient at all.
 """
 import math

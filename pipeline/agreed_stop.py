@@ -13,7 +13,9 @@ The chief removes a record left by an earlier run before training starts (no tra
 step before the chief's session exists: the all-reduce needs it, parameter-server workers wait for
 its variables), so a stale record never stops a resumed run. An evaluator task ends after it has
 evaluated the checkpoint of the stop (evaluate_until_training_ends), and the peer watches take
-training as finished once the newest checkpoint has reached it (pipeline.cluster_run).
+training as finished once the newest checkpoint has reached it (pipeline.cluster_run). Those two
+may look before the chief has removed an earlier run's record: they read it through CurrentStop,
+which sets aside a record that was there when the task started until training has gone on.
 """
 import functools
 import json
@@ -25,6 +27,7 @@ from tensorflow_estimator.python.estimator import training as training_lib
 
 from acquisition import storage
 from acquisition.files import write_json_atomically
+from pipeline import estimator as estimator_lib
 
 log = logging.getLogger(__name__)
 STOP_FILE = "stop.json"
@@ -59,6 +62,26 @@ def remove_stop(model_dir):
         return False
     storage.remove(path)
     return True
+
+
+class CurrentStop:
+    """A callable returning this run's stop record (as read_stop), or None. A record that was already
+    there when this object was made (at the task's start) belongs to an earlier run, early-stopped
+    and now resumed, while no checkpoint newer than the newest one then has been written: the chief
+    removes it before training, but a parameter server, an evaluator or a peer watch may look first
+    (and would take training as finished at once, so that a lost trainer meant exit 0, not a restart)."""
+
+    def __init__(self, model_dir):
+        self._model_dir = model_dir
+        self._found_at_start = read_stop(model_dir)
+        self._step_at_start = estimator_lib.latest_global_step(model_dir) if self._found_at_start else None
+
+    def __call__(self):
+        record = read_stop(self._model_dir)
+        if record is not None and record == self._found_at_start \
+                and estimator_lib.latest_global_step(self._model_dir) <= self._step_at_start:
+            return None
+        return record
 
 
 class StopStepReader:
@@ -107,12 +130,12 @@ class _EndsAtAgreedStop(training_lib._ContinuousEvalListener):  # noqa: SLF001 -
     stop record's step (TensorFlow's own ends it at max_steps only)."""
 
     def __init__(self, model_dir):
-        self._model_dir, self._evaluated_step = model_dir, None
+        self._current_stop, self._evaluated_step = CurrentStop(model_dir), None
 
     def after_eval(self, eval_result):
         if eval_result.status == training_lib._EvalStatus.EVALUATED:  # noqa: SLF001
             self._evaluated_step = int(eval_result.metrics[tf.compat.v1.GraphKeys.GLOBAL_STEP])
-        record = read_stop(self._model_dir)
+        record = self._current_stop()
         if record is not None and self._evaluated_step is not None \
                 and self._evaluated_step >= record["stop_after_step"]:
             log.info("training stopped early after step %d (%s): the evaluator ends", record["stop_after_step"],

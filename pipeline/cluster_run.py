@@ -34,16 +34,19 @@ def resolve_cluster(args):
     return cluster
 
 
-def training_finished(model_dir, max_steps=None):
+def training_finished(model_dir, max_steps=None, current_stop=None):
     """Returns True once the newest checkpoint in `model_dir` is at `max_steps` or past it. A
     parameter server does not compute `max_steps` (None): it reads the final step the chief recorded
     before training (pipeline.progress), or, in a record without one, waits for the chief's
     results.json of the newest checkpoint. After an early stop, the newest checkpoint at or past the
     stop record's step has finished training too. Not results.json alone: the chief writes it only after
     its test evaluation and export, long after its final checkpoint, and a chief that fails probes
-    meanwhile (slow to answer on a loaded machine) must not be taken for a lost one."""
+    meanwhile (slow to answer on a loaded machine) must not be taken for a lost one. `current_stop`
+    (an agreed_stop.CurrentStop made at the task's start) reads the stop record, setting aside an
+    earlier run's; without it the record is read as it is."""
     step = estimator_lib.latest_global_step(model_dir)
-    stopped = agreed_stop.read_stop(model_dir)  # an early stop every trainer agreed on (pipeline.agreed_stop)
+    # An early stop every trainer agreed on (pipeline.agreed_stop).
+    stopped = current_stop() if current_stop is not None else agreed_stop.read_stop(model_dir)
     if stopped is not None and step >= stopped["stop_after_step"]:
         return True
     if max_steps is None:
@@ -63,8 +66,9 @@ def watch_cluster(cluster, args, max_steps):
     if cluster is None:
         return []
     log_listening_ports(cluster, logging.getLogger(__name__))
+    current_stop = agreed_stop.CurrentStop(args.model_dir)
     peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
-                      finished=lambda: training_finished(args.model_dir, max_steps))
+                      finished=lambda: training_finished(args.model_dir, max_steps, current_stop))
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
     if cluster.trains and not cluster.is_chief:
         recheck_model_readiness_every(WORKER_READY_RECHECK_SECS)

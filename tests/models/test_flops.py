@@ -64,3 +64,14 @@ def test_vgg16_without_its_top_at_224_px_is_30_69_gflop_forward():
     assert forward_flops_per_image(vgg16) == pytest.approx(30.69e9, rel=0.005)
     nested = tf.keras.Sequential([vgg16, tf.keras.layers.GlobalAveragePooling2D(), tf.keras.layers.Dense(4)])
     assert forward_flops_per_image(nested) == forward_flops_per_image(vgg16) + 2 * 512 * 4
+
+
+def test_the_oct_jobs_vgg16_counts_gradients_only_for_its_last_block_and_head():
+    from models.backbones import build_image_classifier
+    model = build_image_classifier("vgg16", 4, (64, 64), 1, weights="none", trainable_layers=4, head="flatten")
+    flops = model_flops_per_image(model)
+    block5_conv = 2 * 4 * 4 * 512 * 512 * 9  # each of block 5's three convolutions, on 4x4 maps
+    head = 2 * 2 * 2 * 512 * 4  # Flatten (2x2x512) -> 4 classes
+    # Weight gradients: the three convolutions and the head; input gradients: all of them but the first.
+    assert flops["training"] - flops["forward"] == 3 * block5_conv + head + 2 * block5_conv + head
+    assert flops["training"] / flops["forward"] == pytest.approx(1.15, abs=0.005)

@@ -97,3 +97,36 @@ def test_training_is_finished_once_the_newest_checkpoint_reaches_the_agreed_stop
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-41"\n')
     write_checkpoint(tmp_path, 41)
     assert training_finished(str(tmp_path)) and training_finished(str(tmp_path), max_steps=400)
+
+
+def test_an_earlier_runs_record_is_set_aside_until_this_run_has_trained_on(tmp_path):
+    # A run stopped early after step 41, resumed with more epochs: a parameter server, the evaluator and
+    # the peer watches start before the new chief has removed the old record.
+    (tmp_path / PROGRESS_FILE).write_text(json.dumps({"task": "fashion", "runs": [
+        {"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 400}]}))
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-41"\n')
+    write_checkpoint(tmp_path, 41)
+    agreed_stop.record_stop(str(tmp_path), 41, "target_accuracy")
+    current_stop = agreed_stop.CurrentStop(str(tmp_path))
+    evaluator = agreed_stop._EndsAtAgreedStop(str(tmp_path))  # noqa: SLF001
+    assert current_stop() is None
+    assert training_finished(str(tmp_path))  # read as it is, the old record says training has ended
+    assert not training_finished(str(tmp_path), current_stop=current_stop)  # a lost trainer: restart, not exit 0
+    assert evaluator.after_eval(Result("evaluated", {"global_step": 41}, "model.ckpt-41"))  # evaluate on
+    # The new run trains on and stops again: its record counts.
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-60"\n')
+    write_checkpoint(tmp_path, 60)
+    agreed_stop.record_stop(str(tmp_path), 61, "target_accuracy")
+    assert current_stop() == {"stop_after_step": 61, "because": "target_accuracy"}
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-61"\n')
+    write_checkpoint(tmp_path, 61)
+    assert training_finished(str(tmp_path), current_stop=current_stop)
+    assert not evaluator.after_eval(Result("evaluated", {"global_step": 61}, "model.ckpt-61"))
+
+
+def test_a_record_written_after_the_task_started_counts_at_once(tmp_path):
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-30"\n')
+    write_checkpoint(tmp_path, 30)
+    current_stop = agreed_stop.CurrentStop(str(tmp_path))
+    agreed_stop.record_stop(str(tmp_path), 30, "patience")
+    assert current_stop() == {"stop_after_step": 30, "because": "patience"}
