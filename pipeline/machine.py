@@ -9,21 +9,26 @@ import tensorflow as tf
 NOTABLE_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
 
 
-def _cpuinfo(path="/proc/cpuinfo"):
-    """Returns (model name, set of flags) of the first CPU in `path` (empty where unknown)."""
-    model, flags = "", set()
+def read_cpuinfo(path="/proc/cpuinfo"):
+    """Returns the first CPU's /proc/cpuinfo fields as a dict (empty where unreadable)."""
+    fields = {}
     try:
         with open(path) as f:
             for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and not model:
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
+                if not line.strip():
                     break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return model or platform.processor() or platform.machine(), flags
+    return fields
+
+
+def _cpuinfo(path="/proc/cpuinfo"):
+    """Returns (model name, set of flags) of the first CPU in `path` (empty where unknown)."""
+    fields = read_cpuinfo(path)
+    return (fields.get("model name") or platform.processor() or platform.machine(),
+            set(fields.get("flags", "").split()))
 
 
 def describe_cpu(path="/proc/cpuinfo"):

@@ -19,6 +19,7 @@ from typing import Optional
 import tensorflow as tf
 
 from acquisition import storage
+from pipeline.machine import read_cpuinfo
 
 log = logging.getLogger(__name__)
 
@@ -68,21 +69,6 @@ class Peak:
     def as_dict(self):
         """Returns the peak as results.json records it."""
         return dataclasses.asdict(self)
-
-
-def read_cpuinfo(path="/proc/cpuinfo"):
-    """Returns the first CPU's /proc/cpuinfo fields as a dict (empty where unreadable)."""
-    fields = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass
-    return fields
 
 
 def nominal_cpu_peak(precision, cpuinfo=None, cores=None):
