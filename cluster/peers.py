@@ -131,6 +131,8 @@ class PeerWatch:
                 # Workers end on their own before the chief at the end of training, and the chief
                 # watches them: its loss decides, and the first task to fail is named.
                 lost = sorted(failures, key=self._failing_since.get) if "chief 0" in lost else []
+            if lost and self.finished():  # the final checkpoint was written since the check above
+                continue
             if lost:
                 self.lost(lost[0], failures[lost[0]])
             time.sleep(self.every_secs)

@@ -4,6 +4,7 @@ order with a stand-in gRPC peer, so the ordering is deterministic."""
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -80,6 +81,29 @@ def test_a_ps_ends_0_when_the_chief_goes_after_its_final_checkpoint_and_200_befo
         assert "lost worker 0" in watch.line or "lost chief 0" in watch.line
     else:
         assert "training finished and every trainer ended" in watch.line
+
+
+def test_a_chief_whose_final_checkpoint_lands_as_it_loses_a_worker_does_not_end_200(tmp_path):
+    # In CI the chief wrote its final checkpoint in the same second as it judged its killed worker
+    # lost, and ended 200. Here training counts as finished from the second look of one round on:
+    # the final checkpoint lands between the watch's first look and its verdict.
+    worker = FakeServer()
+    cluster = ClusterTask("chief", 0, 2, {"chief": ["127.0.0.1:1"], "worker": [worker.address]})
+    looks = []
+
+    def finished():
+        looks.append(time.monotonic())
+        return len(looks) > 1 and looks[-1] - looks[-2] < 0.1  # two looks within one round of probes
+
+    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2, finished=finished).start()  # every 0.5 s
+    try:
+        while not all(watch._seen.values()):  # noqa: SLF001 - the worker answered once
+            threading.Event().wait(0.05)
+        worker.close()
+        assert not watch.exited.wait(5), watch.line
+    finally:
+        worker.close()
+    assert len(looks) >= 2 and looks[-1] - looks[-2] < 0.1  # the verdict looked again, and let the chief go on
 
 
 def test_training_is_finished_at_the_recorded_final_step_or_past_it(tmp_path):
