@@ -97,7 +97,7 @@ def ratios(summary, rows=()):
               for s in summary}
     found = []
 
-    def engines(label, key, base_key):
+    def add_engines(label, key, base_key):
         per_repeat = paired_ratios(rows, key, base_key)
         paired = (median_interval(per_repeat) + (sum(r >= 1 for r in per_repeat), len(per_repeat))
                   if len(per_repeat) > 1 else None)
@@ -109,11 +109,11 @@ def ratios(summary, rows=()):
         if mode == "train" and engine == "estimator":
             for reference, name in REFERENCES:
                 if ("train", reference, data, precision, replicas, batch) in by_key:
-                    engines(f"Estimator / {name}, {data} data, {where}", key,
+                    add_engines(f"Estimator / {name}, {data} data, {where}", key,
                             ("train", reference, data, precision, replicas, batch))
         if mode == "train" and engine in ("keras", "custom_loop"):
             if ("train", "limit", data, precision, replicas, batch) in by_key:
-                engines(f"{ENGINE_NAMES[engine]} / limit, {data} data, {where}", key,
+                add_engines(f"{ENGINE_NAMES[engine]} / limit, {data} data, {where}", key,
                         ("train", "limit", data, precision, replicas, batch))
         if mode == "train" and engine == "estimator":
             if data == "real":

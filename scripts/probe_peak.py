@@ -35,7 +35,8 @@ def build_parser():
 def probe(args):
     """Probes each precision `--repeats` times on the CPU, updates the cache and prints the figures."""
     from pipeline import peak  # imports TensorFlow: once the arguments are good
-    info = peak.read_cpuinfo()
+    from pipeline.machine import read_cpuinfo
+    info = read_cpuinfo()
     name, cores = peak.cpu_identity(info), os.cpu_count()
     print(f"{name}, {cores} cores; cache: {peak.cache_path()}")
     for precision in args.precision:

@@ -27,7 +27,15 @@ class FakeListener:
 
 
 def write_checkpoint(model_dir, step):
+    """Writes checkpoint `step`'s index and names it the newest."""
     (model_dir / f"model.ckpt-{step}.index").write_bytes(b"")
+    (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "model.ckpt-{step}"\n')
+
+
+def record_final_step(model_dir, max_steps):
+    """Writes the progress record of a run training to `max_steps`, as the chief does before training."""
+    (model_dir / PROGRESS_FILE).write_text(json.dumps({"task": "fashion", "runs": [
+        {"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": max_steps}]}))
 
 
 def test_the_chief_evaluates_each_due_checkpoint_once_and_records_the_stop_after_the_next_step(tmp_path):
@@ -88,13 +96,10 @@ def test_the_evaluator_ends_after_evaluating_the_checkpoint_of_the_stop(tmp_path
 
 
 def test_training_is_finished_once_the_newest_checkpoint_reaches_the_agreed_stop(tmp_path):
-    (tmp_path / PROGRESS_FILE).write_text(json.dumps({"task": "fashion", "runs": [
-        {"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 400}]}))
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-40"\n')
+    record_final_step(tmp_path, 400)
     write_checkpoint(tmp_path, 40)
     agreed_stop.record_stop(str(tmp_path), 41, "target_accuracy")
     assert not training_finished(str(tmp_path)) and not training_finished(str(tmp_path), max_steps=400)
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-41"\n')
     write_checkpoint(tmp_path, 41)
     assert training_finished(str(tmp_path)) and training_finished(str(tmp_path), max_steps=400)
 
@@ -102,9 +107,7 @@ def test_training_is_finished_once_the_newest_checkpoint_reaches_the_agreed_stop
 def test_an_earlier_runs_record_is_set_aside_until_this_run_has_trained_on(tmp_path):
     # A run stopped early after step 41, resumed with more epochs: a parameter server, the evaluator and
     # the peer watches start before the new chief has removed the old record.
-    (tmp_path / PROGRESS_FILE).write_text(json.dumps({"task": "fashion", "runs": [
-        {"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 400}]}))
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-41"\n')
+    record_final_step(tmp_path, 400)
     write_checkpoint(tmp_path, 41)
     agreed_stop.record_stop(str(tmp_path), 41, "target_accuracy")
     current_stop = agreed_stop.CurrentStop(str(tmp_path))
@@ -114,18 +117,15 @@ def test_an_earlier_runs_record_is_set_aside_until_this_run_has_trained_on(tmp_p
     assert not training_finished(str(tmp_path), current_stop=current_stop)  # a lost trainer: restart, not exit 0
     assert evaluator.after_eval(Result("evaluated", {"global_step": 41}, "model.ckpt-41"))  # evaluate on
     # The new run trains on and stops again: its record counts.
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-60"\n')
     write_checkpoint(tmp_path, 60)
     agreed_stop.record_stop(str(tmp_path), 61, "target_accuracy")
     assert current_stop() == {"stop_after_step": 61, "because": "target_accuracy"}
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-61"\n')
     write_checkpoint(tmp_path, 61)
     assert training_finished(str(tmp_path), current_stop=current_stop)
     assert not evaluator.after_eval(Result("evaluated", {"global_step": 61}, "model.ckpt-61"))
 
 
 def test_a_record_written_after_the_task_started_counts_at_once(tmp_path):
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-30"\n')
     write_checkpoint(tmp_path, 30)
     current_stop = agreed_stop.CurrentStop(str(tmp_path))
     agreed_stop.record_stop(str(tmp_path), 30, "patience")

@@ -28,10 +28,11 @@ def test_an_mfu_above_one_logs_one_warning_naming_the_count_and_the_peak(caplog)
 def test_a_run_whose_throughput_beats_an_injected_peak_warns_and_records_it(fashion_data_dir, tmp_path, monkeypatch,
                                                                           caplog, capsys):
     from pipeline.flags import build_parser
+    from pipeline.machine import read_cpuinfo
     from pipeline.run_loop import run
     from pipeline.tasks.fashion import TASK
     cache = tmp_path / "peak.json"
-    name = peak_lib.cpu_identity(peak_lib.read_cpuinfo())
+    name = peak_lib.cpu_identity(read_cpuinfo())
     cache.write_text(json.dumps({peak_lib.machine_key(name, os.cpu_count()): {
         "fp32": {"flops": 1e6, "shape": "injected", "probed_at": "now"}}}))
     monkeypatch.setenv(peak_lib.PEAK_CACHE_ENV, str(cache))
