@@ -116,6 +116,10 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
              f" with the best checkpoint, of step {best['step']}" if best else "")
     evaluation, scores = test_report.evaluate(estimator, data.eval_input_fn, best and best["checkpoint"])
     results = _results(setup, hooks, figures, train_seconds, throughput, evaluation)
+    if best:
+        # The checkpoint's own step. Under asynchronous parameter_server training a checkpoint named
+        # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).
+        results.eval_step = best["step"]
     if validation:
         results.validation_examples = data.num_validation_examples
         results.evaluations = [dict(e) for e in validation.record["evaluations"]]

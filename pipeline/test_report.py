@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import struct
+import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -133,9 +134,10 @@ def write_images(summary_dir, pngs, step, prefix="test_report/"):
         values.append(tf.compat.v1.Summary.Value(tag=tag, image=image))
     with tf.Graph().as_default():  # the v1 writer refuses eager mode
         # An events file is named by the second it was made and the host: without a suffix of its own,
-        # one made in the same second as the evaluation's (still open in the Estimator's cache) would
-        # take its name, and one of the two would be lost.
-        writer = tf.compat.v1.summary.FileWriter(summary_dir, filename_suffix=".test_report")
+        # one made in the same second as the evaluation's (still open in the Estimator's cache), or as
+        # this function's previous one (the report's figures, then its examples), would take its name,
+        # and one of the two would be lost.
+        writer = tf.compat.v1.summary.FileWriter(summary_dir, filename_suffix=f".test_report.{uuid.uuid4().hex[:8]}")
         writer.add_summary(tf.compat.v1.Summary(value=values), step)
         writer.close()
 

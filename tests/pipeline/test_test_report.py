@@ -131,3 +131,15 @@ def test_predict_refuses_an_unknown_explained_class(oct_run, tmp_path):
                     "--explain-class", "AMD", test_files[0])
     assert result.returncode == 2
     assert "--explain-class AMD is not a class of this model" in assert_clean_failure(result)
+
+
+def test_two_sets_of_images_written_in_one_second_both_reach_tensorboard(tmp_path):
+    from pipeline.test_report import write_images
+    png = tf.io.encode_png(tf.zeros((2, 3, 3), tf.uint8)).numpy()
+    # The report's figures, then its examples: in CI both came in one second, and the second events
+    # file took the first's name.
+    write_images(str(tmp_path), {"confusion_matrix.png": png}, 7)
+    write_images(str(tmp_path), {"right-0": png}, 7, prefix="test_report/examples/")
+    tags = {value.tag for events in glob.glob(str(tmp_path / "events.*"))
+            for event in tf.compat.v1.train.summary_iterator(events) for value in event.summary.value}
+    assert tags == {"test_report/confusion_matrix", "test_report/examples/right-0"}
