@@ -85,7 +85,8 @@ def test_sigterm_stops_every_task_with_a_checkpoint_and_no_port_is_open_outside_
     text = "".join(lines)
     stopped = int(re.search(r"\[chief\] train_fashion.py: stopped by SIGTERM at global step (\d+); checkpoint saved",
                             text).group(1))
-    assert "[worker 0] train_fashion.py: stopped by SIGTERM" in text and "[launcher] killed" not in text
+    assert "[worker 0] train_fashion.py: stopped by SIGTERM" in text and "[launcher] killed" not in text, \
+        "\n".join(line for line in text.splitlines() if line.startswith("[worker 0]"))[-3000:]
     assert newest_checkpoint_step(model_dir) == stopped > 0
 
 
