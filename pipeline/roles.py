@@ -115,11 +115,10 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
     log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
              f" with the best checkpoint, of step {best['step']}" if best else "")
     evaluation, scores = test_report.evaluate(estimator, data.eval_input_fn, best and best["checkpoint"])
-    results = _results(setup, hooks, figures, train_seconds, throughput, evaluation)
-    if best:
-        # The checkpoint's own step. Under asynchronous parameter_server training a checkpoint named
-        # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).
-        results.eval_step = best["step"]
+    # The checkpoint's own step. Under asynchronous parameter_server training a checkpoint named
+    # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).
+    eval_step = best["step"] if best else int(evaluation["global_step"])
+    results = _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step)
     if validation:
         results.validation_examples = data.num_validation_examples
         results.evaluations = [dict(e) for e in validation.record["evaluations"]]
@@ -150,7 +149,7 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
     return written
 
 
-def _results(setup, hooks, figures, train_seconds, throughput, evaluation):
+def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step):
     args, data, plan = setup.args, setup.data, setup.plan
     model_flops, peak = figures
     step = estimator_lib.latest_global_step(args.model_dir)
@@ -178,4 +177,4 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation):
         checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
         eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
         eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
-        eval_step=int(evaluation["global_step"]), deterministic=args.deterministic, seed=args.seed)
+        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed)
