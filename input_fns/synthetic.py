@@ -13,8 +13,9 @@ def make_input_fn(image_shape, num_classes, batch_size, training, feature_key=FE
     """Returns an Estimator input_fn(input_context=None) yielding random images and one-hot labels.
 
     Images are float32 in [0, 1], or uint8 in [0, 255] with dtype=tf.uint8.
-    Training input repeats forever; evaluation input yields `num_examples`
-    examples (rounded up to whole batches), then ends.
+    Training input repeats forever; evaluation input yields exactly `num_examples`
+    examples (default one batch), the last batch short if need be, then ends: the
+    count a TaskData states, which a mirrored evaluation splits between its replicas.
     """
     def input_fn(input_context=None):
         del input_context  # every pipeline yields the same generated batch
@@ -28,7 +29,8 @@ def make_input_fn(image_shape, num_classes, batch_size, training, feature_key=FE
         if training:
             dataset = dataset.repeat()
         else:
-            dataset = dataset.repeat(-(-(num_examples or batch_size) // batch_size))
+            count = num_examples or batch_size
+            dataset = dataset.repeat(-(-count // batch_size)).unbatch().take(count).batch(batch_size)
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     return input_fn

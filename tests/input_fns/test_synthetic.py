@@ -11,7 +11,7 @@ def test_synthetic_batches_have_the_real_shapes():
     np.testing.assert_array_equal(np.sum(labels, axis=1), np.ones(16))
 
 
-def test_synthetic_eval_input_ends_after_the_requested_examples():
+def test_synthetic_eval_input_yields_exactly_the_requested_examples():
     input_fn = synthetic.make_input_fn((8, 8, 3), 4, 10, training=False, feature_key="x", num_examples=35)
     got = list(input_fn())
-    assert len(got) == 4 and set(got[0][0]) == {"x"}
+    assert [len(labels) for _, labels in got] == [10, 10, 10, 5] and set(got[0][0]) == {"x"}
