@@ -111,7 +111,9 @@ class ChiefValidation:
     saving listeners to the checkpoint saver: pipeline.roles.run_in_cluster.)"""
 
     def __init__(self, listener, model_dir, start_step):
-        self._listener, self._model_dir, self._scanned = listener, model_dir, start_step
+        # From the listener's last evaluation: a due checkpoint a killed run did not evaluate is looked at too.
+        self._listener, self._model_dir = listener, model_dir
+        self._scanned = min(start_step, listener.last_evaluated_step)
         self.stop_after_step = None
 
     def __call__(self, step):

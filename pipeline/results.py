@@ -60,6 +60,8 @@ class RunResults:
     # 'max_steps', 'target_accuracy' or 'patience'; never 'signal': a signalled run exits 130/143 with its
     # checkpoint and best export, and writes no results.json (README, "Picking the best model while training").
     stopped_because: str = "max_steps"
+    # The rule that applied: {'monitor': 'validation_accuracy', 'stop_at_accuracy', 'patience', 'min_delta'}.
+    early_stopping: Optional[Dict[str, Any]] = None
     eval_step: Optional[int] = None
     validation_seconds: float = 0.0
     deterministic: bool = False  # --deterministic: op determinism, and `seed` for every random source

@@ -125,6 +125,7 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
         results.best = {k: best[k] for k in ("step", "validation_accuracy", "validation_loss", "export_dir")} \
             if best else None
         results.stopped_because = validation.stopped_because or "max_steps"
+        results.early_stopping = validation.early_stopping
         results.validation_seconds = round(validation.seconds, 3)
     extra = results.extra
     if setup.cluster is not None:

@@ -66,6 +66,10 @@ def _run(task, args, cluster, chief, stop, seed_defaulted=False):
     hooks = build_training_hooks(setup, stop.requested, validation)
     if args.eval_only:
         return roles.report(setup, estimator, hooks, figures, 0.0, validation)
+    if cluster is None and validation is not None and validation.catch_up(setup.start_step):
+        # Stopped early at its newest checkpoint (now or by the run before, killed before its report).
+        return finished_results(args.model_dir, setup.start_step, setup.max_steps) or \
+            roles.report(setup, estimator, hooks, figures, 0.0, validation)
     if chief and setup.start_step < setup.max_steps:  # written last before training: a failure above leaves it
         progress.record_start(args.model_dir, task.name, setup.record, setup.steps, setup.trained_on)
     train_seconds = roles.train(setup, estimator, hooks, stop)
@@ -103,8 +107,8 @@ def build_validation(setup, estimator, cadence, stop_requested):
     return validation_lib.ValidationListener(
         estimator, data.validation_input_fn, cadence, args.model_dir, setup.start_step,
         export=export_best if data.serving_input_fn else None,
-        stop_at_accuracy=args.stop_at_accuracy, patience=args.patience, stop_requested=stop_requested,
-        max_steps=setup.max_steps)
+        stop_at_accuracy=args.stop_at_accuracy, patience=args.patience, min_delta=args.min_delta,
+        stop_requested=stop_requested, max_steps=setup.max_steps)
 
 
 def mirror_evaluation(setup):

@@ -26,7 +26,16 @@ def print_header(setup, cadence=None):
           f"  images:        {_describe_images(steps, data.num_train_examples)}\n"
           f"  model dir:     {args.model_dir}"
           + (f"\n  validation:    {cadence.describe()}" if cadence and not args.eval_only else "")
+          + (f"\n  early stop:    {_describe_early_stop(args)}" if cadence and not args.eval_only and
+             (args.patience or args.stop_at_accuracy is not None) else "")
           + (f"\n  recipe:        {data.recipe}" if data.recipe else ""), flush=True)
+
+
+def _describe_early_stop(args):
+    rules = ([f"at validation accuracy >= {args.stop_at_accuracy:g}"] if args.stop_at_accuracy is not None else []) \
+        + ([f"after {args.patience} evaluations without a rise in validation accuracy above {args.min_delta:g} "
+            "(a tie is no rise)"] if args.patience else [])
+    return " or ".join(rules) + "; the best model: highest validation accuracy, a tie to the lower loss"
 
 
 def _describe_images(steps, num_train_examples):

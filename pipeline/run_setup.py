@@ -12,7 +12,7 @@ import tensorflow as tf
 from acquisition import storage
 from models.learning_rate import ScheduledRate
 from pipeline import batching, determinism, estimator as estimator_lib, model_dir as model_dir_lib, progress, \
-    test_report
+    test_report, validation as validation_lib
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
@@ -87,6 +87,7 @@ def prepare_run(setup):
     setup.record = progress.read(args.model_dir, task.name)
     data = setup.data = task.prepare_data(args, args.batch_size)  # a recipe (TaskData.recipe) may set the batch
     test_report.check_positive_classes(args, data.class_names)
+    validation_lib.check_early_stopping(args, data)
     setup.global_batch = args.batch_size * setup.plan.replicas
     setup.learning_rate = batching.scaled_learning_rate(
         args.learning_rate, setup.global_batch, args.reference_batch_size, args.lr_scaling)

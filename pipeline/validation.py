@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from acquisition import storage
 from acquisition.files import write_json_atomically
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError, UsageError
 
 log = logging.getLogger(__name__)
 VALIDATION_FILE = "validation.json"
@@ -79,6 +79,19 @@ def cadence_for(args, setup):
                    auto=args.eval_every_epochs is None, epochs=epochs)
 
 
+def check_early_stopping(args, data):
+    """Raises FlagError (exit 2) for early-stopping flags that cannot act: no validation split to watch,
+    or --min-delta without --patience."""
+    asked = [flag for flag, value in (("--stop-at-accuracy", args.stop_at_accuracy), ("--patience", args.patience))
+             if value is not None]
+    if asked and data.validation_input_fn is None:
+        why = "--synthetic data has" if data.source == "synthetic" else "this run has"
+        raise FlagError(f"{' and '.join(asked)} stop training on the validation split's accuracy, and {why} no "
+                        "validation split; drop them, or hold out a split (--validation-fraction above 0)")
+    if "min_delta" in args.explicit_flags and not args.patience:
+        raise FlagError("--min-delta is the least improvement --patience counts; give --patience N with it")
+
+
 def read_record(model_dir):
     """Returns the model dir's validation record ({'evaluations': [...], 'best': {...} or None})."""
     path = storage.join(model_dir, VALIDATION_FILE)
@@ -92,6 +105,20 @@ def read_record(model_dir):
                          "so far: restore it, or pass another --model-dir") from None
 
 
+def improvements_ago(evaluations, min_delta=0.0):
+    """Returns how many evaluations came after the last one that improved on the validation accuracy
+    early stopping watches by more than `min_delta` (0: any rise; a tie, whatever its loss, is no
+    improvement), as Keras' EarlyStopping counts `wait`: the first evaluation sets the reference, and
+    each improvement moves it to its own accuracy."""
+    reference, since = None, 0
+    for evaluation in evaluations:
+        if reference is None or evaluation["validation_accuracy"] - min_delta > reference:
+            reference, since = evaluation["validation_accuracy"], 0
+        else:
+            since += 1
+    return since
+
+
 def better(evaluation, best):
     """Returns whether `evaluation` beats `best` (None: nothing yet): higher validation accuracy, or
     the same accuracy at a lower validation loss."""
@@ -103,8 +130,11 @@ def better(evaluation, best):
 
 class ValidationListener(tf.estimator.CheckpointSaverListener):
     """Evaluates the checkpoints the cadence makes due on the whole validation split, keeps and exports
-    the best, and asks training to stop at --stop-at-accuracy or after --patience evaluations without
-    improvement (the one training session stops: every replica at the same step).
+    the best, and asks training to stop at --stop-at-accuracy or after --patience evaluations without a
+    rise in validation accuracy of more than `min_delta` (the one training session stops: every replica
+    at the same step). A run killed between a checkpoint and its evaluation lost that evaluation: the
+    next run makes it first (catch_up). The stop is read from the record, so a run resumed after it
+    (killed during the test evaluation, say) trains no further under the same flags.
 
     `export(checkpoint_path)` exports a checkpoint and returns the export's path (None: no export).
     Under an auto cadence a due evaluation waits until `clock()` has advanced AUTO_TRAINING_FACTOR
@@ -116,16 +146,31 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
     """
 
     def __init__(self, estimator, input_fn, cadence, model_dir, start_step, export=None, stop_at_accuracy=None,
-                 patience=None, stop_requested=lambda: False, clock=time.perf_counter, max_steps=None):
+                 patience=None, stop_requested=lambda: False, clock=time.perf_counter, max_steps=None,
+                 min_delta=0.0):
         self._estimator, self._input_fn, self._cadence = estimator, input_fn, cadence
         self._model_dir, self._export = model_dir, export
         self._stop_at, self._patience, self._stop_requested = stop_at_accuracy, patience, stop_requested
+        self._min_delta = min_delta
         self.record = read_record(model_dir)
         # Evaluations past the newest checkpoint belong to checkpoints a failed run lost.
-        self.record["evaluations"] = [e for e in self.record["evaluations"] if e["step"] <= start_step]
-        self._last_step = start_step
-        self.stopped_because, self.seconds = None, 0.0
+        evaluations = self.record["evaluations"] = [e for e in self.record["evaluations"] if e["step"] <= start_step]
+        self._last_step = evaluations[-1]["step"] if evaluations else 0
+        # A run that stopped early at its newest checkpoint, then was killed before it finished its report.
+        self.stopped_because = self._stop_reason() if self._last_step == start_step and evaluations else None
+        self.seconds = 0.0
         self._clock, self._last_seconds, self._last_end, self._max_steps = clock, None, None, max_steps
+
+    @property
+    def early_stopping(self):
+        """Returns the early-stopping rule applied ({'monitor', 'stop_at_accuracy', 'patience', 'min_delta'})."""
+        return {"monitor": "validation_accuracy", "stop_at_accuracy": self._stop_at, "patience": self._patience,
+                "min_delta": self._min_delta if self._patience else None}
+
+    @property
+    def last_evaluated_step(self):
+        """Returns the global step of the last evaluation recorded or made (0: none)."""
+        return self._last_step
 
     def due(self, step):
         """Returns whether the cadence makes a checkpoint of global `step` due for evaluation."""
@@ -146,6 +191,16 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         least, trained = AUTO_TRAINING_FACTOR * self._last_seconds, self._clock() - self._last_end
         left = trained / (step - self._last_step) * (self._max_steps - step) if self._max_steps else least
         return trained >= least and left >= least
+
+    def catch_up(self, step):
+        """Evaluates the checkpoint of `step`, the newest when a run starts, when it is due (or the final
+        one) and no evaluation of it was recorded; returns whether training should stop."""
+        final = self._max_steps is not None and step >= self._max_steps
+        if step and self.stopped_because is None and (self.due(step) or (final and step > self._last_step)):
+            log.info("validating the checkpoint of step %d first: the run that wrote it ended before its "
+                     "evaluation", step)
+            self.evaluate(step)
+        return self.stopped_because is not None
 
     def end(self, session, global_step_value):
         step = int(global_step_value)
@@ -172,19 +227,27 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         self._last_end = self._clock()
         self._last_seconds = self._last_end - start
         self.seconds += self._last_seconds
-        if self._stop_at is not None and evaluation["validation_accuracy"] >= self._stop_at:
-            self.stopped_because = "target_accuracy"
-        elif self._patience and self.evaluations_without_improvement() >= self._patience:
-            self.stopped_because = "patience"
+        self.stopped_because = self._stop_reason()
         if self.stopped_because:
             log.info("stopping at step %d: %s", step, "validation accuracy reached --stop-at-accuracy "
                      f"{self._stop_at:g}" if self.stopped_because == "target_accuracy" else
-                     f"{self._patience} evaluations without a better validation accuracy (--patience)")
+                     f"{self._patience} evaluations without a rise in validation accuracy above "
+                     f"{self._min_delta:g} (--patience, --min-delta)")
         return self.stopped_because is not None
 
+    def _stop_reason(self):
+        """Returns why the record's last evaluation stops training ('target_accuracy', 'patience'), or None."""
+        evaluations = self.record["evaluations"]
+        if self._stop_at is not None and evaluations[-1]["validation_accuracy"] >= self._stop_at:
+            return "target_accuracy"
+        if self._patience and self.evaluations_without_improvement() >= self._patience:
+            return "patience"
+        return None
+
     def evaluations_without_improvement(self):
-        """Returns how many evaluations came after the best one."""
-        return sum(1 for e in self.record["evaluations"] if e["step"] > self.record["best"]["step"])
+        """Returns how many evaluations came after the last one that raised validation accuracy by more
+        than --min-delta (see improvements_ago)."""
+        return improvements_ago(self.record["evaluations"], self._min_delta)
 
     def _keep(self, evaluation, checkpoint):
         """Copies `checkpoint` to <model dir>/best and exports it; returns the new best's record."""

@@ -29,7 +29,12 @@ def add_validation_flags(parser, defaults):
     group.add_argument("--stop-at-accuracy", type=fraction, default=None,
                        help="stop at the first evaluation whose validation accuracy reaches this")
     group.add_argument("--patience", type=positive_int, default=None,
-                       help="stop after N evaluations in a row without a better validation accuracy")
+                       help="stop after N evaluations in a row in which validation accuracy, the figure early "
+                            "stopping watches, did not rise by more than --min-delta (a tie is no rise, whatever "
+                            "its loss; the kept best model takes the lower loss on a tie)")
+    group.add_argument("--min-delta", type=fraction, action=RecordedStore, default=0.0,
+                       help="with --patience: the least rise in validation accuracy (a fraction: 0.01 is one point) "
+                            "that counts as an improvement; 0 counts any rise, so a flat run stops")
     group.add_argument("--eval-only", action="store_true",
                        help="train nothing: evaluate the model dir's best checkpoint (or its latest) on the test "
                             "split and report")

@@ -15,6 +15,10 @@ class FakeListener:
     def __init__(self, stop_at=None):
         self.saved, self.last, self.stop_at, self.stopped_because = [], 0, stop_at, None
 
+    @property
+    def last_evaluated_step(self):
+        return self.last
+
     def due(self, step):
         return step // 10 > self.last // 10
 
@@ -69,6 +73,15 @@ def test_a_due_step_without_its_checkpoint_waits_for_the_next_checkpoint(tmp_pat
     write_checkpoint(tmp_path, 12)  # checkpoints every 4 steps from 0: 10 had none
     validate(12)
     assert listener.saved == [12] and agreed_stop.read_stop(str(tmp_path)) is None
+
+
+def test_a_resumed_chief_evaluates_the_due_checkpoint_its_killed_run_did_not(tmp_path):
+    listener = FakeListener()
+    listener.last = 10  # the record's last evaluation; the run was killed after the checkpoint of 20
+    write_checkpoint(tmp_path, 20)
+    validate = agreed_stop.ChiefValidation(listener, str(tmp_path), start_step=20)
+    validate(21)  # the first step of the resumed run
+    assert listener.saved == [20]
 
 
 def test_a_reader_keeps_the_step_once_read_and_an_earlier_runs_record_is_removed(tmp_path):
