@@ -20,6 +20,8 @@ import shutil
 import tempfile
 import uuid
 
+from acquisition import faults
+
 
 def is_url(path):
     """Returns whether `path` names a file system by its scheme (gs://, s3://, ram://...)."""
@@ -123,6 +125,7 @@ def write_atomically(path, data):
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, 0o644)
+        faults.point("write " + name)
         os.replace(tmp, path)
     except BaseException:
         os.remove(tmp)

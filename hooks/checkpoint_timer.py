@@ -3,6 +3,8 @@ import time
 
 import tensorflow as tf
 
+from acquisition import faults
+
 
 class CheckpointTimer(tf.estimator.CheckpointSaverListener):
     """Adds up the wall seconds of each checkpoint write (`seconds`) and counts them (`saves`)."""
@@ -13,6 +15,7 @@ class CheckpointTimer(tf.estimator.CheckpointSaverListener):
         self._start = None
 
     def before_save(self, session, global_step_value):
+        faults.point("checkpoint")
         self._start = self._clock()
 
     def after_save(self, session, global_step_value):

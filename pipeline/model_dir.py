@@ -75,9 +75,10 @@ def warm_start_lock(model_dir):
 
 def remove_leftovers(model_dir):
     """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`), files
-    TensorFlow writes under a temporary name (`*.tmp<hex>`), export folders (`export/temp-*`)
-    and temporary results files; returns the paths removed."""
-    found = [path for pattern in ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "export/temp-*", ".tmp-*")
+    TensorFlow writes under a temporary name (`*.tmp<hex>`), export folders (`export/temp-*`),
+    temporary results files and a best checkpoint's files cut short while copied (`best/*.tmp`);
+    returns the paths removed."""
+    found = [path for pattern in ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "export/temp-*", ".tmp-*", "best/*.tmp")
              for path in storage.glob(storage.join(model_dir, *pattern.split("/")))]
     if storage.is_url(model_dir):  # exports cut short while being copied there (see serving.export)
         from serving.export import is_complete

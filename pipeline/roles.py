@@ -9,7 +9,7 @@ import time
 
 import tensorflow as tf
 
-from acquisition import storage
+from acquisition import faults, storage
 from hooks.loss_watch import DivergenceError
 from pipeline import agreed_stop, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
     results as results_lib, test_report
@@ -114,6 +114,7 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
     best = validation.record["best"] if validation else None
     log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
              f" with the best checkpoint, of step {best['step']}" if best else "")
+    faults.point("test_evaluation")
     evaluation, scores = test_report.evaluate(estimator, data.eval_input_fn, best and best["checkpoint"])
     # The checkpoint's own step. Under asynchronous parameter_server training a checkpoint named
     # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).

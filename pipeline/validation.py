@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from acquisition import storage
+from acquisition import faults, storage
 from acquisition.files import write_json_atomically
 from pipeline.errors import FlagError, UsageError
 
@@ -212,6 +212,7 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         start = self._clock()
         self._last_step = step
         checkpoint = storage.join(self._model_dir, f"model.ckpt-{step}")
+        faults.point("validation")
         metrics = self._estimator.evaluate(self._input_fn, checkpoint_path=checkpoint, name=EVAL_NAME)
         evaluation = {"step": step, "validation_accuracy": float(metrics["accuracy"]),
                       "validation_loss": float(metrics["loss"])}
@@ -258,7 +259,9 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
             if file.startswith(name + "."):
                 storage.copy_file(storage.join(self._model_dir, file), storage.join(best_dir, file + ".tmp"))
                 storage.rename(storage.join(best_dir, file + ".tmp"), storage.join(best_dir, file))
+                faults.point("best_copy")
         kept = storage.join(best_dir, name)
+        faults.point("best_export")
         export_dir = self._export(kept) if self._export else None
         return {**evaluation, "checkpoint": storage.absolute(kept), "export_dir": export_dir}
 
