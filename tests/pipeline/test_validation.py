@@ -133,55 +133,6 @@ def test_patience_stops_at_the_expected_evaluation_and_ties_go_to_the_lower_loss
                                                                              "model.ckpt-30.index"]
 
 
-def test_a_flat_run_whose_loss_creeps_down_stops_after_patience(tmp_path):
-    # The run: accuracy flat, each loss lower by a hair. Each was a new best; none is a rise.
-    flat = [(0.4, 2.0 - i * 1e-6) for i in range(20)]
-    watcher = listener(str(tmp_path), flat, patience=2)
-    assert train_to(watcher, str(tmp_path), range(10, 200, 10)) == 30 and watcher.stopped_because == "patience"
-    assert watcher.record["best"]["step"] == 30  # the kept model still takes the lower loss
-
-
-def test_min_delta_counts_only_rises_above_it_as_keras_early_stopping_does(tmp_path):
-    accuracies = [0.50, 0.505, 0.509, 0.515, 0.52, 0.521, 0.522]
-    assert validation.improvements_ago([{"validation_accuracy": a} for a in accuracies], 0.0) == 0
-    # Reference 0.50; 0.515 rises by more than 0.01 and becomes the reference; nothing after does.
-    assert validation.improvements_ago([{"validation_accuracy": a} for a in accuracies], 0.01) == 3
-    watcher = listener(str(tmp_path), [(a, 1.0) for a in accuracies], patience=3, min_delta=0.01)
-    assert train_to(watcher, str(tmp_path), range(10, 100, 10)) == 70
-    assert watcher.early_stopping == {"monitor": "validation_accuracy", "stop_at_accuracy": None, "patience": 3,
-                                      "min_delta": 0.01}
-
-
-def test_a_resumed_run_validates_the_due_checkpoint_its_killed_run_did_not(tmp_path):
-    model_dir = str(tmp_path)
-    first = listener(model_dir, [(0.5, 1.0), (0.6, 0.9)])
-    train_to(first, model_dir, [5, 10, 15, 20])
-    fake_checkpoint(model_dir, 25)
-    fake_checkpoint(model_dir, 30)  # killed here, before the evaluation of 30 (due) started
-    resumed = listener(model_dir, [(0.7, 0.8), (0.8, 0.7)], start_step=30, max_steps=50)
-    assert resumed.last_evaluated_step == 20 and not resumed.catch_up(30)
-    assert [e["step"] for e in resumed.record["evaluations"]] == [10, 20, 30]
-    assert resumed.after_save(None, 30) is False  # the Estimator's save at the session's start: done already
-    train_to(resumed, model_dir, [35, 40])
-    assert [e["step"] for e in resumed.record["evaluations"]] == [10, 20, 30, 40]
-    # A checkpoint that is not due is not evaluated, and the final one always is.
-    assert not listener(model_dir, [], start_step=45, max_steps=50).catch_up(45)
-    fake_checkpoint(model_dir, 45)
-    last = listener(model_dir, [(0.1, 2.0)], start_step=45, max_steps=45)
-    last.catch_up(45)
-    assert [e["step"] for e in last.record["evaluations"]] == [10, 20, 30, 40, 45]
-
-
-def test_a_run_that_stopped_early_and_was_killed_before_its_report_trains_no_further(tmp_path):
-    model_dir = str(tmp_path)
-    first = listener(model_dir, [(0.5, 1.0), (0.5, 0.9), (0.5, 0.8)], patience=2)
-    assert train_to(first, model_dir, [10, 20, 30, 40]) == 30
-    resumed = listener(model_dir, [], start_step=30, patience=2, max_steps=100)
-    assert resumed.catch_up(30) and resumed.stopped_because == "patience"
-    # With more patience the same model dir trains on.
-    assert not listener(model_dir, [], start_step=30, patience=3, max_steps=100).catch_up(30)
-
-
 def test_a_target_accuracy_stops_at_the_first_evaluation_reaching_it(tmp_path):
     watcher = listener(str(tmp_path), [(0.5, 1.0), (0.81, 0.5), (0.9, 0.4)], stop_at_accuracy=0.8)
     assert train_to(watcher, str(tmp_path), range(10, 40, 10)) == 20 and watcher.stopped_because == "target_accuracy"

@@ -1,0 +1,95 @@
+"""Early stopping: what counts as an improvement (--min-delta), the stop read back from the record
+after a kill, the validation a killed run never made, and the flags refused where nothing can stop."""
+import subprocess
+import sys
+
+from pipeline import validation
+from pipeline.flags import build_parser
+from pipeline.run_loop import run
+from pipeline.tasks import fashion
+from tests.conftest import ROOT, assert_clean_failure
+from tests.pipeline.test_validation import fake_checkpoint, listener, train_to
+
+
+def test_a_flat_run_whose_loss_creeps_down_stops_after_patience(tmp_path):
+    # The issue's run: accuracy flat, each loss lower by a hair. Each was a new best; none is a rise.
+    flat = [(0.4, 2.0 - i * 1e-6) for i in range(20)]
+    watcher = listener(str(tmp_path), flat, patience=2)
+    assert train_to(watcher, str(tmp_path), range(10, 200, 10)) == 30 and watcher.stopped_because == "patience"
+    assert watcher.record["best"]["step"] == 30  # the kept model still takes the lower loss
+
+
+def test_min_delta_counts_only_rises_above_it_as_keras_early_stopping_does(tmp_path):
+    accuracies = [0.50, 0.505, 0.509, 0.515, 0.52, 0.521, 0.522]
+    assert validation.improvements_ago([{"validation_accuracy": a} for a in accuracies], 0.0) == 0
+    # Reference 0.50; 0.515 rises by more than 0.01 and becomes the reference; nothing after does.
+    assert validation.improvements_ago([{"validation_accuracy": a} for a in accuracies], 0.01) == 3
+    watcher = listener(str(tmp_path), [(a, 1.0) for a in accuracies], patience=3, min_delta=0.01)
+    assert train_to(watcher, str(tmp_path), range(10, 100, 10)) == 70
+    assert watcher.early_stopping == {"monitor": "validation_accuracy", "stop_at_accuracy": None, "patience": 3,
+                                      "min_delta": 0.01}
+
+
+def test_a_resumed_run_validates_the_due_checkpoint_its_killed_run_did_not(tmp_path):
+    model_dir = str(tmp_path)
+    first = listener(model_dir, [(0.5, 1.0), (0.6, 0.9)])
+    train_to(first, model_dir, [5, 10, 15, 20])
+    fake_checkpoint(model_dir, 25)
+    fake_checkpoint(model_dir, 30)  # killed here, before the evaluation of 30 (due) started
+    resumed = listener(model_dir, [(0.7, 0.8), (0.8, 0.7)], start_step=30, max_steps=50)
+    assert resumed.last_evaluated_step == 20 and not resumed.catch_up(30)
+    assert [e["step"] for e in resumed.record["evaluations"]] == [10, 20, 30]
+    assert resumed.after_save(None, 30) is False  # the Estimator's save at the session's start: done already
+    train_to(resumed, model_dir, [35, 40])
+    assert [e["step"] for e in resumed.record["evaluations"]] == [10, 20, 30, 40]
+    # A checkpoint that is not due is not evaluated, and the final one always is.
+    assert not listener(model_dir, [], start_step=45, max_steps=50).catch_up(45)
+    fake_checkpoint(model_dir, 45)
+    last = listener(model_dir, [(0.1, 2.0)], start_step=45, max_steps=45)
+    last.catch_up(45)
+    assert [e["step"] for e in last.record["evaluations"]] == [10, 20, 30, 40, 45]
+
+
+def test_a_run_that_stopped_early_and_was_killed_before_its_report_trains_no_further(tmp_path):
+    model_dir = str(tmp_path)
+    first = listener(model_dir, [(0.5, 1.0), (0.5, 0.9), (0.5, 0.8)], patience=2)
+    assert train_to(first, model_dir, [10, 20, 30, 40]) == 30
+    resumed = listener(model_dir, [], start_step=30, patience=2, max_steps=100)
+    assert resumed.catch_up(30) and resumed.stopped_because == "patience"
+    # With more patience the same model dir trains on.
+    assert not listener(model_dir, [], start_step=30, patience=3, max_steps=100).catch_up(30)
+
+
+
+def test_a_real_flat_run_stops_after_patience_evaluations(fashion_data_dir, tmp_path):
+    # The issue's run: a rate too small to move accuracy, validated often; it ran all its evaluations.
+    args = build_parser(fashion.TASK).parse_args([
+        "--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--batch-size", "32", "--learning-rate", "1e-9",
+        "--lr-scaling", "none", "--max-steps", "3000", "--eval-every-steps", "5", "--patience", "2",
+        "--bootstrap-resamples", "10", "--warm-up-steps", "1"])
+    results = run(fashion.TASK, args)
+    accuracies = [e["validation_accuracy"] for e in results["evaluations"]]
+    assert len(set(accuracies)) == 1  # flat, as the loss crept
+    assert results["stopped_because"] == "patience" and results["global_step"] == 15
+    assert results["early_stopping"] == {"monitor": "validation_accuracy", "stop_at_accuracy": None, "patience": 2,
+                                         "min_delta": 0.0}
+
+
+def refused(*flags):
+    return subprocess.run([sys.executable, f"{ROOT}/scripts/train_fashion.py", *flags], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_early_stopping_with_nothing_to_watch_is_refused_before_training(fashion_data_dir, tmp_path):
+    no_split = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "a"), "--validation-fraction",
+                       "0", "--patience", "2", "--max-steps", "5")
+    assert no_split.returncode == 2
+    assert_clean_failure(no_split, "--patience stop training on the validation split", "--validation-fraction")
+    synthetic = refused("--synthetic", "--model-dir", str(tmp_path / "b"), "--stop-at-accuracy", "0.9",
+                        "--max-steps", "5")
+    assert synthetic.returncode == 2 and "--synthetic data has no validation split" in synthetic.stderr
+    delta = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "c"), "--min-delta", "0.01",
+                    "--max-steps", "5")
+    assert delta.returncode == 2 and "give --patience N with it" in delta.stderr
+    for folder in ("a", "b", "c"):
+        assert not list((tmp_path / folder).glob("model.ckpt-*"))  # nothing trained
