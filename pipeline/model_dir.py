@@ -17,6 +17,7 @@ WARM_START_LOCK_FILE = ".warm_start.lock"
 # Each names its last holder's process and holds no data (on a URL: a locks.Lease, JSON).
 LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
 _CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+)$")
+_CHECKPOINT_FILE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|meta|data-\d+-of-\d+)$")
 
 
 @contextlib.contextmanager
@@ -83,11 +84,30 @@ def remove_leftovers(model_dir):
     if storage.is_url(model_dir):  # exports cut short while being copied there (see serving.export)
         from serving.export import is_complete
         found += [path for path in storage.glob(storage.join(model_dir, "export", "[0-9]*")) if not is_complete(path)]
+    found += rotated_out_checkpoint_files(model_dir)
     for path in found:
         storage.remove_tree(path)
     if found:
         log.info("removed what an interrupted run left: %s", ", ".join(sorted(found)))
     return sorted(found)
+
+
+def rotated_out_checkpoint_files(model_dir):
+    """Returns the files of checkpoints older than the newest that the `checkpoint` file no longer lists:
+    TensorFlow's Saver drops the oldest from that list, writes it, then deletes the dropped one's files,
+    so a kill in between leaves them (or some of them) behind, for no later run to rotate out."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    newest = state and re.search(r"-(\d+)$", state.model_checkpoint_path or "")
+    if not newest:
+        return []
+    listed = {os.path.basename(p) for p in state.all_model_checkpoint_paths} | {
+        os.path.basename(state.model_checkpoint_path)}
+    found = []
+    for name in storage.listdir(model_dir):
+        match = _CHECKPOINT_FILE.match(name)
+        if match and match.group("prefix") not in listed and int(match.group("step")) < int(newest.group(1)):
+            found.append(storage.join(model_dir, name))
+    return found
 
 
 def read_checkpoint(prefix):

@@ -176,9 +176,20 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
     (model_dir / "model.ckpt-25_temp").mkdir()
     (model_dir / "model.ckpt-25_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x" * 1000)
     (model_dir / "export" / "temp-1234567890").mkdir(parents=True)
+    # A kill between the Saver's rotation of the checkpoint list and its deletions: a checkpoint no longer
+    # listed, whole, and one of whose files only the data was left; and a best checkpoint's copy cut short.
+    for source in model_dir.glob("model.ckpt-10.*"):
+        shutil.copy(source, model_dir / source.name.replace("-10.", "-5."))
+        if ".data-" in source.name:
+            shutil.copy(source, model_dir / source.name.replace("-10.", "-7."))
+    (model_dir / "best").mkdir()
+    (model_dir / "best" / "model.ckpt-10.index.tmp").write_bytes(b"x")
     result = subprocess.run(train, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert not (model_dir / "model.ckpt-25_temp").exists() and not (model_dir / "export" / "temp-1234567890").exists()
+    assert not list(model_dir.glob("model.ckpt-5.*")) and not list(model_dir.glob("model.ckpt-7.*"))
+    assert not (model_dir / "best" / "model.ckpt-10.index.tmp").exists()
+    assert (model_dir / "model.ckpt-10.index").exists()  # listed: kept for the Saver's own rotation
 
 
 def limit_file_size(limit):
