@@ -2,7 +2,7 @@
 training goes, the best model kept, early stopping), defined once for every job's parser."""
 from pipeline.flags import RecordedStore, fraction, positive_float, positive_int
 
-DEFAULT_VALIDATION_FRACTION = 0.1  # why 0.1: README, "Picking the best model while training"
+DEFAULT_VALIDATION_FRACTION = 0.1  # why 0.1: docs/validation.md
 
 
 def add_validation_flags(parser, defaults):

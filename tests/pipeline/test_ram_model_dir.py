@@ -1,7 +1,7 @@
 """A whole run on TensorFlow's in-process file system, ram://: train, resume, evaluate, export
 and predict, with the model dir, the data dir and the peak cache there, and the working folder
 and HOME (empty temporary folders) left empty. ram:// stands in for gs:// offline; it does not
-show GCS's own rename behaviour (see README, "Model dirs on shared storage")."""
+show GCS's own rename behaviour (see docs/storage.md)."""
 import json
 import os
 
