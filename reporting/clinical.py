@@ -41,16 +41,6 @@ def group_ids(files, pattern):
     return np.asarray(ids, np.int64), len(names), unmatched
 
 
-def _figure(values, weights, repeat=1):
-    """Returns {'value', 'ci'} of a statistic, `values(weights)`, under `weights` = (the point
-    weights [1, n], the bootstrap.Resamples): value is None where undefined, ci None when no
-    resample defines it. `repeat` repeats each image's weight (see Resamples.apply)."""
-    point = values(np.repeat(weights[0], repeat, axis=1))
-    resampled = weights[1].apply(values, repeat)
-    value = None if np.isnan(point[0]) else float(point[0])
-    return {"value": value, "ci": bootstrap.percentile_interval(resampled) if value is not None else None}
-
-
 def _ratio(numerator, denominator):
     return float(numerator / denominator) if denominator else None
 
@@ -61,7 +51,7 @@ def _f1(precision, recall):
     return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
 
 
-def _binary_figures(weights, truth, decision, scores):
+def _binary_figures(draws, truth, decision, scores):
     """Returns sensitivity, specificity and AUC (each {'value', 'ci'}) and the counts of a binary problem."""
     positives, negatives = int(truth.sum()), int((~truth).sum())
     figures = {"positives": positives, "negatives": negatives,
@@ -69,19 +59,19 @@ def _binary_figures(weights, truth, decision, scores):
     if positives == 0:
         figures.update(sensitivity=None, auc=None, undefined=NO_POSITIVES)
     else:
-        figures["sensitivity"] = _figure(lambda w: bootstrap.weighted_rate(w, decision, truth), weights)
-        figures["auc"] = (_figure(lambda w: bootstrap.weighted_auc(w, scores, truth), weights)
+        figures["sensitivity"] = bootstrap.figure(lambda w: bootstrap.weighted_rate(w, decision, truth), draws)
+        figures["auc"] = (bootstrap.figure(lambda w: bootstrap.weighted_auc(w, scores, truth), draws)
                           if negatives else None)
-    figures["specificity"] = (_figure(lambda w: bootstrap.weighted_rate(w, ~decision, ~truth), weights)
+    figures["specificity"] = (bootstrap.figure(lambda w: bootstrap.weighted_rate(w, ~decision, ~truth), draws)
                               if negatives else None)
     if not negatives:
         figures.setdefault("undefined", NO_NEGATIVES)
     return figures
 
 
-def _per_class(weights, probabilities, labels, predicted, name_index):
+def _per_class(draws, probabilities, labels, predicted, name_index):
     truth, decision = labels == name_index, predicted == name_index
-    figures = _binary_figures(weights, truth, decision, probabilities[:, name_index])
+    figures = _binary_figures(draws, truth, decision, probabilities[:, name_index])
     recall = figures["sensitivity"]["value"] if figures["sensitivity"] else None
     precision = _ratio(figures["true_positives"], int(decision.sum()))
     figures["precision"], figures["f1"] = precision, _f1(precision, recall)
@@ -108,7 +98,7 @@ def at_specificity(scores, truth, target):
     return result
 
 
-def _averages(per_class, weights, probabilities, labels, predicted, num_classes):
+def _averages(per_class, draws, probabilities, labels, predicted, num_classes):
     def mean(key):
         values = [f[key]["value"] if isinstance(f[key], dict) else f[key]
                   for f in per_class.values() if f.get(key) is not None]
@@ -123,9 +113,10 @@ def _averages(per_class, weights, probabilities, labels, predicted, num_classes)
     onehot = (labels[:, None] == np.arange(num_classes)).ravel()
     chosen = (predicted[:, None] == np.arange(num_classes)).ravel()
     k = num_classes  # an image weighs on each of its k problems
-    micro = {"sensitivity": _figure(lambda w: bootstrap.weighted_rate(w, chosen, onehot), weights, k),
-             "specificity": _figure(lambda w: bootstrap.weighted_rate(w, ~chosen, ~onehot), weights, k),
-             "auc": _figure(lambda w: bootstrap.weighted_auc(w, probabilities.ravel(), onehot), weights, k)}
+    figure = bootstrap.figure
+    micro = {"sensitivity": figure(lambda w: bootstrap.weighted_rate(w, chosen, onehot), draws, k),
+             "specificity": figure(lambda w: bootstrap.weighted_rate(w, ~chosen, ~onehot), draws, k),
+             "auc": figure(lambda w: bootstrap.weighted_auc(w, probabilities.ravel(), onehot), draws, k)}
     micro["precision"] = micro["f1"] = micro["sensitivity"]["value"]
     return macro, micro
 
@@ -143,11 +134,11 @@ def clinical_report(probabilities, labels, class_names, groups=None, positive_cl
     labels = np.asarray(labels, np.int64)
     predicted = probabilities.argmax(axis=1)
     n, num_classes = probabilities.shape
-    weights = (np.ones((1, n)), bootstrap.Resamples(n, resamples, seed, groups))
+    draws = bootstrap.Resamples(n, resamples, seed, groups)
     matrix = np.zeros((num_classes, num_classes), np.int64)
     np.add.at(matrix, (labels, predicted), 1)
-    per_class = {name: _per_class(weights, probabilities, labels, predicted, i) for i, name in enumerate(class_names)}
-    macro, micro = _averages(per_class, weights, probabilities, labels, predicted, num_classes)
+    per_class = {name: _per_class(draws, probabilities, labels, predicted, i) for i, name in enumerate(class_names)}
+    macro, micro = _averages(per_class, draws, probabilities, labels, predicted, num_classes)
     report = {
         "class_names": list(class_names),
         "test_images": int(n),
@@ -156,7 +147,7 @@ def clinical_report(probabilities, labels, class_names, groups=None, positive_cl
                       "unit": "image" if groups is None else "group",
                       "groups": int(n if groups is None else np.max(groups) + 1),
                       "group_pattern": group_pattern},
-        "accuracy": _figure(lambda w: bootstrap.weighted_rate(w, predicted == labels, np.ones(n)), weights),
+        "accuracy": bootstrap.figure(lambda w: bootstrap.weighted_rate(w, predicted == labels, np.ones(n)), draws),
         "confusion_matrix": matrix.tolist(),
         "per_class": per_class,
         "macro": macro,
@@ -164,11 +155,11 @@ def clinical_report(probabilities, labels, class_names, groups=None, positive_cl
     }
     if positive_classes:
         report["referral"] = referral_report(probabilities, labels, predicted, class_names, positive_classes,
-                                             weights, at_specificity_target)
+                                             draws, at_specificity_target)
     return report
 
 
-def referral_report(probabilities, labels, predicted, class_names, positive_classes, weights, target):
+def referral_report(probabilities, labels, predicted, class_names, positive_classes, draws, target):
     """Returns the binary decision `positive_classes` against the rest: sensitivity and specificity
     at the argmax decision, AUC of the summed positive probabilities, and the operating point
     at specificity `target` (see at_specificity)."""
@@ -177,7 +168,7 @@ def referral_report(probabilities, labels, predicted, class_names, positive_clas
     scores = probabilities[:, index].sum(axis=1)
     figures = {"positive_classes": list(positive_classes), "decision": "argmax",
                "score": "sum of the positive classes' probabilities"}
-    figures.update(_binary_figures(weights, truth, decision, scores))
+    figures.update(_binary_figures(draws, truth, decision, scores))
     figures["at_specificity"] = at_specificity(scores, truth, target)
     return figures
 
