@@ -16,7 +16,9 @@
   the NLL; it changes no image's most probable class.
 
 Bootstrap intervals take rows of resample weights (see bootstrap.py): a resample's ECE
-is the ECE of the resampled images, binned afresh.
+is the ECE of the resampled images, binned afresh. ECE leans high (chance in a bin's
+accuracy adds to its gap), the more so the fewer the images, and a resample's ECE higher
+still: its percentile interval can lie above the value.
 """
 import numpy as np
 

@@ -5,7 +5,8 @@ F1 and ROC AUC; their macro averages (the mean over classes where defined) and
 micro averages (pooled over the one-against-rest problems); a referral decision
 (`positive_classes` against the rest, as Kermany et al. 2018 report urgent
 referrals); and 95% percentile-bootstrap intervals for accuracy, sensitivity,
-specificity and AUC, resampling groups (patients) when the images have them.
+specificity and AUC, resampling groups (patients) when the images have them; and the
+probabilities' calibration (see calibration.py), with intervals from the same resamples.
 
 The AUC is exact: the Mann-Whitney statistic over all the scores, ties counted
 as half. A figure that needs positive images a class does not have is None
@@ -17,7 +18,7 @@ import re
 
 import numpy as np
 
-from reporting import bootstrap
+from reporting import bootstrap, calibration
 
 NO_POSITIVES = "no positive images"
 NO_NEGATIVES = "no negative images"
@@ -152,6 +153,7 @@ def clinical_report(probabilities, labels, class_names, groups=None, positive_cl
         "per_class": per_class,
         "macro": macro,
         "micro": micro,
+        "calibration": calibration.calibration_report(probabilities, labels, class_names, draws),
     }
     if positive_classes:
         report["referral"] = referral_report(probabilities, labels, predicted, class_names, positive_classes,

@@ -1,6 +1,6 @@
 """The files a clinical report is written to: report.json (the report itself), report.md (a
-table a paper could print), the confusion matrix and ROC curves as PNGs, and every test
-image's scores as test_scores.csv."""
+table a paper could print), the confusion matrix, ROC curves and reliability diagram as PNGs,
+and every test image's scores as test_scores.csv."""
 import csv
 import io
 import json
@@ -8,10 +8,11 @@ import json
 import numpy as np
 
 from acquisition import storage
+from reporting import calibration
 from reporting.clinical import roc_points
 
 REPORT_JSON, REPORT_MD, SCORES_CSV = "report.json", "report.md", "test_scores.csv"
-CONFUSION_PNG, ROC_PNG = "confusion_matrix.png", "roc_curves.png"
+CONFUSION_PNG, ROC_PNG, RELIABILITY_PNG = "confusion_matrix.png", "roc_curves.png", "reliability_diagram.png"
 
 
 def _atomic_write(path, data):
@@ -28,15 +29,35 @@ def _percent(figure):
     return f"{100 * figure['value']:.1f}%" + (f" ({100 * ci[0]:.1f}-{100 * ci[1]:.1f})" if ci else "")
 
 
-def _auc(figure):
+def _decimal(figure):
     if figure is None or figure["value"] is None:
         return "n/a"
     ci = figure["ci"]
     return f"{figure['value']:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
 
 
-def _plain_auc(value):
+def _plain(value):
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def calibration_markdown(figures):
+    """Returns report.md's calibration section (a list of lines) for the report's 'calibration' object."""
+    bins = figures["bins"]
+    lines = ["", "## Calibration", "",
+             f"Expected calibration error (ECE) of the most probable class: {_decimal(figures['ece'])}, over "
+             f"{bins['requested']} equal-count bins of the test images' highest probability ({bins['used']} used: "
+             "equal probabilities share a bin); 0 when each bin's accuracy equals its mean probability. ECE leans "
+             "high (chance in a bin's accuracy adds to its gap), the more so the fewer the images, and a "
+             "resample's ECE higher still: the interval can lie above the value.", "",
+             f"Negative log-likelihood {_decimal(figures['nll'])} nats per image; Brier score "
+             f"{_decimal(figures['brier'])}, the {figures['brier_definition']}.", "",
+             "| Class | Images | ECE, one against the rest (95% CI) | NLL of its images "
+             "| Brier, one against the rest |",
+             "|---|---:|---|---:|---:|"]
+    for name, f in figures["per_class"].items():
+        lines.append(f"| {name} | {f['images']} | {_decimal(f['ece'])} | {_plain(f['nll'])} | "
+                     f"{_plain(f['brier'])} |")
+    return lines
 
 
 def markdown(report, title="Test evaluation"):
@@ -54,13 +75,13 @@ def markdown(report, title="Test evaluation"):
         note = f" ({f['undefined']})" if f.get("undefined") else ""
         lines.append(f"| {name}{note} | {f['positives']} | {_percent(f['sensitivity'])} | "
                      f"{_percent(f['specificity'])} | {_percent(f['precision'])} | {_percent(f['f1'])} | "
-                     f"{_auc(f['auc'])} |")
+                     f"{_decimal(f['auc'])} |")
     macro, micro = report["macro"], report["micro"]
     lines.append(f"| Macro average | | {_percent(macro['sensitivity'])} | {_percent(macro['specificity'])} | "
                  f"{_percent(macro['precision'])} | {_percent(macro['f1'])} | "
-                 f"{_plain_auc(macro['auc'])} |")
+                 f"{_plain(macro['auc'])} |")
     lines.append(f"| Micro average | | {_percent(micro['sensitivity'])} | {_percent(micro['specificity'])} | "
-                 f"{_percent(micro['precision'])} | {_percent(micro['f1'])} | {_auc(micro['auc'])} |")
+                 f"{_percent(micro['precision'])} | {_percent(micro['f1'])} | {_decimal(micro['auc'])} |")
     referral = report.get("referral")
     if referral:
         point = referral["at_specificity"]
@@ -71,9 +92,10 @@ def markdown(report, title="Test evaluation"):
                   "| Decision | Sensitivity (95% CI) | Specificity (95% CI) | ROC AUC (95% CI) |",
                   "|---|---|---|---|",
                   f"| Most probable class | {_percent(referral['sensitivity'])} | "
-                  f"{_percent(referral['specificity'])} | {_auc(referral['auc'])} |",
+                  f"{_percent(referral['specificity'])} | {_decimal(referral['auc'])} |",
                   f"| Threshold {threshold} (specificity >= {point['target']:g}) | "
                   f"{_percent(point['sensitivity'])} | {_percent(point['specificity'])} | |"]
+    lines += calibration_markdown(report["calibration"])
     lines += ["", "Confusion matrix (rows: true class, columns: predicted):", "",
               "| | " + " | ".join(report["class_names"]) + " |", "|---|" + "---:|" * len(report["class_names"])]
     lines += [f"| {name} | " + " | ".join(str(v) for v in row) + " |"
@@ -127,7 +149,39 @@ def plot_pngs(report, probabilities, labels):
     axes.legend(loc="lower right", fontsize="small")
     pngs[ROC_PNG] = _png(figure)
     plt.close(figure)
+    pngs[RELIABILITY_PNG] = reliability_png(report, probabilities, labels)
     return pngs
+
+
+def reliability_png(report, probabilities, labels):
+    """Returns the PNG of the reliability diagrams: the most probable class's accuracy against its
+    mean probability per bin (the report's points), and each class's rate against its mean probability,
+    one against the rest."""
+    from matplotlib import pyplot as plt
+    figures = report["calibration"]
+    figure, (top, per_class) = plt.subplots(1, 2, figsize=(10, 5))
+    points = figures["reliability"]
+    top.plot([p["score"] for p in points], [p["observed"] for p in points], marker="o",
+             label=f"test images (ECE {figures['ece']['value']:.3f})")
+    top.set_xlabel("mean highest probability in the bin")
+    top.set_ylabel("accuracy in the bin")
+    top.set_title(f"Most probable class, {len(points)} equal-count bins", fontsize="medium")
+    for i, name in enumerate(report["class_names"]):
+        scores, outcomes = calibration.one_against_rest(probabilities, labels, i)
+        points = calibration.reliability(scores, outcomes, figures["bins"]["requested"])
+        per_class.plot([p["score"] for p in points], [p["observed"] for p in points], marker=".",
+                       label=f"{name} (ECE {figures['per_class'][name]['ece']['value']:.3f})")
+    per_class.set_xlabel("mean probability of the class in the bin")
+    per_class.set_ylabel("share of the bin's images of the class")
+    per_class.set_title("Each class against the rest", fontsize="medium")
+    for axes in (top, per_class):
+        axes.plot([0, 1], [0, 1], color="grey", linewidth=0.5)
+        axes.set_xlim(0, 1)
+        axes.set_ylim(0, 1)
+        axes.legend(loc="upper left", fontsize="small")
+    png = _png(figure)
+    plt.close(figure)
+    return png
 
 
 def write_report_files(model_dir, report, probabilities, labels, keys):
