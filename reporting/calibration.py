@@ -25,7 +25,8 @@ import numpy as np
 from reporting import bootstrap
 
 DEFAULT_BINS = 15
-EPSILON = 1e-12  # a float32 softmax can give 0: its logarithm is taken as ln(EPSILON)
+# A float32 softmax can give 0: a probability below the smallest normal float32 counts as it in logarithms.
+EPSILON = float(np.finfo(np.float32).tiny)
 TEMPERATURE_BOUNDS = (0.05, 20.0)
 BRIER_DEFINITION = ("mean over images of the sum over classes of (probability - one-hot label)^2 "
                     "(Brier 1950; 0 is perfect, 2 the worst)")
@@ -187,3 +188,21 @@ def calibration_report(probabilities, labels, class_names, resamples, num_bins=D
         "per_class": {name: _per_class(probabilities, labels, i, resamples, num_bins)
                       for i, name in enumerate(class_names)},
     }
+
+
+def temperature_report(temperature, validation, test, num_bins=DEFAULT_BINS):
+    """Returns the JSON-ready account of temperature scaling by `temperature`, fitted on `validation`
+    ((probabilities, labels) before scaling): the validation NLL, and the test split's (`test`, the
+    same) top-label ECE and NLL, before and after, and the test split's reliability points before."""
+    (validation_p, validation_labels), (test_p, test_labels) = validation, test
+    scaled_validation = apply_temperature(validation_p, temperature)
+    scaled_test = apply_temperature(test_p, temperature)
+    return {"method": "temperature", "temperature": temperature, "fitted_on": "validation",
+            "validation_images": int(len(validation_labels)),
+            "at_bound": bool(min(abs(np.log(temperature / b)) for b in TEMPERATURE_BOUNDS) < 1e-3),
+            "validation_nll": {"before": nll(validation_p, validation_labels),
+                               "after": nll(scaled_validation, validation_labels)},
+            "test_ece": {"before": ece(*top_label(test_p, test_labels), num_bins),
+                         "after": ece(*top_label(scaled_test, test_labels), num_bins)},
+            "test_nll": {"before": nll(test_p, test_labels), "after": nll(scaled_test, test_labels)},
+            "test_reliability_before": reliability(*top_label(test_p, test_labels), num_bins)}

@@ -124,12 +124,14 @@ def _averages(per_class, draws, probabilities, labels, predicted, num_classes):
 
 def clinical_report(probabilities, labels, class_names, groups=None, positive_classes=None,
                     at_specificity_target=0.95, resamples=bootstrap.DEFAULT_RESAMPLES, seed=bootstrap.DEFAULT_SEED,
-                    group_pattern=None):
+                    group_pattern=None, validation=None):
     """Returns the clinical report of a test evaluation (a JSON-ready dict; see the module docstring).
 
     `probabilities` [n, classes] and `labels` [n] (class indices) come from the evaluation;
     `groups` (an integer id per image, see group_ids) makes the bootstrap resample groups;
-    `positive_classes` (names) adds the 'referral' decision, scored by their summed probability.
+    `positive_classes` (names) adds the 'referral' decision, scored by their summed probability,
+    its threshold for `at_specificity_target` chosen on `validation` ((probabilities, labels) of
+    the validation split) when given, and on the test split too (see referral_report).
     """
     probabilities = np.asarray(probabilities, np.float64)
     labels = np.asarray(labels, np.int64)
@@ -157,22 +159,55 @@ def clinical_report(probabilities, labels, class_names, groups=None, positive_cl
     }
     if positive_classes:
         report["referral"] = referral_report(probabilities, labels, predicted, class_names, positive_classes,
-                                             draws, at_specificity_target)
+                                             draws, at_specificity_target, validation)
     return report
 
 
-def referral_report(probabilities, labels, predicted, class_names, positive_classes, draws, target):
+def referral_report(probabilities, labels, predicted, class_names, positive_classes, draws, target,
+                    validation=None):
     """Returns the binary decision `positive_classes` against the rest: sensitivity and specificity
-    at the argmax decision, AUC of the summed positive probabilities, and the operating point
-    at specificity `target` (see at_specificity)."""
+    at the argmax decision, AUC of the summed positive probabilities, and the operating points at
+    specificity `target` (see at_specificity): 'at_specificity_validation', the threshold chosen on
+    `validation` ((probabilities, labels), or None: then it is None) applied to the test split, as a
+    clinical study must; and 'at_specificity', chosen on the test split itself (optimistic)."""
     index = [list(class_names).index(name) for name in positive_classes]
     truth, decision = np.isin(labels, index), np.isin(predicted, index)
     scores = probabilities[:, index].sum(axis=1)
     figures = {"positive_classes": list(positive_classes), "decision": "argmax",
                "score": "sum of the positive classes' probabilities"}
     figures.update(_binary_figures(draws, truth, decision, scores))
-    figures["at_specificity"] = at_specificity(scores, truth, target)
+    figures["at_specificity"] = {**at_specificity(scores, truth, target), "chosen_on": "test"}
+    figures["at_specificity_validation"] = None
+    if validation is not None:
+        validation_truth = np.isin(validation[1], index)
+        validation_scores = np.asarray(validation[0], np.float64)[:, index].sum(axis=1)
+        figures["at_specificity_validation"] = validation_operating_point(
+            validation_scores, validation_truth, scores, truth, target, draws)
     return figures
+
+
+def _rate(draws, hits, among):
+    """Returns {'value', 'ci'} of the share of `among` that `hits`, or None when nothing is `among`."""
+    return bootstrap.figure(lambda w: bootstrap.weighted_rate(w, hits, among), draws) if among.any() else None
+
+
+def validation_operating_point(validation_scores, validation_truth, scores, truth, target, draws):
+    """Returns the threshold chosen on the validation split for specificity `target` (at_specificity
+    of `validation_scores`, `validation_truth`) and the test split's sensitivity and specificity
+    ({'value', 'ci'}) when `scores` >= it are called positive; those are None ('undefined' says why)
+    when the validation split has no positive or no negative images."""
+    chosen = at_specificity(validation_scores, validation_truth, target)
+    point = {"target": target, "chosen_on": "validation", "threshold": chosen["threshold"],
+             "validation": {"images": int(len(validation_truth)), "positives": int(validation_truth.sum()),
+                            "sensitivity": chosen["sensitivity"], "specificity": chosen["specificity"]},
+             "test": {"sensitivity": None, "specificity": None}}
+    if chosen["sensitivity"] is None:
+        point["undefined"] = "the validation split has " + (NO_POSITIVES if not validation_truth.any() else
+                                                            NO_NEGATIVES)
+        return point
+    decision = scores >= (np.inf if chosen["threshold"] is None else chosen["threshold"])
+    point["test"] = {"sensitivity": _rate(draws, decision, truth), "specificity": _rate(draws, ~decision, ~truth)}
+    return point
 
 
 def roc_points(scores, truth):

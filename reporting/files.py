@@ -40,6 +40,54 @@ def _plain(value):
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _threshold(value, defined=True):
+    """Returns a threshold in words: None is one above every score (nothing called positive), unless undefined."""
+    if not defined:
+        return "n/a"
+    return "above every score" if value is None else f"{value:.4f}"
+
+
+def _chosen_on_validation(point):
+    """Returns the sentence on the threshold chosen on the validation split (`point`, or None: no split)."""
+    if point is None:
+        return "There is no validation split: the threshold is chosen on the test split itself, which flatters it."
+    if point.get("undefined"):
+        return f"No threshold is chosen on the validation split: {point['undefined']}."
+    seen = point["validation"]
+    return (f"A clinical study fixes its threshold before it sees the test split: the threshold for specificity "
+            f">= {point['target']:g} is chosen on the {seen['images']} validation images (there: sensitivity "
+            f"{_percent(seen['sensitivity'])}, specificity {_percent(seen['specificity'])}) and applied to the "
+            "test split. The threshold chosen on the test split itself is optimistic, shown only to compare.")
+
+
+def _threshold_row(point, chosen_on):
+    """Returns the table row of the decision `score >= point's threshold` on the test split."""
+    if chosen_on == "validation":
+        threshold, test = _threshold(point["threshold"]), point["test"]
+        how = "chosen on the validation split"
+    else:
+        threshold, test = _threshold(point["threshold"], point["sensitivity"] is not None), point
+        how = "chosen on the test split (optimistic)"
+    return (f"| Threshold {threshold}, {how} for specificity >= {point['target']:g} | "
+            f"{_percent(test['sensitivity'])} | {_percent(test['specificity'])} | |")
+
+
+def referral_markdown(referral):
+    """Returns report.md's referral section (a list of lines): the decision at the most probable class,
+    at the threshold chosen on the validation split and at the one chosen on the test split."""
+    validated = referral["at_specificity_validation"]
+    lines = ["", f"## Referral: {' or '.join(referral['positive_classes'])} against the rest", "",
+             f"{referral['positives']} positive and {referral['negatives']} negative images; the score is the "
+             "sum of the positive classes' probabilities. " + _chosen_on_validation(validated), "",
+             "| Decision | Sensitivity (95% CI) | Specificity (95% CI) | ROC AUC (95% CI) |",
+             "|---|---|---|---|",
+             f"| Most probable class | {_percent(referral['sensitivity'])} | "
+             f"{_percent(referral['specificity'])} | {_decimal(referral['auc'])} |"]
+    if validated and not validated.get("undefined"):
+        lines.append(_threshold_row(validated, "validation"))
+    return lines + [_threshold_row(referral["at_specificity"], "test")]
+
+
 def calibration_markdown(figures):
     """Returns report.md's calibration section (a list of lines) for the report's 'calibration' object."""
     bins = figures["bins"]
@@ -57,7 +105,22 @@ def calibration_markdown(figures):
     for name, f in figures["per_class"].items():
         lines.append(f"| {name} | {f['images']} | {_decimal(f['ece'])} | {_plain(f['nll'])} | "
                      f"{_plain(f['brier'])} |")
-    return lines
+    return lines + (temperature_markdown(figures["temperature"]) if figures.get("temperature") else [])
+
+
+def temperature_markdown(scaling):
+    """Returns report.md's lines on temperature scaling (the calibration's 'temperature' object)."""
+    nll = scaling["validation_nll"]
+    bound = (" It lies at a bound of the search (0.05 to 20): the probabilities are far from calibrated, or "
+             "carry next to no information." if scaling["at_bound"] else "")
+    return ["", f"Temperature scaling (--calibrate temperature): T = {scaling['temperature']:.4f}, fitted on the "
+            f"{scaling['validation_images']} validation images, never the test split, by minimising their NLL "
+            f"(from {nll['before']:.3f} to {nll['after']:.3f} nats).{bound} The export serves softmax(ln p / T), "
+            "the same most probable class, and the figures of this report are of those probabilities. On the test "
+            "split:", "",
+            "| Probabilities | ECE | NLL |", "|---|---:|---:|",
+            f"| Before scaling | {_plain(scaling['test_ece']['before'])} | {_plain(scaling['test_nll']['before'])} |",
+            f"| Scaled (served) | {_plain(scaling['test_ece']['after'])} | {_plain(scaling['test_nll']['after'])} |"]
 
 
 def markdown(report, title="Test evaluation"):
@@ -82,19 +145,8 @@ def markdown(report, title="Test evaluation"):
                  f"{_plain(macro['auc'])} |")
     lines.append(f"| Micro average | | {_percent(micro['sensitivity'])} | {_percent(micro['specificity'])} | "
                  f"{_percent(micro['precision'])} | {_percent(micro['f1'])} | {_decimal(micro['auc'])} |")
-    referral = report.get("referral")
-    if referral:
-        point = referral["at_specificity"]
-        threshold = "n/a" if point["threshold"] is None else f"{point['threshold']:.4f}"
-        lines += ["", f"## Referral: {' or '.join(referral['positive_classes'])} against the rest", "",
-                  f"{referral['positives']} positive and {referral['negatives']} negative images; the score is the "
-                  "sum of the positive classes' probabilities.", "",
-                  "| Decision | Sensitivity (95% CI) | Specificity (95% CI) | ROC AUC (95% CI) |",
-                  "|---|---|---|---|",
-                  f"| Most probable class | {_percent(referral['sensitivity'])} | "
-                  f"{_percent(referral['specificity'])} | {_decimal(referral['auc'])} |",
-                  f"| Threshold {threshold} (specificity >= {point['target']:g}) | "
-                  f"{_percent(point['sensitivity'])} | {_percent(point['specificity'])} | |"]
+    if report.get("referral"):
+        lines += referral_markdown(report["referral"])
     lines += calibration_markdown(report["calibration"])
     lines += ["", "Confusion matrix (rows: true class, columns: predicted):", "",
               "| | " + " | ".join(report["class_names"]) + " |", "|---|" + "---:|" * len(report["class_names"])]
@@ -161,8 +213,13 @@ def reliability_png(report, probabilities, labels):
     figures = report["calibration"]
     figure, (top, per_class) = plt.subplots(1, 2, figsize=(10, 5))
     points = figures["reliability"]
+    scaling = figures.get("temperature")
     top.plot([p["score"] for p in points], [p["observed"] for p in points], marker="o",
-             label=f"test images (ECE {figures['ece']['value']:.3f})")
+             label=f"{'scaled (served)' if scaling else 'test images'}, ECE {figures['ece']['value']:.3f}")
+    if scaling:
+        before = scaling["test_reliability_before"]
+        top.plot([p["score"] for p in before], [p["observed"] for p in before], marker="o", linestyle="--",
+                 label=f"before scaling (T = {scaling['temperature']:.3f}), ECE {scaling['test_ece']['before']:.3f}")
     top.set_xlabel("mean highest probability in the bin")
     top.set_ylabel("accuracy in the bin")
     top.set_title(f"Most probable class, {len(points)} equal-count bins", fontsize="medium")

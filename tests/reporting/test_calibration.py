@@ -109,3 +109,19 @@ def test_temperature_scaling_undoes_over_confidence_and_lowers_the_nll():
         assert calibration.nll(calibrated, labels) <= calibration.nll(
             calibration.apply_temperature(over_confident, nearby), labels)
     assert calibration.fit_temperature(probabilities, labels) == pytest.approx(1.0, rel=0.05)
+
+
+def test_the_temperature_report_is_the_plain_figures_before_and_after_scaling():
+    rng = np.random.default_rng(6)
+    validation, test = calibrated_set(rng, 2000), calibrated_set(rng, 1000)
+    validation = (calibration.apply_temperature(validation[0], 0.5), validation[1])  # over-confident
+    test = (calibration.apply_temperature(test[0], 0.5), test[1])
+    temperature = calibration.fit_temperature(*validation)
+    scaling = calibration.temperature_report(temperature, validation, test)
+    scaled = calibration.apply_temperature(test[0], temperature)
+    assert scaling["validation_nll"]["after"] < scaling["validation_nll"]["before"] == calibration.nll(*validation)
+    assert scaling["test_ece"] == {"before": calibration.ece(*calibration.top_label(*test)),
+                                   "after": calibration.ece(*calibration.top_label(scaled, test[1]))}
+    assert scaling["test_nll"]["after"] == calibration.nll(scaled, test[1]) < scaling["test_nll"]["before"]
+    assert scaling["test_ece"]["after"] < scaling["test_ece"]["before"] and not scaling["at_bound"]
+    assert calibration.temperature_report(20.0, validation, test)["at_bound"]
