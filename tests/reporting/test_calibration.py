@@ -4,7 +4,7 @@ temperature scaling."""
 import numpy as np
 import pytest
 
-from reporting import bootstrap, calibration
+from reporting import bootstrap, calibration, hparams
 
 
 def calibrated_set(rng, n, classes=4):
@@ -125,3 +125,8 @@ def test_the_temperature_report_is_the_plain_figures_before_and_after_scaling():
     assert scaling["test_nll"]["after"] == calibration.nll(scaled, test[1]) < scaling["test_nll"]["before"]
     assert scaling["test_ece"]["after"] < scaling["test_ece"]["before"] and not scaling["at_bound"]
     assert calibration.temperature_report(20.0, validation, test)["at_bound"]
+
+
+def test_the_test_ece_is_a_figure_of_the_hparams_dashboard():
+    results = {"eval_accuracy": 0.9, "clinical": {"calibration": {"ece": {"value": 0.04, "ci": [0.03, 0.06]}}}}
+    assert hparams.final_figures(results) == {"final/test_accuracy": 0.9, "final/test_ece": 0.04}
