@@ -287,7 +287,12 @@ def build_parser(task):
                              "'none' (or no default) reports no referral decision")
     report.add_argument("--at-specificity", type=fraction, default=0.95,
                         help="the referral decision's operating point: the highest sensitivity among the "
-                             "thresholds whose specificity is at least this")
+                             "thresholds whose specificity is at least this, chosen on the validation split "
+                             "(and on the test split, to compare)")
+    report.add_argument("--calibrate", choices=("none", "temperature"), default="none",
+                        help="temperature: fit one temperature on the validation split by minimising its NLL, "
+                             "report the test split's probabilities scaled by it, and export the model again "
+                             "serving them")
     report.add_argument("--bootstrap-resamples", type=positive_int, default=1000,
                         help="resamples of the percentile bootstrap behind the report's 95%% intervals")
     report.add_argument("--bootstrap-seed", type=int_in_range(0, 2 ** 31 - 1), default=0,

@@ -137,7 +137,7 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
             best and best["checkpoint"])
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
         extra.update(test_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
-                                              extra.get("export_dir")))
+                                              extra.get("export_dir"), estimator, best and best["checkpoint"]))
     extra.update(data.report)
     extra["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     if args.eval_only:  # the training run's results.json stays as it was

@@ -6,6 +6,12 @@ second pass over the test images). `write_report` then checks that every test
 image was counted once and writes results.json's per-class figures and
 `clinical` object, report.json, report.md, the plots (also to TensorBoard) and
 test_scores.csv (see reporting/).
+
+The validation split is evaluated too, with the tested checkpoint, when a figure
+needs it: the referral decision's threshold for --at-specificity is chosen there
+and applied to the test split, and --calibrate temperature fits its temperature
+there (never on the test split), scales every probability of the report by it
+and exports the checkpoint again, serving the scaled probabilities.
 """
 import collections
 import io
@@ -21,11 +27,16 @@ from acquisition import storage
 from hooks.scores import ScoreCollectorHook
 from pipeline.errors import FlagError
 from pipeline.metrics import classification_report
-from reporting import clinical, files as report_files
+from pipeline.validation import BEST_EXPORT_DIR
+from reporting import calibration, clinical, files as report_files
+from serving.calibrated import export_with_temperature
 
 log = logging.getLogger(__name__)
 EVAL_SUMMARY_DIR = "eval"  # where the Estimator writes its evaluation's summaries
 EXAMPLES_PER_KIND = 8  # right and wrong test images shown with their heatmaps in TensorBoard
+# The report's evaluation of the validation split: TensorBoard's eval_report_validation, apart from
+# the validations during training (eval_validation), which it would repeat at the tested step.
+VALIDATION_EVAL_NAME = "report_validation"
 
 
 def check_positive_classes(args, class_names):
@@ -36,44 +47,106 @@ def check_positive_classes(args, class_names):
                         f"the classes are {', '.join(class_names or ())}")
 
 
+def check_calibration(args, data):
+    """Raises FlagError (exit 2) when --calibrate temperature has no validation split to fit on or no
+    test report to calibrate (synthetic data)."""
+    if args.calibrate == "none":
+        return
+    if data.validation_input_fn is None:
+        raise FlagError("--calibrate temperature fits its temperature on the validation split, never the test "
+                        "split, and this run has none: give it one (--validation-fraction above 0)")
+    if not data.class_names or data.source == "synthetic":
+        raise FlagError("--calibrate temperature calibrates the test report's probabilities, and synthetic data "
+                        "gets no test report")
+
+
 def evaluate(estimator, input_fn, checkpoint_path=None):
     """Returns (the evaluation's metrics, the ScoreCollectorHook holding every image's scores)."""
     collector = ScoreCollectorHook()
     return estimator.evaluate(input_fn, hooks=[collector], checkpoint_path=checkpoint_path), collector
 
 
-def _check_counted_once(collector, data):
+def _check_counted_once(collector, num_examples, expected_labels=None, split="test"):
     n = len(collector.labels)
-    if n != data.num_eval_examples:
-        raise RuntimeError(f"the evaluation scored {n} images of the {data.num_eval_examples} test images")
-    if data.eval_labels is not None:
-        expected = collections.Counter(int(l) for l in data.eval_labels)
+    if n != num_examples:
+        raise RuntimeError(f"the evaluation scored {n} images of the {num_examples} {split} images")
+    if expected_labels is not None:
+        expected = collections.Counter(int(l) for l in expected_labels)
         if collections.Counter(int(l) for l in collector.labels) != expected:
-            raise RuntimeError("the evaluation's labels are not the test split's")
+            raise RuntimeError(f"the evaluation's labels are not the {split} split's")
     if len(set(collector.keys)) != n:
-        raise RuntimeError("the evaluation scored some test images more than once")
+        raise RuntimeError(f"the evaluation scored some {split} images more than once")
 
 
-def write_report(task, args, data, collector, model_dir, step, export_dir=None):
+def evaluate_validation(args, data, estimator, checkpoint_path):
+    """Returns the ScoreCollectorHook of the validation split's evaluation with `checkpoint_path`
+    (None: the latest), or None when there is no validation split or nothing needs it (a referral
+    decision's threshold, --calibrate)."""
+    needed = args.positive_classes or args.calibrate != "none"
+    if not needed or data.validation_input_fn is None or estimator is None:
+        return None
+    log.info("evaluating on %d validation images for the report's threshold and calibration",
+             data.num_validation_examples)
+    collector = ScoreCollectorHook()
+    estimator.evaluate(data.validation_input_fn, hooks=[collector], checkpoint_path=checkpoint_path,
+                       name=VALIDATION_EVAL_NAME)
+    _check_counted_once(collector, data.num_validation_examples, split="validation")
+    return collector
+
+
+def scaled_scores(args, collector, validation):
+    """Returns (the test probabilities, the validation split's (probabilities, labels) or None, the
+    calibration's 'temperature' object or None): with --calibrate temperature, each probability
+    scaled by the temperature fitted on the validation split (see reporting.calibration)."""
+    test = (collector.probabilities, collector.labels)
+    held = (validation.probabilities, validation.labels) if validation is not None else None
+    if args.calibrate != "temperature":
+        return test[0], held, None
+    temperature = calibration.fit_temperature(*held)
+    scaling = calibration.temperature_report(temperature, held, test)
+    log.info("temperature scaling: T = %.4f, fitted on the validation split (NLL %.4f -> %.4f)", temperature,
+             scaling["validation_nll"]["before"], scaling["validation_nll"]["after"])
+    return (calibration.apply_temperature(test[0], temperature),
+            (calibration.apply_temperature(held[0], temperature), held[1]), scaling)
+
+
+def _groups(task, collector):
+    """Returns (a group id per test image, the task's pattern), or (None, None) when it groups none."""
+    if not (task.group_pattern and collector.named):
+        return None, None
+    groups, _, unmatched = clinical.group_ids(collector.keys, task.group_pattern)
+    if unmatched:
+        log.warning("%d test file names do not match %s: each is a group of its own", unmatched, task.group_pattern)
+    return groups, task.group_pattern
+
+
+def write_report(task, args, data, collector, model_dir, step, export_dir=None, estimator=None,
+                 checkpoint_path=None):
     """Returns results.json's per-class figures ('confusion_matrix', 'per_class'), 'clinical' and
-    'test_examples', from the scores `collector` gathered; writes the report files into
-    `model_dir` and the plots to its TensorBoard evaluation folder at global step `step`, with
-    heatmaps of up to 8 right and 8 wrong test images from `export_dir` (see write_examples)."""
-    _check_counted_once(collector, data)
-    probabilities, labels, keys = collector.probabilities, collector.labels, collector.keys
-    groups, pattern = None, None
-    if task.group_pattern and collector.named:
-        pattern = task.group_pattern
-        groups, num_groups, unmatched = clinical.group_ids(keys, pattern)
-        if unmatched:
-            log.warning("%d test file names do not match %s: each is a group of its own", unmatched, pattern)
+    'test_examples', from the scores `collector` gathered (and, with --calibrate temperature, the
+    scaled export's 'export_dir'); writes the report files into `model_dir` and the plots to its
+    TensorBoard evaluation folder at global step `step`, with heatmaps of up to 8 right and 8 wrong
+    test images from the export (see write_examples). `estimator` evaluates the validation split
+    with the tested checkpoint, `checkpoint_path` (None: the latest), when the report needs it."""
+    _check_counted_once(collector, data.num_eval_examples, data.eval_labels)
+    validation = evaluate_validation(args, data, estimator, checkpoint_path)
+    probabilities, held, scaling = scaled_scores(args, collector, validation)
+    labels, keys = collector.labels, collector.keys
+    groups, pattern = _groups(task, collector)
     report = clinical.clinical_report(
         probabilities, labels, list(data.class_names), groups=groups, positive_classes=args.positive_classes,
         at_specificity_target=args.at_specificity, resamples=args.bootstrap_resamples, seed=args.bootstrap_seed,
-        group_pattern=pattern)
+        group_pattern=pattern, validation=held)
+    results = {}
+    if scaling:
+        report["calibration"]["temperature"] = scaling
+        if data.serving_input_fn:
+            results["export_dir"] = export_dir = export_with_temperature(
+                estimator, data.serving_input_fn, data.class_names, storage.join(model_dir, BEST_EXPORT_DIR),
+                scaling["temperature"], checkpoint_path)
     pngs = report_files.write_report_files(model_dir, report, probabilities, labels, keys)
     write_images(storage.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
-    results = classification_report(labels, probabilities.argmax(axis=1), data.class_names)
+    results.update(classification_report(labels, probabilities.argmax(axis=1), data.class_names))
     results["clinical"] = report
     if export_dir and collector.named:  # the test images are files (not Fashion-MNIST's records)
         results["test_examples"] = write_examples(export_dir, collector, model_dir, step, args.bootstrap_seed)
@@ -147,8 +220,17 @@ def _interval(figure):
     return "n/a" if value is None else f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
+def _calibration_line(figures):
+    """Returns the headline's line of the report's 'calibration' object."""
+    scaling = figures.get("temperature")
+    return (f"           calibration: ECE {_interval(figures['ece'])} ({figures['bins']['used']} equal-count bins), "
+            f"NLL {figures['nll']['value']:.3f}, Brier {figures['brier']['value']:.3f}"
+            + (f"; temperature {scaling['temperature']:.3f}, fitted on the validation split" if scaling else ""))
+
+
 def print_headline(results, model_dir):
-    """Prints the clinical report's accuracy and referral figures with their intervals, if results has one."""
+    """Prints the clinical report's accuracy, referral and calibration figures with their intervals, if results
+    has one."""
     report = results.get("clinical")
     if not report:
         return
@@ -161,5 +243,7 @@ def print_headline(results, model_dir):
         lines.append(f"           referral {'+'.join(referral['positive_classes'])}: sensitivity "
                      f"{_interval(referral['sensitivity'])}, specificity "
                      f"{_interval(referral['specificity']) if referral['specificity'] else 'n/a'}, AUC {auc}")
+    if report.get("calibration"):
+        lines.append(_calibration_line(report["calibration"]))
     lines.append(f"           {storage.join(model_dir, report_files.REPORT_MD)}")
     print("\n".join(lines), flush=True)

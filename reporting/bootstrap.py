@@ -66,6 +66,16 @@ class Resamples:
         return np.concatenate(values)
 
 
+def figure(statistic, resamples, repeat=1):
+    """Returns {'value', 'ci'} of `statistic(weights)` (see Resamples.apply) over `resamples`: value
+    from every image once (None where undefined, NaN), ci the percentile_interval of the resamples
+    (None when the value is undefined or no resample defines it)."""
+    point = statistic(np.ones((1, resamples.num_images * repeat)))
+    if np.isnan(point[0]):
+        return {"value": None, "ci": None}
+    return {"value": float(point[0]), "ci": percentile_interval(resamples.apply(statistic, repeat))}
+
+
 def percentile_interval(values, confidence=CONFIDENCE):
     """Returns [low, high], the central `confidence` percentile interval of the resampled `values`
     (NaN for resamples where the statistic is undefined are left out), or None if all are NaN."""

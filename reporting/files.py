@@ -1,6 +1,6 @@
 """The files a clinical report is written to: report.json (the report itself), report.md (a
-table a paper could print), the confusion matrix and ROC curves as PNGs, and every test
-image's scores as test_scores.csv."""
+table a paper could print), the confusion matrix, ROC curves and reliability diagram as PNGs,
+and every test image's scores as test_scores.csv."""
 import csv
 import io
 import json
@@ -8,10 +8,11 @@ import json
 import numpy as np
 
 from acquisition import storage
+from reporting import calibration
 from reporting.clinical import roc_points
 
 REPORT_JSON, REPORT_MD, SCORES_CSV = "report.json", "report.md", "test_scores.csv"
-CONFUSION_PNG, ROC_PNG = "confusion_matrix.png", "roc_curves.png"
+CONFUSION_PNG, ROC_PNG, RELIABILITY_PNG = "confusion_matrix.png", "roc_curves.png", "reliability_diagram.png"
 
 
 def _atomic_write(path, data):
@@ -28,15 +29,98 @@ def _percent(figure):
     return f"{100 * figure['value']:.1f}%" + (f" ({100 * ci[0]:.1f}-{100 * ci[1]:.1f})" if ci else "")
 
 
-def _auc(figure):
+def _decimal(figure):
     if figure is None or figure["value"] is None:
         return "n/a"
     ci = figure["ci"]
     return f"{figure['value']:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
 
 
-def _plain_auc(value):
+def _plain(value):
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def _threshold(value, defined=True):
+    """Returns a threshold in words: None is one above every score (nothing called positive), unless undefined."""
+    if not defined:
+        return "n/a"
+    return "above every score" if value is None else f"{value:.4f}"
+
+
+def _chosen_on_validation(point):
+    """Returns the sentence on the threshold chosen on the validation split (`point`, or None: no split)."""
+    if point is None:
+        return "There is no validation split: the threshold is chosen on the test split itself, which flatters it."
+    if point.get("undefined"):
+        return f"No threshold is chosen on the validation split: {point['undefined']}."
+    seen = point["validation"]
+    return (f"A clinical study fixes its threshold before it sees the test split: the threshold for specificity "
+            f">= {point['target']:g} is chosen on the {seen['images']} validation images (there: sensitivity "
+            f"{_percent(seen['sensitivity'])}, specificity {_percent(seen['specificity'])}) and applied to the "
+            "test split. The threshold chosen on the test split itself is optimistic, shown only to compare.")
+
+
+def _threshold_row(point, chosen_on):
+    """Returns the table row of the decision `score >= point's threshold` on the test split."""
+    if chosen_on == "validation":
+        threshold, test = _threshold(point["threshold"]), point["test"]
+        how = "chosen on the validation split"
+    else:
+        threshold, test = _threshold(point["threshold"], point["sensitivity"] is not None), point
+        how = "chosen on the test split (optimistic)"
+    return (f"| Threshold {threshold}, {how} for specificity >= {point['target']:g} | "
+            f"{_percent(test['sensitivity'])} | {_percent(test['specificity'])} | |")
+
+
+def referral_markdown(referral):
+    """Returns report.md's referral section (a list of lines): the decision at the most probable class,
+    at the threshold chosen on the validation split and at the one chosen on the test split."""
+    validated = referral["at_specificity_validation"]
+    lines = ["", f"## Referral: {' or '.join(referral['positive_classes'])} against the rest", "",
+             f"{referral['positives']} positive and {referral['negatives']} negative images; the score is the "
+             "sum of the positive classes' probabilities. " + _chosen_on_validation(validated), "",
+             "| Decision | Sensitivity (95% CI) | Specificity (95% CI) | ROC AUC (95% CI) |",
+             "|---|---|---|---|",
+             f"| Most probable class | {_percent(referral['sensitivity'])} | "
+             f"{_percent(referral['specificity'])} | {_decimal(referral['auc'])} |"]
+    if validated and not validated.get("undefined"):
+        lines.append(_threshold_row(validated, "validation"))
+    return lines + [_threshold_row(referral["at_specificity"], "test")]
+
+
+def calibration_markdown(figures):
+    """Returns report.md's calibration section (a list of lines) for the report's 'calibration' object."""
+    bins = figures["bins"]
+    lines = ["", "## Calibration", "",
+             f"Expected calibration error (ECE) of the most probable class: {_decimal(figures['ece'])}, over "
+             f"{bins['requested']} equal-count bins of the test images' highest probability ({bins['used']} used: "
+             "equal probabilities share a bin); 0 when each bin's accuracy equals its mean probability. ECE leans "
+             "high (chance in a bin's accuracy adds to its gap), the more so the fewer the images, and a "
+             "resample's ECE higher still: the interval can lie above the value.", "",
+             f"Negative log-likelihood {_decimal(figures['nll'])} nats per image; Brier score "
+             f"{_decimal(figures['brier'])}, the {figures['brier_definition']}.", "",
+             "| Class | Images | ECE, one against the rest (95% CI) | NLL of its images "
+             "| Brier, one against the rest |",
+             "|---|---:|---|---:|---:|"]
+    for name, f in figures["per_class"].items():
+        lines.append(f"| {name} | {f['images']} | {_decimal(f['ece'])} | {_plain(f['nll'])} | "
+                     f"{_plain(f['brier'])} |")
+    return lines + (temperature_markdown(figures["temperature"]) if figures.get("temperature") else [])
+
+
+def temperature_markdown(scaling):
+    """Returns report.md's lines on temperature scaling (the calibration's 'temperature' object)."""
+    nll = scaling["validation_nll"]
+    bound = (" It lies at a bound of the search (0.05 to 20): the probabilities are far from calibrated, or "
+             "carry next to no information." if scaling["at_bound"] else "")
+    return ["", f"Temperature scaling (--calibrate temperature): T = {scaling['temperature']:.4f}, fitted on the "
+            f"{scaling['validation_images']} validation images, never the test split, by minimising their NLL "
+            f"(from {nll['before']:.3f} to {nll['after']:.3f} nats).{bound} The export serves softmax(ln p / T), "
+            "the same most probable class, and the figures of this report are of those probabilities. On the test "
+            "split:", "",
+            "| Probabilities | ECE | NLL |", "|---|---:|---:|",
+            f"| Before scaling | {_plain(scaling['test_ece']['before'])} | {_plain(scaling['test_nll']['before'])} |",
+            f"| Scaled (served) | {_plain(scaling['test_ece']['after'])} | {_plain(scaling['test_nll']['after'])} |"]
 
 
 def markdown(report, title="Test evaluation"):
@@ -54,26 +138,16 @@ def markdown(report, title="Test evaluation"):
         note = f" ({f['undefined']})" if f.get("undefined") else ""
         lines.append(f"| {name}{note} | {f['positives']} | {_percent(f['sensitivity'])} | "
                      f"{_percent(f['specificity'])} | {_percent(f['precision'])} | {_percent(f['f1'])} | "
-                     f"{_auc(f['auc'])} |")
+                     f"{_decimal(f['auc'])} |")
     macro, micro = report["macro"], report["micro"]
     lines.append(f"| Macro average | | {_percent(macro['sensitivity'])} | {_percent(macro['specificity'])} | "
                  f"{_percent(macro['precision'])} | {_percent(macro['f1'])} | "
-                 f"{_plain_auc(macro['auc'])} |")
+                 f"{_plain(macro['auc'])} |")
     lines.append(f"| Micro average | | {_percent(micro['sensitivity'])} | {_percent(micro['specificity'])} | "
-                 f"{_percent(micro['precision'])} | {_percent(micro['f1'])} | {_auc(micro['auc'])} |")
-    referral = report.get("referral")
-    if referral:
-        point = referral["at_specificity"]
-        threshold = "n/a" if point["threshold"] is None else f"{point['threshold']:.4f}"
-        lines += ["", f"## Referral: {' or '.join(referral['positive_classes'])} against the rest", "",
-                  f"{referral['positives']} positive and {referral['negatives']} negative images; the score is the "
-                  "sum of the positive classes' probabilities.", "",
-                  "| Decision | Sensitivity (95% CI) | Specificity (95% CI) | ROC AUC (95% CI) |",
-                  "|---|---|---|---|",
-                  f"| Most probable class | {_percent(referral['sensitivity'])} | "
-                  f"{_percent(referral['specificity'])} | {_auc(referral['auc'])} |",
-                  f"| Threshold {threshold} (specificity >= {point['target']:g}) | "
-                  f"{_percent(point['sensitivity'])} | {_percent(point['specificity'])} | |"]
+                 f"{_percent(micro['precision'])} | {_percent(micro['f1'])} | {_decimal(micro['auc'])} |")
+    if report.get("referral"):
+        lines += referral_markdown(report["referral"])
+    lines += calibration_markdown(report["calibration"])
     lines += ["", "Confusion matrix (rows: true class, columns: predicted):", "",
               "| | " + " | ".join(report["class_names"]) + " |", "|---|" + "---:|" * len(report["class_names"])]
     lines += [f"| {name} | " + " | ".join(str(v) for v in row) + " |"
@@ -127,7 +201,44 @@ def plot_pngs(report, probabilities, labels):
     axes.legend(loc="lower right", fontsize="small")
     pngs[ROC_PNG] = _png(figure)
     plt.close(figure)
+    pngs[RELIABILITY_PNG] = reliability_png(report, probabilities, labels)
     return pngs
+
+
+def reliability_png(report, probabilities, labels):
+    """Returns the PNG of the reliability diagrams: the most probable class's accuracy against its
+    mean probability per bin (the report's points), and each class's rate against its mean probability,
+    one against the rest."""
+    from matplotlib import pyplot as plt
+    figures = report["calibration"]
+    figure, (top, per_class) = plt.subplots(1, 2, figsize=(10, 5))
+    points = figures["reliability"]
+    scaling = figures.get("temperature")
+    top.plot([p["score"] for p in points], [p["observed"] for p in points], marker="o",
+             label=f"{'scaled (served)' if scaling else 'test images'}, ECE {figures['ece']['value']:.3f}")
+    if scaling:
+        before = scaling["test_reliability_before"]
+        top.plot([p["score"] for p in before], [p["observed"] for p in before], marker="o", linestyle="--",
+                 label=f"before scaling (T = {scaling['temperature']:.3f}), ECE {scaling['test_ece']['before']:.3f}")
+    top.set_xlabel("mean highest probability in the bin")
+    top.set_ylabel("accuracy in the bin")
+    top.set_title(f"Most probable class, {len(points)} equal-count bins", fontsize="medium")
+    for i, name in enumerate(report["class_names"]):
+        scores, outcomes = calibration.one_against_rest(probabilities, labels, i)
+        points = calibration.reliability(scores, outcomes, figures["bins"]["requested"])
+        per_class.plot([p["score"] for p in points], [p["observed"] for p in points], marker=".",
+                       label=f"{name} (ECE {figures['per_class'][name]['ece']['value']:.3f})")
+    per_class.set_xlabel("mean probability of the class in the bin")
+    per_class.set_ylabel("share of the bin's images of the class")
+    per_class.set_title("Each class against the rest", fontsize="medium")
+    for axes in (top, per_class):
+        axes.plot([0, 1], [0, 1], color="grey", linewidth=0.5)
+        axes.set_xlim(0, 1)
+        axes.set_ylim(0, 1)
+        axes.legend(loc="upper left", fontsize="small")
+    png = _png(figure)
+    plt.close(figure)
+    return png
 
 
 def write_report_files(model_dir, report, probabilities, labels, keys):

@@ -15,6 +15,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 FINAL_FIGURES = {
     "final/test_accuracy": "eval_accuracy",
     "final/test_loss": "eval_loss",
+    "final/test_ece": "clinical/calibration/ece/value",
     "final/best_validation_accuracy": "best/validation_accuracy",
     "final/images_per_sec": "train_images_per_sec",
     "final/mfu": "mfu",

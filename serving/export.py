@@ -28,9 +28,9 @@ def with_class_names(spec, probabilities, class_names):
         tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: tf.estimator.export.PredictOutput(predictions)})
 
 
-def export_model(estimator, serving_input_fn, class_names, export_base, checkpoint_path=None):
+def export_model(estimator, serving_input_fn, class_names, export_base, checkpoint_path=None, extra_assets=None):
     """Exports the checkpoint `checkpoint_path` (default: the estimator's latest) under `export_base`
-    with the class names in assets.extra; returns the export's path.
+    with the class names (and `extra_assets`, {file name: text}) in assets.extra; returns the export's path.
 
     A local export is written in a temporary folder and renamed when whole (the
     Estimator's way). A folder's rename is not atomic on GCS or S3 (a copy of each
@@ -38,13 +38,14 @@ def export_model(estimator, serving_input_fn, class_names, export_base, checkpoi
     written locally, then copied file by file, COMPLETE_MARKER last (see is_complete).
     """
     with tempfile.TemporaryDirectory() as tmp:
-        names = os.path.join(tmp, CLASS_NAMES_FILE)
-        with open(names, "w") as f:
-            f.write("\n".join(class_names) + "\n")
+        assets = {}
+        for name, text in {CLASS_NAMES_FILE: "\n".join(class_names) + "\n", **(extra_assets or {})}.items():
+            assets[name] = os.path.join(tmp, name)
+            with open(assets[name], "w") as f:
+                f.write(text)
         remote = storage.is_url(export_base)
         path = estimator.export_saved_model(os.path.join(tmp, "export") if remote else export_base,
-                                            serving_input_fn, assets_extra={CLASS_NAMES_FILE: names},
-                                            checkpoint_path=checkpoint_path)
+                                            serving_input_fn, assets_extra=assets, checkpoint_path=checkpoint_path)
         path = path.decode() if isinstance(path, bytes) else path
         if remote:
             with open(os.path.join(path, COMPLETE_MARKER), "w") as f:

@@ -16,6 +16,7 @@ import tensorflow as tf
 from pipeline.flags import build_parser
 from pipeline.run_loop import run
 from pipeline.tasks.oct import TASK
+from reporting import calibration
 from serving.gradcam import GradCam
 from tests.conftest import OCT_CLASSES, ROOT, assert_clean_failure, make_oct_tree
 
@@ -70,6 +71,32 @@ def test_the_report_comes_from_every_test_image_once_and_is_written_beside_the_r
     assert len(examples) == min(8, right) + min(8, 24 - right) and {e["tag"] for e in examples} <= tags
     assert all((e["label"] == e["predicted"]) == e["tag"].startswith("test_report/examples/right/")
                and e["file"] in test_files for e in examples)
+
+
+def test_the_calibration_figures_are_reporting_calibration_s_on_the_test_scores(oct_run):
+    _, model_dir, test_files = oct_run
+    with open(os.path.join(model_dir, "results.json")) as f:
+        figures = json.load(f)["clinical"]["calibration"]
+    rows = read_scores(model_dir).values()
+    probabilities = np.array([[float(row[f"p_{n}"]) for n in OCT_CLASSES] for row in rows])
+    labels = np.array([OCT_CLASSES.index(row["label"]) for row in rows])
+    confidence, correct = calibration.top_label(probabilities, labels)
+    assert figures["ece"]["value"] == pytest.approx(calibration.ece(confidence, correct), abs=1e-12)
+    assert figures["nll"]["value"] == pytest.approx(calibration.nll(probabilities, labels), abs=1e-12)
+    assert figures["brier"]["value"] == pytest.approx(calibration.brier(probabilities, labels), abs=1e-12)
+    assert figures["bins"] == {"scheme": "equal-count", "requested": 15, "used": calibration.bins_used(confidence)}
+    assert figures["reliability"] == pytest.approx(calibration.reliability(confidence, correct))
+    assert all(len(figures[key]["ci"]) == 2 for key in ("ece", "nll", "brier"))
+    for i, name in enumerate(OCT_CLASSES):
+        assert figures["per_class"][name]["ece"]["value"] == pytest.approx(
+            calibration.ece(*calibration.one_against_rest(probabilities, labels, i)), abs=1e-12)
+    with open(os.path.join(model_dir, "report.md")) as f:
+        assert "## Calibration" in f.read()
+    with open(os.path.join(model_dir, "reliability_diagram.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    tags = {v.tag for events in glob.glob(os.path.join(model_dir, "eval", "events.*"))
+            for event in tf.compat.v1.train.summary_iterator(events) for v in event.summary.value}
+    assert "test_report/reliability_diagram" in tags
 
 
 def test_the_collected_scores_are_predict_py_s_scores_and_it_explains_them(oct_run, tmp_path):

@@ -133,3 +133,30 @@ def test_resamples_come_in_bounded_chunks_and_are_the_same_for_every_statistic()
     correct = np.random.default_rng(0).random(300) < 0.7
     rates = [resamples.apply(lambda w: bootstrap.weighted_rate(w, correct, np.ones(300))) for _ in range(2)]
     assert (rates[0] == rates[1]).all() and rates[0].std() > 0
+
+
+def test_the_referral_threshold_is_chosen_on_the_validation_split_and_applied_to_the_test_split():
+    rng = np.random.default_rng(8)
+    validation = (rng.dirichlet(np.ones(4), size=200), rng.integers(0, 4, 200))
+    probabilities, labels = rng.dirichlet(np.ones(4), size=300), rng.integers(0, 4, 300)
+    report = clinical_report(probabilities, labels, CLASSES, positive_classes=["CNV", "DME"], resamples=50,
+                             at_specificity_target=0.9, validation=validation)
+    point = report["referral"]["at_specificity_validation"]
+    chosen = at_specificity(validation[0][:, :2].sum(1), validation[1] <= 1, 0.9)
+    assert point["threshold"] == chosen["threshold"] is not None
+    assert point["validation"] == {"images": 200, "positives": int((validation[1] <= 1).sum()),
+                                   "sensitivity": chosen["sensitivity"], "specificity": chosen["specificity"]}
+    called, positive = probabilities[:, :2].sum(1) >= chosen["threshold"], labels <= 1
+    assert point["test"]["sensitivity"]["value"] == pytest.approx(np.mean(called[positive]))
+    assert point["test"]["specificity"]["value"] == pytest.approx(np.mean(~called[~positive]))
+    assert report["referral"]["at_specificity"]["chosen_on"] == "test"  # still there, to compare
+    text = markdown(report)
+    assert f"| Threshold {chosen['threshold']:.4f}, chosen on the validation split for specificity >= 0.9 |" in text
+    assert "chosen on the 200 validation images" in text and "(optimistic)" in text
+    alone = clinical_report(probabilities, labels, CLASSES, positive_classes=["CNV"], resamples=20)
+    assert alone["referral"]["at_specificity_validation"] is None
+    assert "There is no validation split: the threshold is chosen on the test split itself" in markdown(alone)
+    no_positives = clinical_report(probabilities, labels, CLASSES, positive_classes=["CNV"], resamples=20,
+                                   validation=(validation[0], np.full(200, 3)))
+    assert no_positives["referral"]["at_specificity_validation"]["undefined"] == \
+        "the validation split has no positive images"

@@ -1,0 +1,135 @@
+"""--calibrate temperature and the validation split's threshold, on a short OCT run with a validation
+split: the temperature is the one that minimises the validation NLL, the export made after it
+serves the scaled probabilities, and the referral threshold is chosen on the validation split and
+applied to the test split. Also the flag's refusals."""
+import csv
+import glob
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from pipeline.errors import FlagError
+from pipeline.flags import build_parser
+from pipeline.run_loop import run
+from pipeline.tasks.oct import TASK
+from pipeline.test_report import check_calibration
+from reporting import calibration
+from reporting.clinical import at_specificity
+from serving.calibrated import CALIBRATION_FILE
+from serving.gradcam import GradCam
+from serving.predict import load_predictor, resolve_export_dir
+from tests.conftest import OCT_CLASSES, ROOT, assert_clean_failure, make_oct_tree
+
+
+@pytest.fixture(scope="module")
+def calibrated_run(oct_sample, tmp_path_factory):
+    """(results, model dir, validation files, test files) of VGG16 at 32 px trained 6 steps, validated
+    every 3 on a fifth of the training scans, with --calibrate temperature."""
+    tree = make_oct_tree(oct_sample, str(tmp_path_factory.mktemp("data") / "OCT2017"))
+    model_dir = str(tmp_path_factory.mktemp("model"))
+    args = build_parser(TASK).parse_args([
+        "--data-dir", os.path.dirname(tree), "--model-dir", model_dir, "--image-size", "32", "--weights", "none",
+        "--batch-size", "4", "--max-steps", "6", "--eval-every-steps", "3", "--learning-rate", "0.003",
+        "--validation-fraction", "0.2", "--calibrate", "temperature", "--at-specificity", "0.8",
+        "--bootstrap-resamples", "100", "--warm-up-steps", "1"])
+    results = run(TASK, args)
+    with open(os.path.join(model_dir, "validation_files.txt")) as f:
+        validation_files = f.read().splitlines()
+    return results, model_dir, validation_files, sorted(glob.glob(os.path.join(tree, "test", "*", "*.jpeg")))
+
+
+def classify(export_dir, files):
+    """Returns (the export's probabilities [n, classes] for `files`, their labels from the class folders)."""
+    contents = []
+    for path in files:
+        with open(path, "rb") as f:
+            contents.append(f.read())
+    probabilities = load_predictor(export_dir).classify(contents)[0].astype(np.float64)
+    return probabilities, np.array([OCT_CLASSES.index(os.path.basename(os.path.dirname(p))) for p in files])
+
+
+def test_the_temperature_minimises_the_validation_nll_of_the_best_checkpoint(calibrated_run):
+    results, _, validation_files, _ = calibrated_run
+    scaling = results["clinical"]["calibration"]["temperature"]
+    probabilities, labels = classify(results["best"]["export_dir"], validation_files)  # unscaled
+    assert scaling["fitted_on"] == "validation" and scaling["validation_images"] == len(validation_files)
+    assert scaling["temperature"] == pytest.approx(calibration.fit_temperature(probabilities, labels), rel=1e-3)
+    assert scaling["validation_nll"]["before"] == pytest.approx(calibration.nll(probabilities, labels), abs=1e-5)
+    assert scaling["validation_nll"]["after"] < scaling["validation_nll"]["before"]
+
+
+def test_the_export_made_after_the_fit_serves_the_scaled_probabilities(calibrated_run):
+    results, model_dir, _, test_files = calibrated_run
+    temperature = results["clinical"]["calibration"]["temperature"]["temperature"]
+    scaled_export, best_export = results["export_dir"], results["best"]["export_dir"]
+    assert scaled_export != best_export and resolve_export_dir(model_dir) == scaled_export  # predict.py's choice
+    with open(os.path.join(scaled_export, "assets.extra", CALIBRATION_FILE)) as f:
+        assert json.load(f) == {"method": "temperature", "temperature": temperature}
+    served, labels = classify(scaled_export, test_files)
+    unscaled, _ = classify(best_export, test_files)
+    np.testing.assert_allclose(served, calibration.apply_temperature(unscaled, temperature), atol=1e-5)
+    assert np.abs(served - unscaled).max() > 1e-4  # the scaling shows
+    with open(os.path.join(model_dir, "test_scores.csv")) as f:
+        rows = {row["image"]: row for row in csv.DictReader(f)}
+    reported = np.array([[float(rows[p][f"p_{n}"]) for n in OCT_CLASSES] for p in test_files])
+    np.testing.assert_allclose(reported, served, atol=1e-5)  # the report's figures are of the served ones
+    assert results["clinical"]["calibration"]["nll"]["value"] == pytest.approx(calibration.nll(reported, labels))
+    assert results["clinical"]["calibration"]["temperature"]["test_nll"]["before"] == pytest.approx(
+        calibration.nll(unscaled, labels), abs=1e-5)
+
+
+def test_grad_cam_explains_the_scaled_export_as_the_unscaled_one(calibrated_run):
+    results, _, _, test_files = calibrated_run
+    contents = []
+    for path in test_files[::4]:
+        with open(path, "rb") as f:
+            contents.append(f.read())
+    maps = {}
+    for key in ("scaled", "unscaled"):
+        gradcam = GradCam(results["export_dir"] if key == "scaled" else results["best"]["export_dir"])
+        _, targets, heatmaps = gradcam.explain(contents)
+        gradcam.close()
+        maps[key] = (targets, heatmaps / np.maximum(heatmaps.max(axis=(1, 2), keepdims=True), 1e-30))
+    assert (maps["scaled"][0] == maps["unscaled"][0]).all()  # the same predicted classes explained
+    np.testing.assert_allclose(maps["scaled"][1], maps["unscaled"][1], atol=1e-4)  # the logits divided by T
+
+
+def test_the_referral_threshold_is_chosen_on_the_validation_split_and_applied_to_the_test_split(calibrated_run):
+    results, model_dir, validation_files, test_files = calibrated_run
+    point = results["clinical"]["referral"]["at_specificity_validation"]
+    probabilities, labels = classify(results["export_dir"], validation_files)  # scaled, as the report's
+    chosen = at_specificity(probabilities[:, :2].sum(1), labels <= 1, 0.8)
+    assert point["chosen_on"] == "validation" and point["threshold"] == pytest.approx(chosen["threshold"], rel=1e-5)
+    assert point["validation"]["specificity"] == chosen["specificity"] >= 0.8
+    with open(os.path.join(model_dir, "test_scores.csv")) as f:
+        rows = list(csv.DictReader(f))
+    scores = np.array([float(r["p_CNV"]) + float(r["p_DME"]) for r in rows])
+    positive = np.array([r["label"] in ("CNV", "DME") for r in rows])
+    assert point["test"]["sensitivity"]["value"] == pytest.approx(np.mean(scores[positive] >= point["threshold"]))
+    assert point["test"]["specificity"]["value"] == pytest.approx(np.mean(scores[~positive] < point["threshold"]))
+    with open(os.path.join(model_dir, "report.md")) as f:
+        text = f.read()
+    assert f"chosen on the {len(validation_files)} validation images" in text and "Temperature scaling" in text
+
+
+def test_calibration_without_a_validation_split_is_refused():
+    data = types.SimpleNamespace(validation_input_fn=None, class_names=OCT_CLASSES, source="real")
+    with pytest.raises(FlagError, match="fits its temperature on the validation split, never the test split"):
+        check_calibration(types.SimpleNamespace(calibrate="temperature"), data)
+    check_calibration(types.SimpleNamespace(calibrate="none"), data)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--calibrate", "platt"], "invalid choice: 'platt'"),
+    (["--calibrate", "temperature"], "--calibrate temperature fits its temperature on the validation split"),
+])
+def test_bad_calibration_flags_are_one_line_and_exit_2(tmp_path, argv, fragment):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_oct.py"), "--synthetic",
+                             "--model-dir", str(tmp_path / "m"), *argv], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and fragment in assert_clean_failure(result)
+    assert not glob.glob(str(tmp_path / "m" / "*.index"))  # nothing trained
