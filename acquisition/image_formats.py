@@ -19,6 +19,7 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_GRAY_TYPES = (0, 4)  # gray, gray with alpha (2: RGB, 3: palette, 6: RGBA)
 _PNG_COLOR_TYPES = (0, 2, 3, 4, 6)
 _BMP_COMPRESSIONS = (0, 3)  # uncompressed, bit fields: what TensorFlow's BMP decoder reads
+NOT_AN_IMAGE = "is not a JPEG, PNG, BMP or GIF image"  # the problem of a file of no format TensorFlow decodes
 
 
 @dataclasses.dataclass
@@ -69,7 +70,7 @@ def _check_open_file(f, head, size, channels):
         return _bmp_problem(f, head)
     if head[:6] in (b"GIF87a", b"GIF89a"):
         return _gif_problem(head, _tail(f, size))
-    return "is not a JPEG, PNG, BMP or GIF image", False
+    return NOT_AN_IMAGE, False
 
 
 def _png_problem(head, tail):

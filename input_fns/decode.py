@@ -1,12 +1,23 @@
 """Decoding image files as every input and export of the project does: JPEG, PNG, BMP or GIF to
 uint8 at the training size, with libjpeg's reduced decoding as an option, and the serving input
-that decodes an exported model's file bytes the same way."""
+that decodes an exported model's file bytes the same way (and, for a model trained on raw pixels,
+takes those pixels too)."""
 import tensorflow as tf
 
 from input_fns import FEATURE_KEY
 
 _DECODE_RATIOS = (1, 2, 4, 8)  # the scales libjpeg can decode at
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# The signature of an export (besides serving_default) that takes decoded uint8 pixels: see
+# make_serving_input_fn's pixels_key. The Estimator names an alternative receiver's '<receiver>:<output>'.
+PIXELS_RECEIVER = "pixels"
+PIXELS_SIGNATURE = PIXELS_RECEIVER + ":serving_default"
+
+
+def scale_to_unit(images):
+    """Returns uint8 `images` as float32 in [0, 1] (x / 255): what the Fashion-MNIST input and its export
+    give the model."""
+    return tf.cast(images, tf.float32) / 255.0
 
 
 def decode_ratio(contents, image_size):
@@ -51,16 +62,29 @@ def decode_and_resize(contents, image_size, channels=1, fast=False):
     return tf.saturate_cast(tf.round(image), tf.uint8)
 
 
-def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key=FEATURE_KEY, bytes_key="jpeg_bytes"):
+def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key=FEATURE_KEY, bytes_key="jpeg_bytes",
+                          scale=False, pixels_key=None):
     """Returns a serving_input_receiver_fn that takes a batch of image file contents.
 
     Exported models then accept raw file bytes under `bytes_key` and decode
-    (see decode_and_resize) and resize them exactly as in training.
+    (see decode_and_resize) and resize them exactly as in training. With `scale`
+    the model gets them as float32 in [0, 1] (scale_to_unit), for a model trained
+    on scaled records. With `pixels_key`, the export has a second signature,
+    PIXELS_SIGNATURE, taking uint8 pixels [n, height, width, channels] under that
+    key (Fashion-MNIST's IDX bytes, 784 an image): fed where the files' decoding
+    ends, they go through the same scaling.
     """
+    shape = [None, *image_size, channels]
+
     def serving_input_receiver_fn():
         contents = tf.compat.v1.placeholder(tf.string, [None], name=bytes_key)
         images = tf.map_fn(lambda c: decode_and_resize(c, image_size, channels, fast_decode), contents,
                            fn_output_signature=tf.uint8)
-        return tf.estimator.export.ServingInputReceiver({feature_key: images}, {bytes_key: contents})
+        alternatives = None
+        if pixels_key:  # a placeholder the files' images flow through, unless pixels are fed to it
+            images = tf.compat.v1.placeholder_with_default(tf.ensure_shape(images, shape), shape, name=pixels_key)
+            alternatives = {PIXELS_RECEIVER: {pixels_key: images}}
+        features = {feature_key: scale_to_unit(images) if scale else images}
+        return tf.estimator.export.ServingInputReceiver(features, {bytes_key: contents}, alternatives)
 
     return serving_input_receiver_fn

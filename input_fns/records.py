@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from acquisition.shards import IMAGE_EXAMPLE_SPEC
 from acquisition.image_checks import matching_files
+from input_fns.decode import scale_to_unit
 from input_fns.files import pipeline_files, skip_examples
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -32,7 +33,7 @@ def make_image_records_input_fn(file_pattern, image_shape, num_classes, batch_si
     def parse(serialized):  # a batch of records
         images, labels = parse_image_examples(serialized, image_shape)
         if scale:
-            images = tf.cast(images, tf.float32) / 255.0
+            images = scale_to_unit(images)
         return {feature_key: images}, tf.one_hot(labels, num_classes, dtype=tf.float32)
 
     return make_record_input_fn(file_pattern, parse, batch_size, training, seed=seed,

@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """Classify images (JPEG, PNG, BMP, GIF; files or folders) with a model exported by a training run
-(train_images.py, train_oct.py)."""
+(train_fashion.py, train_images.py, train_oct.py). A Fashion-MNIST model also takes raw pixels: a
+file named *.gray holding exactly one 28x28 image's 784 bytes, one a pixel, row by row, as in the
+IDX files (0 black, 255 white)."""
 import argparse
 import json
 import os
@@ -28,7 +30,9 @@ def build_parser():
     parser.add_argument("--batch-size", type=positive_int, default=64,
                         help="files read and classified at once (memory grows with it, not with the file count)")
     parser.add_argument("images", nargs="+",
-                        help="image files to classify, or folders whose images (at any depth) are classified")
+                        help="image files to classify, or folders whose images (at any depth) are classified; "
+                             "for a model that takes raw pixels (train_fashion.py's), also *.gray files of exactly "
+                             "784 bytes (28x28 gray pixels, row by row); any other file is an error naming the fix")
     return parser
 
 

@@ -7,6 +7,7 @@ grid), with the activation that follows it. For an image and a class the map
 is ReLU(sum over channels of the activation times the channel's mean gradient
 of the class score), the score being the class's logit (the softmax's input).
 """
+import io
 import os
 
 import numpy as np
@@ -14,8 +15,9 @@ import tensorflow as tf
 from tensorflow.python.util import deprecation
 
 from acquisition import storage
+from input_fns.decode import PIXELS_SIGNATURE
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
-from serving.predict import resolve_export_dir
+from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
 
 _CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
 _FOLLOWERS = ("BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Identity", "FusedBatchNormV3", "Cast")
@@ -40,8 +42,15 @@ def _class_scores(probabilities):
     return tensor.op.inputs[0] if tensor.op.type == "Softmax" else probabilities
 
 
+def _one_input(graph, signature):
+    """Returns the tensor of a SignatureDef's one input in `graph`."""
+    (info,) = signature.inputs.values()
+    return graph.get_tensor_by_name(info.name)
+
+
 class GradCam:
-    """An export loaded for explanation: `explain(jpeg_contents, class_index=None)`."""
+    """An export loaded for explanation: `explain(contents, class_index=None)` of image files, or
+    `explain(pixels, class_index, pixels=True)` of raw pixels when the export takes them (`pixels_shape`)."""
 
     def __init__(self, path):
         self.export_dir = resolve_export_dir(path)
@@ -53,7 +62,11 @@ class GradCam:
             with deprecation.silence():  # "use tf.saved_model.load": which gives no graph to differentiate
                 meta = tf.compat.v1.saved_model.loader.load(self._session, ["serve"], self.export_dir)
             signature = meta.signature_def["serving_default"]
-            self._input = self._graph.get_tensor_by_name(signature.inputs["jpeg_bytes"].name)
+            self._input = _one_input(self._graph, signature)  # the files' contents
+            self._pixels, self.pixels_shape = None, None
+            if PIXELS_SIGNATURE in meta.signature_def:  # uint8 [n, height, width, channels]
+                self._pixels = _one_input(self._graph, meta.signature_def[PIXELS_SIGNATURE])
+                self.pixels_shape = tuple(self._pixels.shape[1:])
             self._probabilities = self._graph.get_tensor_by_name(signature.outputs[PROBABILITIES].name)
             self._activation, self.layer = _last_convolution(self._graph)
             self._target = tf.compat.v1.placeholder(tf.int32, [None], name="gradcam_class")
@@ -63,14 +76,14 @@ class GradCam:
             weights = tf.reduce_mean(tf.cast(gradient, tf.float32), axis=[1, 2], keepdims=True)
             self._map = tf.nn.relu(tf.reduce_sum(weights * tf.cast(self._activation, tf.float32), axis=-1))
 
-    def explain(self, jpeg_contents, class_index=None):
+    def explain(self, contents, class_index=None, pixels=False):
         """Returns (probabilities [n, classes], the explained class per image [n], heatmaps [n, h, w] of the
-        last convolution's grid) for a list of JPEG contents: for `class_index`, or each image's
-        predicted class when None."""
-        feed = {self._input: jpeg_contents}
+        last convolution's grid) for a list of image file contents (or, with `pixels`, uint8 pixels
+        [n, *pixels_shape]): for `class_index`, or each image's predicted class when None."""
+        feed = {self._pixels if pixels else self._input: contents}
         probabilities = self._session.run(self._probabilities, feed)
         targets = (probabilities.argmax(axis=1) if class_index is None
-                   else np.full(len(jpeg_contents), class_index)).astype(np.int32)
+                   else np.full(len(contents), class_index)).astype(np.int32)
         heatmaps = self._session.run(self._map, {**feed, self._target: targets})
         return probabilities, targets, heatmaps
 
@@ -91,12 +104,23 @@ def overlay(image, heatmap, alpha=0.45):
     return np.clip((1 - alpha) * rgb + alpha * colours, 0, 255).astype(np.uint8)
 
 
-def write_heatmap_png(image_path, heatmap, out_path):
-    """Writes the image at `image_path` with `heatmap` over it as a PNG at `out_path`; returns the path."""
+def write_heatmap_png(image, heatmap, out_path):
+    """Writes `image` (a PIL image) with `heatmap` over it as a PNG at `out_path`; returns the path."""
     from PIL import Image
-    with Image.open(image_path) as image:
-        Image.fromarray(overlay(image, heatmap)).save(out_path, "PNG")
+    Image.fromarray(overlay(image, heatmap)).save(out_path, "PNG")
     return out_path
+
+
+def _read(gradcam, path):
+    """Returns (the input explain takes for the file at `path`, whether it is pixels, its PIL image)."""
+    from PIL import Image
+    if is_pixels_name(path):  # predict.py classified it: its size is the export's
+        pixels, _ = read_pixels(path, gradcam.pixels_shape)
+        return pixels, True, Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels)
+    contents = storage.read_bytes(path)
+    image = Image.open(io.BytesIO(contents))  # in memory: nothing to close
+    image.load()
+    return contents, False, image
 
 
 def explain_files(gradcam, results, out_dir, class_index=None, batch_size=32):
@@ -106,19 +130,26 @@ def explain_files(gradcam, results, out_dir, class_index=None, batch_size=32):
     readable = [r for r in results if "error" not in r]
     used = set()
     for start in range(0, len(readable), batch_size):
-        batch = readable[start:start + batch_size]
-        contents = []
-        for entry in batch:
-            with open(entry["file"], "rb") as f:
-                contents.append(f.read())
-        _, targets, heatmaps = gradcam.explain(contents, class_index)
-        for entry, target, heatmap in zip(batch, targets, heatmaps):
-            stem = os.path.splitext(os.path.basename(entry["file"]))[0]
-            name, n = f"{stem}.gradcam.png", 1
-            while name in used:  # files of the same name from different folders
-                n += 1
-                name = f"{stem}.{n}.gradcam.png"
-            used.add(name)
-            entry["heatmap"] = write_heatmap_png(entry["file"], heatmap, os.path.join(out_dir, name))
-            entry["explained_class"] = gradcam.class_names[int(target)]
+        for pixels in (False, True):  # image files and raw pixel files, each kind fed to its own input
+            batch = [(entry, *_read(gradcam, entry["file"])) for entry in readable[start:start + batch_size]
+                     if is_pixels_name(entry["file"]) == pixels]
+            if not batch:
+                continue
+            inputs = [data for _, data, _, _ in batch]
+            _, targets, heatmaps = gradcam.explain(np.stack(inputs) if pixels else inputs, class_index, pixels)
+            for (entry, _, _, image), target, heatmap in zip(batch, targets, heatmaps):
+                name = _heatmap_name(entry["file"], used)
+                entry["heatmap"] = write_heatmap_png(image, heatmap, os.path.join(out_dir, name))
+                entry["explained_class"] = gradcam.class_names[int(target)]
     return results
+
+
+def _heatmap_name(path, used):
+    """Returns '<stem>.gradcam.png' for the file at `path`, numbered when `used` (updated) has it."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name, n = f"{stem}.gradcam.png", 1
+    while name in used:  # files of the same name from different folders
+        n += 1
+        name = f"{stem}.{n}.gradcam.png"
+    used.add(name)
+    return name

@@ -1,26 +1,36 @@
-"""The client side: loading an exported model and classifying image files with it, in batches."""
+"""The client side: loading an exported model and classifying image files (and, for an export that
+takes them, raw pixel files) with it, in batches."""
 import dataclasses
+import os
 import sys
 import time
-from typing import Callable, List
+from typing import Callable, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
-from acquisition.image_formats import check_image, is_image_name
+from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name
+from input_fns.decode import PIXELS_SIGNATURE
 from serving import ExportNotFoundError
 from acquisition import storage
 from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, is_complete
 
 BATCH_SIZE = 64  # files read and classified at once: memory stays flat however many are given
+# A file of one image's raw uint8 pixels, row by row (channels interleaved), nothing else: for an
+# export with a pixels signature (a Fashion-MNIST image's 784 bytes, as in its IDX files).
+PIXELS_EXTENSION = ".gray"
 
 
 @dataclasses.dataclass
 class Predictor:
     """An exported classifier: its class names and `classify`, a function from a list of image file
-    contents to (probabilities [n, classes], the predicted class names [n])."""
+    contents to (probabilities [n, classes], the predicted class names [n]); with a pixels signature,
+    the shape of one image's pixels and `classify_pixels`, the same from uint8 [n, *pixels_shape]."""
     export_dir: str
     class_names: List[str]
     classify: Callable
+    pixels_shape: Optional[Tuple[int, ...]] = None
+    classify_pixels: Optional[Callable] = None
 
 
 def resolve_export_dir(path):
@@ -42,32 +52,91 @@ def resolve_export_dir(path):
 def load_predictor(path):
     """Returns the Predictor of the SavedModel at `path` (see resolve_export_dir)."""
     export_dir = resolve_export_dir(path)
-    serving = tf.saved_model.load(export_dir).signatures["serving_default"]
-    # 'jpeg_bytes' (the OCT job) or 'image_bytes' (the images job): the signature's one input
-    (bytes_key,) = serving.structured_input_signature[1]
+    signatures = tf.saved_model.load(export_dir).signatures
     text = storage.read_text(storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE))
     class_names = [line.strip() for line in text.splitlines() if line.strip()]
+    # serving_default takes file contents: 'jpeg_bytes' (the OCT job) or 'image_bytes' (the others)
+    predictor = Predictor(export_dir, class_names, _classifier(signatures["serving_default"], class_names))
+    if PIXELS_SIGNATURE in signatures:
+        pixels = signatures[PIXELS_SIGNATURE]
+        predictor.pixels_shape = tuple(_input_spec(pixels)[1].shape[1:])
+        predictor.classify_pixels = _classifier(pixels, class_names)
+    return predictor
 
-    def classify(contents):
-        outputs = serving(**{bytes_key: tf.constant(contents, tf.string)})
+
+def _input_spec(signature):
+    """Returns (name, TensorSpec) of the one input of a loaded signature."""
+    ((name, spec),) = signature.structured_input_signature[1].items()
+    return name, spec
+
+
+def _classifier(signature, class_names):
+    """Returns a function from a batch of `signature`'s one input to (probabilities [n, classes], the
+    predicted class names [n])."""
+    name, spec = _input_spec(signature)
+
+    def classify(batch):
+        outputs = signature(**{name: tf.constant(batch, spec.dtype)})
         if CLASS_NAME not in outputs:  # exported before the signature named the classes
             probabilities = next(iter(outputs.values())).numpy()
             return probabilities, [class_names[i] for i in probabilities.argmax(axis=-1)]
         return outputs[PROBABILITIES].numpy(), [n.decode() for n in outputs[CLASS_NAME].numpy()]
 
-    return Predictor(export_dir, class_names, classify)
+    return classify
+
+
+def is_pixels_name(name):
+    """Returns whether a file named `name` is taken for raw pixels: PIXELS_EXTENSION (any case), not hidden."""
+    base = os.path.basename(name)
+    return not base.startswith(".") and os.path.splitext(base)[1].lower() == PIXELS_EXTENSION
+
+
+def read_pixels(path, pixels_shape):
+    """Returns (uint8 pixels of `pixels_shape`, None) from the raw pixel file at `path`, or (None, its
+    problem) when the export takes no pixels (`pixels_shape` None) or the file's size is not theirs."""
+    if not storage.isfile(path):
+        return None, "file not found"
+    if pixels_shape is None:
+        return None, (f"is raw pixels ({PIXELS_EXTENSION}), which this model does not take: pass it as a JPEG, "
+                      "PNG, BMP or GIF file")
+    data, size = storage.read_bytes(path), int(np.prod(pixels_shape))
+    if len(data) != size:
+        return None, (f"is {len(data)} bytes; a {PIXELS_EXTENSION} file for this model holds exactly {size}: "
+                      f"{_pixels_words(pixels_shape)}")
+    return np.frombuffer(data, np.uint8).reshape(pixels_shape), None
+
+
+def _pixels_words(pixels_shape):
+    """Returns what a pixel file holds, in words: 'one 28x28 gray image's pixels, a byte each, row by row'."""
+    height, width, channels = pixels_shape
+    kind = "gray" if channels == 1 else f"{channels}-channel"
+    return f"one {height}x{width} {kind} image's pixels, a byte each, row by row (as in Fashion-MNIST's IDX files)"
+
+
+def _image_problem(path, predictor):
+    """Returns why the image file at `path` cannot be classified (the fix included), or None."""
+    if not storage.isfile(path):
+        return "file not found"
+    problem = check_image(path).problem
+    if problem != NOT_AN_IMAGE:
+        return problem
+    if predictor.pixels_shape is None:
+        return f"{problem}; pass a JPEG, PNG, BMP or GIF file"
+    return (f"{problem}; pass a JPEG, PNG, BMP or GIF file, or, for raw pixels, a file named *{PIXELS_EXTENSION} "
+            f"holding {_pixels_words(predictor.pixels_shape)}")
 
 
 def image_paths(paths):
     """Yields the files to classify: each path that is not a folder as given, and the image files
-    (see image_formats.is_image_name) below each folder, walked recursively in sorted order."""
+    (see image_formats.is_image_name) and raw pixel files (is_pixels_name) below each folder, walked
+    recursively in sorted order."""
     for path in paths:
         if not storage.isdir(path):
             yield path
             continue
         for parent, dirs, names in storage.walk(path):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            yield from (storage.join(parent, n) for n in sorted(names) if is_image_name(n))
+            yield from (storage.join(parent, n) for n in sorted(names) if is_image_name(n) or is_pixels_name(n))
 
 
 def _batches(iterable, size):
@@ -101,27 +170,38 @@ def classify_files(predictor, paths, batch_size=BATCH_SIZE, progress_every_secs=
 
 
 def _classify_batch(predictor, paths):
-    results, readable, contents = [], [], []
+    results, images, pixels = [], ([], []), ([], [])  # (entries, their inputs) of each kind
     for path in paths:
-        problem = "file not found" if not storage.isfile(path) else check_image(path).problem
+        if is_pixels_name(path):
+            data, problem = read_pixels(path, predictor.pixels_shape)
+            kind = pixels
+        else:
+            problem = _image_problem(path, predictor)
+            data, kind = None if problem else storage.read_bytes(path), images
         results.append({"file": path, **({"error": problem} if problem else {})})
         if not problem:
-            contents.append(storage.read_bytes(path))
-            readable.append(results[-1])
-    if readable:
-        try:
-            _fill(predictor, readable, contents)
-        except tf.errors.InvalidArgumentError:
-            for entry, data in zip(readable, contents):  # find the file the decoder refused
-                try:
-                    _fill(predictor, [entry], [data])
-                except tf.errors.InvalidArgumentError as e:
-                    entry["error"] = f"cannot be decoded ({e.message.strip().splitlines()[0][:200]})"
+            kind[0].append(results[-1])
+            kind[1].append(data)
+    if pixels[0]:
+        _fill(predictor.classify_pixels, predictor.class_names, pixels[0], np.stack(pixels[1]))
+    if images[0]:
+        _fill_images(predictor, *images)
     return results
 
 
-def _fill(predictor, entries, contents):
-    probabilities, names = predictor.classify(contents)
+def _fill_images(predictor, readable, contents):
+    try:
+        _fill(predictor.classify, predictor.class_names, readable, contents)
+    except tf.errors.InvalidArgumentError:
+        for entry, data in zip(readable, contents):  # find the file the decoder refused
+            try:
+                _fill(predictor.classify, predictor.class_names, [entry], [data])
+            except tf.errors.InvalidArgumentError as e:
+                entry["error"] = f"cannot be decoded ({e.message.strip().splitlines()[0][:200]})"
+
+
+def _fill(classify, class_names, entries, batch):
+    probabilities, names = classify(batch)
     for entry, probs, name in zip(entries, probabilities, names):
         entry["class"] = name
-        entry["probabilities"] = {n: float(p) for n, p in zip(predictor.class_names, probs)}
+        entry["probabilities"] = {n: float(p) for n, p in zip(class_names, probs)}

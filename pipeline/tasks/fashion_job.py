@@ -9,7 +9,7 @@ import numpy as np
 from cluster.tf_config import read_tf_config
 from acquisition import fashion_mnist, storage
 from acquisition.errors import DownloadError
-from input_fns import baselines, fashion_mnist as fashion_input, synthetic
+from input_fns import baselines, decode, fashion_mnist as fashion_input, synthetic
 from models.fashion_cnn import build_fashion_cnn
 from pipeline.errors import UsageError
 from pipeline.tasks import FEATURE_KEY, TaskData
@@ -18,6 +18,9 @@ from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE
 log = logging.getLogger(__name__)
 
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 10000}  # the real dataset's, so --epochs means the same
+# The export's inputs: image files (any size and colour) in serving_default, and the IDX files' raw
+# pixels (uint8 [n, 28, 28, 1], 784 bytes an image) in decode.PIXELS_SIGNATURE.
+SERVING_KEY, PIXELS_KEY = "image_bytes", "gray_pixels"
 
 
 def prepare_data(args, batch_size):
@@ -33,7 +36,7 @@ def prepare_data(args, batch_size):
                                            num_examples=SYNTHETIC_SIZES[split])
         return TaskData(make(True, "train"), make(False, "test"),
                         SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"], "synthetic",
-                        class_names=fashion_mnist.CLASS_NAMES)
+                        class_names=fashion_mnist.CLASS_NAMES, serving_input_fn=serving_input_fn())
     data_dir, source = _dataset_or_sample(args)
     recipe, report = None, {}
     if source != "real":  # the shipped sample
@@ -50,8 +53,16 @@ def prepare_data(args, batch_size):
         fashion_input.make_input_fn(splits["test"]["pattern"], batch_size, training=False,
                                    feature_key=FEATURE_KEY),
         splits["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
-        train_class_counts=splits["train"]["class_counts"], recipe=recipe,
+        train_class_counts=splits["train"]["class_counts"], serving_input_fn=serving_input_fn(), recipe=recipe,
         report=report, train_input_at=train_at)
+
+
+def serving_input_fn():
+    """Returns the export's serving input: PNG, JPEG, BMP or GIF files decoded to 28x28 gray (resized,
+    colour converted) or the raw pixels, scaled to [0, 1] as the training records are."""
+    return decode.make_serving_input_fn(fashion_mnist.IMAGE_SHAPE[:2], fashion_mnist.IMAGE_SHAPE[2],
+                                        feature_key=FEATURE_KEY, bytes_key=SERVING_KEY, scale=True,
+                                        pixels_key=PIXELS_KEY)
 
 
 def _with_validation(args, batch_size, data_dir, splits, source, recipe, report):
@@ -65,7 +76,8 @@ def _with_validation(args, batch_size, data_dir, splits, source, recipe, report)
                                  FEATURE_KEY, args.seed)
     return TaskData(train_at(), make(splits["test"]["pattern"], False),
                     held["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
-                    train_class_counts=held["train"]["class_counts"], recipe=recipe, report=report,
+                    train_class_counts=held["train"]["class_counts"], serving_input_fn=serving_input_fn(),
+                    recipe=recipe, report=report,
                     validation_input_fn=make(held["validation"]["pattern"], False),
                     num_validation_examples=held["validation"]["count"], train_input_at=train_at)
 

@@ -35,5 +35,8 @@ def test_train_fashion_with_no_flags_learns_and_is_timed_offline(tmp_path):
     assert results["data_source"].startswith("real (shipped") and results["recipe"] == "shipped sample"
     assert results["eval_accuracy"] >= 0.70, result.stdout[-2000:]
     assert results["train_images_per_sec"] > 0 and results["mfu"] > 0
+    # the best model is exported, for predict.py (tests/scripts/test_fashion_export.py)
+    assert results["export_dir"] == results["best"]["export_dir"]
+    assert os.path.isfile(os.path.join(results["export_dir"], "saved_model.pb"))
     assert f"MFU {results['mfu']:.2f} of" in result.stdout
     assert (home / ".keras" / "datasets" / "fashion-mnist-sample").is_dir() and not list(cwd.glob("*.gz"))

@@ -74,3 +74,39 @@ def test_an_export_on_a_url_still_being_copied_is_passed_over_and_removed_by_the
         resolve_export_dir(f"{model_dir}/export/200")
     assert remove_leftovers(model_dir) == [f"{model_dir}/export/200"]
     assert storage.listdir(storage.join(model_dir, "export")) == ["100"]
+
+
+def test_gray_files_are_walked_and_a_model_without_pixels_refuses_them_naming_the_fix(tmp_path):
+    (tmp_path / "x").mkdir()
+    for name in ("a.gray", "B.GRAY", ".hidden.gray", "notes.txt"):
+        (tmp_path / "x" / name).write_bytes(bytes(784))
+    assert list(image_paths([str(tmp_path / "x")])) == [str(tmp_path / "x" / n) for n in ("B.GRAY", "a.gray")]
+    calls = []
+    results = list(classify_files(counting_predictor(calls), [str(tmp_path / "x"), str(tmp_path / "x" / "notes.txt")]))
+    assert calls == []  # a model without a pixels signature (counting_predictor's) is given nothing
+    assert [r["error"] for r in results] == [
+        "is raw pixels (.gray), which this model does not take: pass it as a JPEG, PNG, BMP or GIF file"] * 2 + [
+        "is not a JPEG, PNG, BMP or GIF image; pass a JPEG, PNG, BMP or GIF file"]
+
+
+def test_gray_files_of_a_pixels_model_are_checked_for_size_and_classified_with_the_images(tmp_path):
+    calls, seen = [], []
+
+    def classify_pixels(pixels):
+        calls.append(pixels.shape)
+        seen.append(pixels)
+        return np.tile([[0.25, 0.75]], (len(pixels), 1)), ["b"] * len(pixels)
+    predictor = counting_predictor(calls)
+    predictor.pixels_shape, predictor.classify_pixels = (28, 28, 1), classify_pixels
+    pixels = bytes(range(256)) * 3 + bytes(16)  # 784: row 0 is 0..27, row 1 28..55, ...
+    (tmp_path / "ok.gray").write_bytes(pixels)
+    (tmp_path / "long.gray").write_bytes(bytes(785))
+    (tmp_path / "c.png").write_bytes(encode(draw_shape("circle", 24, np.random.default_rng(0)), "RGB", "PNG"))
+    paths = [str(tmp_path / n) for n in ("ok.gray", "long.gray", "c.png")]
+    ok, long, image = classify_files(predictor, paths)
+    assert calls == [(1, 28, 28, 1), 1]  # the pixels in one batch, the image file in another
+    assert seen[0].dtype == np.uint8 and seen[0][0, 1, :3, 0].tolist() == [28, 29, 30]
+    assert seen[0].tobytes() == pixels
+    assert ok == {"file": paths[0], "class": "b", "probabilities": {"a": 0.25, "b": 0.75}}
+    assert long["error"].startswith("is 785 bytes; a .gray file for this model holds exactly 784: one 28x28 gray ")
+    assert image["class"] == "a"
