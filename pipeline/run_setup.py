@@ -16,6 +16,7 @@ from pipeline import batching, determinism, estimator as estimator_lib, model_di
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
+from pipeline.validation_flags import check_validation_split
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ def prepare_run(setup):
     setup.record = progress.read(args.model_dir, task.name)
     data = setup.data = task.prepare_data(args, args.batch_size)  # a recipe (TaskData.recipe) may set the batch
     test_report.check_positive_classes(args, data.class_names)
+    check_validation_split(args, data)
     validation_lib.check_early_stopping(args, data)
     setup.global_batch = args.batch_size * setup.plan.replicas
     setup.learning_rate = batching.scaled_learning_rate(

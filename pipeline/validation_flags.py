@@ -1,5 +1,6 @@
 """The flags of validation during training (a split held out from the training data, evaluated as
 training goes, the best model kept, early stopping), defined once for every job's parser."""
+from pipeline.errors import FlagError
 from pipeline.flags import RecordedStore, fraction, positive_float, positive_int
 
 DEFAULT_VALIDATION_FRACTION = 0.1  # why 0.1: README, "Picking the best model while training"
@@ -39,3 +40,19 @@ def add_validation_flags(parser, defaults):
                        help="train nothing: evaluate the model dir's best checkpoint (or its latest) on the test "
                             "split and report")
     return group
+
+
+def check_validation_split(args, data):
+    """Raises FlagError (exit 2) when the command line asks for a validation split (--validation-fraction
+    above 0 given, or --validation-dir) and the data, `data` (TaskData), is --synthetic: it has none,
+    and the default share is left off without a word."""
+    if data.source != "synthetic" or data.validation_input_fn is not None:
+        return
+    if args.validation_dir:
+        asked = f"--validation-dir {args.validation_dir} validates on real images"
+    elif args.validation_fraction and "validation_fraction" in getattr(args, "explicit_flags", ()):
+        asked = f"--validation-fraction {args.validation_fraction:g} holds out a share of the training data"
+    else:
+        return
+    raise FlagError(f"{asked}, and --synthetic data (one generated batch repeated) has no validation split; drop "
+                    "--synthetic to validate, or pass --validation-fraction 0")

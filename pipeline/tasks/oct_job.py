@@ -11,7 +11,7 @@ from acquisition import class_folders, image_checks, retinal_oct, shards, storag
 from acquisition.errors import InputDataError
 from input_fns import baselines, decode, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 from pipeline.tasks.oct import PATIENT_PATTERN, TRAIN_EXAMPLES
 
@@ -57,9 +57,16 @@ def prepare_data(args, batch_size):
     if args.records_dir:
         asked = args.validation_fraction and "validation_fraction" in getattr(args, "explicit_flags", ())
         if args.validation_dir or asked:
-            raise UsageError("--records-dir's shards hold no file names, so no validation split by patient can be "
-                             "drawn from them; train on the JPEG folders (--data-dir) for one, or pass "
-                             "--validation-fraction 0")
+            raise FlagError("--records-dir's shards hold no file names, so no validation split by patient can be "
+                            "drawn from them; train on the JPEG folders (--data-dir) for one, or pass "
+                            "--validation-fraction 0")
+        stopping = [flag for flag, value in (("--stop-at-accuracy", args.stop_at_accuracy),
+                                             ("--patience", args.patience)) if value is not None]
+        if stopping:
+            raise FlagError(f"{' and '.join(stopping)} stop training on the validation split's accuracy, and "
+                            "--records-dir's shards hold no file names, so no validation split by patient can be "
+                            "drawn from them; train on the JPEG folders (--data-dir) to stop early, or drop "
+                            f"{' and '.join(stopping)}")
         log.info("no validation split: --records-dir's shards hold no file names to keep each patient's scans on "
                  "one side (the JPEG folders, --data-dir, have one); the last checkpoint is exported and tested")
         return _records_data(args, batch_size, size, serving)
