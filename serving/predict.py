@@ -107,10 +107,11 @@ def read_pixels(path, pixels_shape):
 
 
 def _pixels_words(pixels_shape):
-    """Returns what a pixel file holds, in words: 'one 28x28 gray image's pixels, a byte each, row by row'."""
+    """Returns what a pixel file holds, in words: 'one 28x28 gray image's pixels, a byte each, row by row ...'."""
     height, width, channels = pixels_shape
-    kind = "gray" if channels == 1 else f"{channels}-channel"
-    return f"one {height}x{width} {kind} image's pixels, a byte each, row by row (as in Fashion-MNIST's IDX files)"
+    if channels == 1:
+        return f"one {height}x{width} gray image's pixels, a byte each, row by row (as in Fashion-MNIST's IDX files)"
+    return f"one {height}x{width} image's pixels, {channels} bytes each (one a channel), row by row"
 
 
 def _image_problem(path, predictor):
@@ -170,14 +171,17 @@ def classify_files(predictor, paths, batch_size=BATCH_SIZE, progress_every_secs=
 
 
 def _classify_batch(predictor, paths):
+    """Returns classify_files's dicts for `paths`: raw pixel files and image files each classified in
+    one call of their own signature."""
     results, images, pixels = [], ([], []), ([], [])  # (entries, their inputs) of each kind
     for path in paths:
         if is_pixels_name(path):
-            data, problem = read_pixels(path, predictor.pixels_shape)
             kind = pixels
+            data, problem = read_pixels(path, predictor.pixels_shape)
         else:
+            kind = images
             problem = _image_problem(path, predictor)
-            data, kind = None if problem else storage.read_bytes(path), images
+            data = None if problem else storage.read_bytes(path)
         results.append({"file": path, **({"error": problem} if problem else {})})
         if not problem:
             kind[0].append(results[-1])
@@ -190,6 +194,7 @@ def _classify_batch(predictor, paths):
 
 
 def _fill_images(predictor, readable, contents):
+    """Fills each entry of `readable` with its image's answer, or the decoder's error."""
     try:
         _fill(predictor.classify, predictor.class_names, readable, contents)
     except tf.errors.InvalidArgumentError:
@@ -201,6 +206,7 @@ def _fill_images(predictor, readable, contents):
 
 
 def _fill(classify, class_names, entries, batch):
+    """Adds 'class' and 'probabilities' to each of `entries` from `classify(batch)`."""
     probabilities, names = classify(batch)
     for entry, probs, name in zip(entries, probabilities, names):
         entry["class"] = name
