@@ -221,7 +221,8 @@ def jobs(fashion_default, oct_tree, oct_records, shapes, fashion_png, oct_sample
     return {
         "fashion": ({"sample": fashion_default, "synthetic": ["--synthetic"]}, fashion_png,
                     {"sample": list(fashion_mnist.CLASS_NAMES), "synthetic": list(fashion_mnist.CLASS_NAMES)}),
-        "oct": ({"jpeg": ["--data-dir", oct_root], "synthetic": ["--synthetic"], "records": ["--records-dir", oct_records],
+        "oct": ({"jpeg": ["--data-dir", oct_root], "synthetic": ["--synthetic"],
+                 "records": ["--records-dir", oct_records],
                  "cache": ["--data-dir", oct_root, "--cache", "memory"]}, scan,
                 dict.fromkeys(FACTORS["oct"]["data"], list(OCT_CLASSES))),
         "images": ({"folder": ["--data-dir", shapes], "synthetic": ["--synthetic"]},
@@ -276,7 +277,8 @@ def check_results(job, cell, results, class_count):
         assert results["stopped_because"] == "max_steps" and results["global_step"] == results["eval_step"] == MAX_STEPS
     else:
         assert results["validation_examples"] > 0 and results["best"] is not None
-        assert results["eval_step"] == results["best"]["step"] and results["export_dir"] == results["best"]["export_dir"]
+        assert results["eval_step"] == results["best"]["step"]
+        assert results["export_dir"] == results["best"]["export_dir"]
         if stop == "target":  # stopped at the first evaluation
             assert results["stopped_because"] == "target_accuracy" and results["global_step"] == EVERY
             assert [e["step"] for e in evaluations] == [EVERY]
