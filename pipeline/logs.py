@@ -1,6 +1,7 @@
 """Log set-up: the job's progress on stderr, TensorFlow's own chatter filtered out."""
 import logging
 import re
+import sys
 import warnings
 
 import tensorflow as tf
@@ -27,6 +28,24 @@ class _ProgressOnly(logging.Filter):
         return record.levelno >= logging.ERROR or bool(_TF_PROGRESS.match(message))
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """A StreamHandler on sys.stderr as it is when each record is written, as print(file=sys.stderr)
+    writes the run's one-line errors: a process that runs several jobs (pipeline.cli.train_main called
+    in turn) and swaps sys.stderr between them gets every line where it points now, never in a stream
+    an earlier run saw and its owner has closed since ('--- Logging error ---' and a traceback)."""
+
+    def __init__(self):
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass  # always the current sys.stderr
+
+
 def configure_logging(verbose=False):
     """Sends the job's and TensorFlow's log records to stderr with timestamps.
 
@@ -35,7 +54,7 @@ def configure_logging(verbose=False):
     """
     root = logging.getLogger()
     if not any(getattr(h, "_pipeline", False) for h in root.handlers):
-        handler = logging.StreamHandler()
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(message)s", "%H:%M:%S"))
         handler._pipeline = True
         root.addHandler(handler)

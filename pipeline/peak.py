@@ -115,8 +115,9 @@ def _chained_graph(kind, shape, dtype, device):
             batch, size, channels = shape
             x_shape, w_shape, fan_in = (batch, size, size, channels), (3, 3, channels, channels), 9 * channels
             flops_each = 2 * batch * size * size * channels * channels * 9
-        x = tf.compat.v1.Variable(tf.cast(tf.random.normal(x_shape), dtype))
-        w = tf.compat.v1.Variable(tf.cast(tf.random.normal(w_shape, stddev=fan_in ** -0.5), dtype))
+        # Seeded: under --deterministic (op determinism on) an unseeded random op is an error.
+        x = tf.compat.v1.Variable(tf.cast(tf.random.normal(x_shape, seed=1), dtype))
+        w = tf.compat.v1.Variable(tf.cast(tf.random.normal(w_shape, stddev=fan_in ** -0.5, seed=2), dtype))
         y = x.read_value()
         for _ in range(CHAIN):
             y = tf.matmul(y, w) if kind == "gemm" else tf.nn.conv2d(y, w, strides=1, padding="SAME")

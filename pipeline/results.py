@@ -85,3 +85,22 @@ def write_results(model_dir, results):
 def read_results(model_dir):
     """Returns the dict stored in <model_dir>/results.json."""
     return json.loads(storage.read_text(storage.join(model_dir, RESULTS_FILE)))
+
+
+def recorded_export(model_dir, step):
+    """Returns the export the model dir's results.json names for the checkpoint of global `step`, when it
+    is there still, or None: what an --eval-only run of that checkpoint reports rather than export it
+    again (each export is a new timestamped folder, which predict.py --model <model dir> takes as the
+    newest)."""
+    from serving.export import is_complete  # imports TensorFlow: only when a run asks
+    try:
+        recorded = read_results(model_dir)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    export_dir = recorded.get("export_dir")
+    if recorded.get("eval_step") != step or not export_dir or \
+            not storage.isfile(storage.join(export_dir, "saved_model.pb")) or not is_complete(export_dir):
+        return None
+    return export_dir

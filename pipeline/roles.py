@@ -132,9 +132,10 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
     if setup.cluster is not None:
         extra["cluster"] = {"strategy": args.strategy, "training_workers": setup.cluster.num_workers}
     if data.serving_input_fn:
-        extra["export_dir"] = best["export_dir"] if best and best.get("export_dir") else export_model(
-            estimator, data.serving_input_fn, data.class_names, storage.join(args.model_dir, "export"),
-            best and best["checkpoint"])
+        extra["export_dir"] = best["export_dir"] if best and best.get("export_dir") else \
+            (args.eval_only and results_lib.recorded_export(args.model_dir, eval_step)) or export_model(
+                estimator, data.serving_input_fn, data.class_names, storage.join(args.model_dir, "export"),
+                best and best["checkpoint"])
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
         extra.update(test_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
                                               extra.get("export_dir"), estimator, best and best["checkpoint"]))

@@ -87,6 +87,7 @@ def prepare_run(setup):
     setup.record = progress.read(args.model_dir, task.name)
     data = setup.data = task.prepare_data(args, args.batch_size)  # a recipe (TaskData.recipe) may set the batch
     test_report.check_positive_classes(args, data.class_names)
+    validation_lib.check_validation_split(args, data)
     test_report.check_calibration(args, data)
     validation_lib.check_early_stopping(args, data)
     setup.global_batch = args.batch_size * setup.plan.replicas

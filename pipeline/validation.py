@@ -79,6 +79,22 @@ def cadence_for(args, setup):
                    auto=args.eval_every_epochs is None, epochs=epochs)
 
 
+def check_validation_split(args, data):
+    """Raises FlagError (exit 2) when the command line asks for a validation split (--validation-fraction
+    above 0 given, or --validation-dir) and the data, `data` (TaskData), is --synthetic: it has none,
+    and the default share is left off without a word."""
+    if data.source != "synthetic" or data.validation_input_fn is not None:
+        return
+    if args.validation_dir:
+        asked = f"--validation-dir {args.validation_dir} validates on real images"
+    elif args.validation_fraction and "validation_fraction" in getattr(args, "explicit_flags", ()):
+        asked = f"--validation-fraction {args.validation_fraction:g} holds out a share of the training data"
+    else:
+        return
+    raise FlagError(f"{asked}, and --synthetic data (one generated batch repeated) has no validation split; drop "
+                    "--synthetic to validate, or pass --validation-fraction 0")
+
+
 def check_early_stopping(args, data):
     """Raises FlagError (exit 2) for early-stopping flags that cannot act: no validation split to watch,
     or --min-delta without --patience."""

@@ -39,3 +39,4 @@ def add_validation_flags(parser, defaults):
                        help="train nothing: evaluate the model dir's best checkpoint (or its latest) on the test "
                             "split and report")
     return group
+

@@ -16,7 +16,7 @@ from input_fns import decode, image_list, synthetic
 from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
 from models.backbones import build_image_classifier
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,10 @@ def prepare_data(args, batch_size):
     """Returns TaskData over the folder's train and test splits (or synthetic images)."""
     size = (args.image_size, args.image_size)
     if args.synthetic:
+        if args.class_weight == "balanced":
+            raise FlagError("--class-weight balanced weighs each class by its count of training images, and "
+                            "--synthetic data (one generated batch repeated) has no classes to count; drop one of "
+                            "the two")
         channels = args.channels or 3
         names = tuple(f"class_{i}" for i in range(SYNTHETIC_CLASSES))
 

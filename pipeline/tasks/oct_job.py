@@ -11,7 +11,7 @@ from acquisition import class_folders, image_checks, retinal_oct, shards, storag
 from acquisition.errors import InputDataError
 from input_fns import baselines, decode, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 from pipeline.tasks.oct import PATIENT_PATTERN, TRAIN_EXAMPLES
 
@@ -46,6 +46,7 @@ def prepare_data(args, batch_size):
     check_step_memory(args.image_size, batch_size)
     serving = decode.make_serving_input_fn(size, CHANNELS, fast_decode=args.decode == "reduced",
                                                  feature_key=FEATURE_KEY)
+    check_cache(args)
     if args.synthetic:
         def make(training, split):
             return synthetic.make_input_fn(size + (CHANNELS,), len(retinal_oct.CLASS_NAMES), batch_size, training,
@@ -57,13 +58,38 @@ def prepare_data(args, batch_size):
     if args.records_dir:
         asked = args.validation_fraction and "validation_fraction" in getattr(args, "explicit_flags", ())
         if args.validation_dir or asked:
-            raise UsageError("--records-dir's shards hold no file names, so no validation split by patient can be "
-                             "drawn from them; train on the JPEG folders (--data-dir) for one, or pass "
-                             "--validation-fraction 0")
+            raise FlagError("--records-dir's shards hold no file names, so no validation split by patient can be "
+                            "drawn from them; train on the JPEG folders (--data-dir) for one, or pass "
+                            "--validation-fraction 0")
+        stopping = [flag for flag, value in (("--stop-at-accuracy", args.stop_at_accuracy),
+                                             ("--patience", args.patience)) if value is not None]
+        if stopping:
+            raise FlagError(f"{' and '.join(stopping)} stop training on the validation split's accuracy, and "
+                            "--records-dir's shards hold no file names, so no validation split by patient can be "
+                            "drawn from them; train on the JPEG folders (--data-dir) to stop early, or drop "
+                            f"{' and '.join(stopping)}")
         log.info("no validation split: --records-dir's shards hold no file names to keep each patient's scans on "
                  "one side (the JPEG folders, --data-dir, have one); the last checkpoint is exported and tested")
         return _records_data(args, batch_size, size, serving)
     return _folder_data(args, batch_size, size, serving)
+
+
+def check_cache(args):
+    """Raises FlagError (exit 2) for a --cache that cannot apply: generated data (--synthetic), or files
+    under a folder for the prepared shards, which are such files already (in memory they are kept)."""
+    if args.cache is None:
+        return
+    if args.synthetic:
+        raise FlagError("--cache keeps the decoded, resized training scans of the first epoch, and --synthetic data "
+                        "is one generated batch, kept in memory already; drop --cache")
+    if args.records_dir and args.cache != "":
+        raise FlagError(f"--cache DIR keeps decoded scans in files, and --records-dir's shards are such files "
+                        f"already; drop --cache {args.cache}, or pass --cache memory to keep them in memory")
+
+
+def _cache_report(args):
+    """Returns results.json's word for where the training images are kept after the first epoch."""
+    return {"cache": None if args.cache is None else "memory" if args.cache == "" else args.cache}
 
 
 def _folder_data(args, batch_size, size, serving):
@@ -78,7 +104,7 @@ def _folder_data(args, batch_size, size, serving):
     cache_key = {"pattern": retinal_oct.split_pattern(root, "train"), "files_fingerprint": scans["train"].fingerprint,
                  "skipped": scans["train"].bad_files}
     report = {"data_root": root, "skipped_files": scans["train"].bad_files + scans["test"].bad_files,
-              "skipped_file_problems": {**scans["train"].problems, **scans["test"].problems}}
+              "skipped_file_problems": {**scans["train"].problems, **scans["test"].problems}, **_cache_report(args)}
     if held_out:
         train = held_out["train"]
         cache_key["validation"] = [args.validation_fraction, VALIDATION_SEED, args.validation_dir]
@@ -150,13 +176,14 @@ def _records_data(args, batch_size, size, serving):
     def make(split, training, skip=0):
         return records.make_image_records_input_fn(splits[split]["pattern"], size + (CHANNELS,),
                                                    len(retinal_oct.CLASS_NAMES), batch_size, training,
-                                                   FEATURE_KEY, seed=args.seed, skip=skip)
+                                                   FEATURE_KEY, seed=args.seed, skip=skip,
+                                                   cache_in_memory=training and args.cache == "")
 
     return TaskData(make("train", True), make("test", False), splits["train"]["count"],
                     splits["test"]["count"], "real (prepared shards)", class_names=retinal_oct.CLASS_NAMES,
                     eval_labels=splits["test"]["labels_in_order"],
                     train_class_counts=splits["train"]["class_counts"], serving_input_fn=serving,
-                    report={"records_dir": args.records_dir},
+                    report={"records_dir": args.records_dir, **_cache_report(args)},
                     train_input_at=lambda skip: make("train", True, skip))
 
 

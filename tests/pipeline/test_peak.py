@@ -15,6 +15,19 @@ def test_the_probe_returns_a_positive_figure_in_each_precision():
         assert flops > 1e8 and shape.startswith(("gemm", "conv"))
 
 
+def test_the_probe_runs_under_op_determinism():
+    # The first --deterministic run in a precision not yet probed (train_fashion.py --deterministic
+    # --precision bf16) probes with op determinism on, and an unseeded random op is an error there.
+    import tensorflow as tf
+    from tensorflow.python.framework import config as tf_config
+    tf.config.experimental.enable_op_determinism()
+    try:
+        flops, _ = peak.probe_peak("fp32", budget_seconds=0.0)
+    finally:
+        tf_config.disable_op_determinism()
+    assert flops > 1e8
+
+
 @pytest.mark.parametrize("kind, shape", [("conv", (2, 8, 16)), ("gemm", (32, 16))])
 def test_a_probe_run_times_the_math_and_not_the_making_of_its_inputs(kind, shape):
     import tensorflow as tf
