@@ -101,9 +101,10 @@ def check_early_stopping(args, data):
     asked = [flag for flag, value in (("--stop-at-accuracy", args.stop_at_accuracy), ("--patience", args.patience))
              if value is not None]
     if asked and data.validation_input_fn is None:
-        why = "--synthetic data has" if data.source == "synthetic" else "this run has"
-        raise FlagError(f"{' and '.join(asked)} stop training on the validation split's accuracy, and {why} no "
-                        "validation split; drop them, or hold out a split (--validation-fraction above 0)")
+        synthetic = data.source == "synthetic"  # which holds no split to hold out (validation_flags)
+        raise FlagError(f"{' and '.join(asked)} stop training on the validation split's accuracy, and "
+                        f"{'--synthetic data has' if synthetic else 'this run has'} no validation split; drop them"
+                        f"{'' if synthetic else ', or hold out a split (--validation-fraction above 0)'}")
     if "min_delta" in args.explicit_flags and not args.patience:
         raise FlagError("--min-delta is the least improvement --patience counts; give --patience N with it")
 

@@ -364,6 +364,8 @@ def test_refused_cells_say_why_in_one_line_before_training(job, cell, jobs, tmp_
     errors = [line for line in err.splitlines() if ": error: " in line]
     assert len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err[-3000:]
     assert refusal(cell) in errors[0]
+    if cell["data"] == "synthetic":  # no advice the data cannot take
+        assert "--validation-fraction above 0" not in errors[0]
     written = os.listdir(model_dir) if os.path.isdir(model_dir) else []
     assert not [name for name in written if name.startswith(("model.ckpt", "checkpoint", "results.json"))], written
 
