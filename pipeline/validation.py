@@ -80,19 +80,26 @@ def cadence_for(args, setup):
 
 
 def check_validation_split(args, data):
-    """Raises FlagError (exit 2) when the command line asks for a validation split (--validation-fraction
-    above 0 given, or --validation-dir) and the data, `data` (TaskData), is --synthetic: it has none,
-    and the default share is left off without a word."""
-    if data.source != "synthetic" or data.validation_input_fn is not None:
+    """Raises FlagError (exit 2) when the command line asks for a validation split the data, `data`
+    (TaskData), does not hold: --validation-fraction above 0 given, or --validation-dir, of --synthetic
+    data (the default share is left off without a word); or a cadence (--eval-every-steps,
+    --eval-every-epochs) with no split to evaluate."""
+    if data.validation_input_fn is not None:
         return
-    if args.validation_dir:
-        asked = f"--validation-dir {args.validation_dir} validates on real images"
-    elif args.validation_fraction and "validation_fraction" in getattr(args, "explicit_flags", ()):
-        asked = f"--validation-fraction {args.validation_fraction:g} holds out a share of the training data"
-    else:
-        return
-    raise FlagError(f"{asked}, and --synthetic data (one generated batch repeated) has no validation split; drop "
-                    "--synthetic to validate, or pass --validation-fraction 0")
+    if data.source == "synthetic":
+        asked = None
+        if args.validation_dir:
+            asked = f"--validation-dir {args.validation_dir} validates on real images"
+        elif args.validation_fraction and "validation_fraction" in getattr(args, "explicit_flags", ()):
+            asked = f"--validation-fraction {args.validation_fraction:g} holds out a share of the training data"
+        if asked:
+            raise FlagError(f"{asked}, and --synthetic data (one generated batch repeated) has no validation split; "
+                            "drop --synthetic to validate, or pass --validation-fraction 0")
+    cadence = [flag for flag, value in (("--eval-every-steps", args.eval_every_steps),
+                                        ("--eval-every-epochs", args.eval_every_epochs)) if value]
+    if cadence:
+        raise FlagError(f"{cadence[0]} sets how often the validation split is evaluated, and this run has none "
+                        "(--validation-fraction 0, --synthetic data or prepared shards); drop it")
 
 
 def check_early_stopping(args, data):

@@ -11,7 +11,7 @@ from acquisition import fashion_mnist, storage
 from acquisition.errors import DownloadError
 from input_fns import baselines, decode, fashion_mnist as fashion_input, synthetic
 from models.fashion_cnn import build_fashion_cnn
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, TaskData
 from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE, TRAIN_EXAMPLES
 
@@ -29,6 +29,9 @@ def prepare_data(args, batch_size):
     When it falls back to the shipped sample, the sample's recipe may replace `args`' batch
     size, length and learning rate first (see apply_sample_recipe); `batch_size` then follows.
     """
+    if args.validation_dir:
+        raise FlagError(f"--validation-dir {args.validation_dir}: a folder of class folders to validate on is for the "
+                        "images and OCT jobs; the Fashion job holds out --validation-fraction of its training records")
     if args.synthetic:
         def make(training, split):
             return synthetic.make_input_fn(fashion_mnist.IMAGE_SHAPE, fashion_mnist.NUM_CLASSES,

@@ -3,7 +3,7 @@ B-scans (4 classes). Its data and model: oct_job.py."""
 import os
 
 from models import VGG16_BASE_LAYERS
-from pipeline.flags import int_in_range, positive_int
+from pipeline.flags import RecordedStore, int_in_range, positive_int
 from pipeline.tasks import Task
 
 DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "kermany2018")
@@ -48,7 +48,7 @@ def add_flags(parser):
                             "(reused by later runs; an incomplete one is rebuilt)")
     group.add_argument("--records-dir", default=None,
                        help="train on TFRecord shards made by scripts/prepare_oct.py instead of the JPEGs")
-    group.add_argument("--shuffle-buffer", type=positive_int, default=2048,
+    group.add_argument("--shuffle-buffer", type=positive_int, default=2048, action=RecordedStore,
                        help="only with --cache: images shuffled anew each epoch after the cache, which holds "
                             "them in an order shuffled once (without a cache the file names are shuffled "
                             "whole)")

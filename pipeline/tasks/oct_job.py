@@ -76,8 +76,12 @@ def prepare_data(args, batch_size):
 
 def check_cache(args):
     """Raises FlagError (exit 2) for a --cache that cannot apply: generated data (--synthetic), or files
-    under a folder for the prepared shards, which are such files already (in memory they are kept)."""
+    under a folder for the prepared shards, which are such files already (in memory they are kept); and
+    for --shuffle-buffer without a cache, whose images it shuffles."""
     if args.cache is None:
+        if "shuffle_buffer" in args.explicit_flags:
+            raise FlagError("--shuffle-buffer shuffles the images a --cache holds, and this run has no cache (its "
+                            "file names are shuffled whole each epoch); drop --shuffle-buffer, or add --cache")
         return
     if args.synthetic:
         raise FlagError("--cache keeps the decoded, resized training scans of the first epoch, and --synthetic data "

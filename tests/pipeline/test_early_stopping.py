@@ -91,5 +91,11 @@ def test_early_stopping_with_nothing_to_watch_is_refused_before_training(fashion
     delta = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "c"), "--min-delta", "0.01",
                     "--max-steps", "5")
     assert delta.returncode == 2 and "give --patience N with it" in delta.stderr
-    for folder in ("a", "b", "c"):
+    cadence = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "d"), "--validation-fraction", "0",
+                      "--eval-every-steps", "5", "--max-steps", "5")
+    assert cadence.returncode == 2 and "--eval-every-steps sets how often the validation split" in cadence.stderr
+    elsewhere = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "e"), "--validation-dir",
+                        fashion_data_dir, "--max-steps", "5")
+    assert elsewhere.returncode == 2 and "the Fashion job holds out --validation-fraction" in elsewhere.stderr
+    for folder in ("a", "b", "c", "d", "e"):
         assert not list((tmp_path / folder).glob("model.ckpt-*"))  # nothing trained
