@@ -1,7 +1,8 @@
 """Starts a TF_CONFIG cluster of local processes on 127.0.0.1 and supervises it.
 
 Every task runs the same command with its own TF_CONFIG; their output is
-streamed with a task prefix. When a task fails, every process started here is
+streamed with a task prefix, and with `log_dir` also kept whole in one file per task, which ends
+with the task's exit code. When a task fails, every process started here is
 stopped; parameter servers, which never exit on their own, are stopped once the
 training tasks and the evaluator are done. An evaluator that dies is warned about
 once; training goes on.
@@ -75,12 +76,12 @@ class LocalCluster:
     """The processes of one local cluster; `run()` supervises them and returns the exit code."""
 
     def __init__(self, command, workers, ps=0, evaluator=False, out=None, evaluator_grace_secs=300,
-                 grace_secs=DEFAULT_GRACE_SECS, environ=None):
-        self.command, self.out = command, out or sys.stdout
+                 grace_secs=DEFAULT_GRACE_SECS, environ=None, log_dir=None):
+        self.command, self.out, self.log_dir = command, out or sys.stdout, log_dir
         self.tasks = cluster_tasks(workers, ps, evaluator)
         self.evaluator_grace_secs, self.grace_secs = evaluator_grace_secs, grace_secs
         self.environ = dict(os.environ if environ is None else environ)
-        self.processes = {}
+        self.processes, self._streams = {}, {}
         self._lock = threading.Lock()
         self._received = []
 
@@ -94,13 +95,27 @@ class LocalCluster:
             self.out.write(f"[{label}] {line.rstrip()}\n")
             self.out.flush()
 
+    def log_path(self, label):
+        """Returns the file that keeps task `label`'s output (with `log_dir`), as 'worker_0.log'."""
+        return os.path.join(self.log_dir, f"{label.replace(' ', '_')}.log")
+
     def _stream(self, label, process):
-        for line in process.stdout:
-            self.say(label, line)
+        if self.log_dir is None:
+            for line in process.stdout:
+                self.say(label, line)
+            return
+        with open(self.log_path(label), "w") as log:
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
+                self.say(label, line)
+            log.write(f"[launcher] {label} {_describe_exit(process.wait())}\n")
 
     def start(self):
         """Starts every task, each in a process group of its own (a terminal's Ctrl-C reaches the
         launcher alone, which passes it on once); returns {label: Popen}."""
+        if self.log_dir is not None:
+            os.makedirs(self.log_dir, exist_ok=True)
         lifeline, self._lifeline = os.pipe()  # the write end stays here: its close is the launcher's death
         try:
             for label, tf_config in self.tasks:
@@ -111,7 +126,8 @@ class LocalCluster:
                     stderr=subprocess.STDOUT, text=True, errors="replace", pass_fds=(lifeline,),
                     process_group=0)
                 self.processes[label] = process
-                threading.Thread(target=self._stream, args=(label, process), daemon=True).start()
+                self._streams[label] = threading.Thread(target=self._stream, args=(label, process), daemon=True)
+                self._streams[label].start()
                 self.say("launcher", f"started {label} (pid {process.pid})")
         finally:
             os.close(lifeline)
@@ -136,7 +152,16 @@ class LocalCluster:
             running[label].kill()
         for p in running.values():
             p.wait()
+        self._drain()
         return killed
+
+    def _drain(self, timeout_secs=10):
+        """Waits (up to `timeout_secs` in all) until the output of every ended task is passed on:
+        a task's last lines, its stop line say, may still be in its pipe when it has ended."""
+        deadline = time.monotonic() + timeout_secs
+        for label, thread in self._streams.items():
+            if self.processes[label].poll() is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def run(self):
         """Starts the cluster and waits for it; returns 0 when the chief, the workers and the

@@ -15,6 +15,7 @@ one accepts it (the kernel does) or not, but never answers.
 import logging
 import os
 import re
+import signal
 import socket
 import sys
 import threading
@@ -79,11 +80,19 @@ class PeerWatch:
     so it exits 0 once training has finished and every trainer is gone.
     `session_recreated()` is for the Estimator's answer to a failed peer: it ends
     the task at once (see recovery_filter).
+
+    A stop signal to this task comes first: once `stop_signal()` returns one (the task was asked
+    to stop, even if its main thread, waiting inside TensorFlow, has not handled it yet), a lost
+    peer is no error of the cluster's. While `stop_taken()` is false (no step boundary has taken
+    the stop: the main thread waits in a step the lost peer will never join) the task ends as its
+    stop would, naming the latest checkpoint, with 128 + the signal; once it is true the task is
+    ending by itself, and the watch leaves it to that.
     """
 
     def __init__(self, cluster, model_dir, timeout_secs=DEFAULT_PEER_TIMEOUT_SECS, finished=lambda: False,
-                 prog=None):
+                 prog=None, stop_signal=lambda: None, stop_taken=lambda: False):
         self.cluster, self.model_dir, self.timeout_secs, self.finished = cluster, model_dir, timeout_secs, finished
+        self.stop_signal, self.stop_taken = stop_signal, stop_taken
         self.prog = prog or os.path.basename(sys.argv[0])
         self.peers = peers_of(cluster)
         self.every_secs = max(0.5, min(5.0, timeout_secs / 4))
@@ -117,6 +126,9 @@ class PeerWatch:
                     self._exit(0, f"ps {self.cluster.index}: training finished and every trainer ended; "
                                   "stopping this parameter server")
                 time.sleep(self.every_secs)
+                continue
+            if failures and self.stop_signal() is not None and self.stop_taken():
+                time.sleep(self.every_secs)  # this task ends by its own stop: peers that end too are no loss
                 continue
             for label in failures:
                 if label not in self._warned:
@@ -159,12 +171,20 @@ class PeerWatch:
         failing = {label: probe(address, timeout=2.0) for label, address in self.peers.items()}
         failing = {label: reason for label, reason in failing.items() if reason is not None}
         for label in sorted(failing, key=lambda label: not self._seen[label]):  # those known alive before first
-            self.lost(label, failing[label])
-        self.lost(None, "failed (TensorFlow aborted the step); every peer answers again now")
+            self.lost(label, failing[label], rebuilding=True)
+        self.lost(None, "failed (TensorFlow aborted the step); every peer answers again now", rebuilding=True)
 
-    def lost(self, label, reason):
-        """Writes the one line for the loss of peer `label` and exits with PEER_LOST_EXIT."""
+    def lost(self, label, reason, rebuilding=False):
+        """Writes the one line for the loss of peer `label` and exits with PEER_LOST_EXIT; or, when
+        this task was asked to stop, ends it as its stop (see the class), and returns once the stop
+        was taken, unless TensorFlow is `rebuilding` the session (it cannot go on then either)."""
         peer = f"{label} at {self.peers[label]} {reason}" if label else f"a peer {reason}"
+        signum = self.stop_signal()
+        if signum is not None:
+            if self.stop_taken() and not rebuilding:
+                return
+            self._exit(128 + signum, lambda: f"stopped by {signal.Signals(signum).name}; {peer}, and this task "
+                                             f"waited for it inside TensorFlow: {self.describe_kept_checkpoint()}")
         me = f"{self.cluster.task_type} {self.cluster.index}"
         self._exit(PEER_LOST_EXIT, lambda:
                    f"error: lost {peer}; {me} ends (exit {PEER_LOST_EXIT}, retryable). Relaunch every task of "
@@ -175,6 +195,16 @@ class PeerWatch:
         import tensorflow as tf  # noqa: PLC0415 - loaded long before a peer can be lost
         latest = tf.train.latest_checkpoint(self.model_dir)
         return f"{latest}" if latest else f"scratch (no checkpoint in {self.model_dir} yet)"
+
+    def describe_kept_checkpoint(self):
+        """Returns what a stopped task says of the checkpoint a relaunch resumes from (as
+        pipeline.cli says it after a stop)."""
+        import tensorflow as tf  # noqa: PLC0415 - loaded long before a peer can be lost
+        latest = tf.train.latest_checkpoint(self.model_dir)
+        if latest is None:
+            return f"no checkpoint was written in {self.model_dir} yet"
+        return f"the latest checkpoint, {os.path.basename(latest)}, is kept in {self.model_dir}: run the same " \
+               "command to resume"
 
     def _exit(self, code, line):
         """Writes `line` (or what calling it returns, at the end) to stderr and exits with `code`."""

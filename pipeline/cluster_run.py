@@ -3,12 +3,13 @@ a task whose cluster cannot go on (peers that never start, or are lost or hung l
 import json
 import logging
 import os
+import time
 
 import tensorflow as tf
 
 from cluster.isolation import log_listening_ports
 from cluster.lifeline import follow_launcher
-from cluster.peers import PeerWatch
+from cluster.peers import PeerWatch, probe
 from cluster.slurm import slurm_tf_config
 from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
@@ -59,16 +60,18 @@ def training_finished(model_dir, max_steps=None, current_stop=None):
         return False
 
 
-def watch_cluster(cluster, args, max_steps):
+def watch_cluster(cluster, args, max_steps, stop_signal=None, stop_taken=None):
     """Starts the watches of this task of `cluster` (nothing on one machine); returns the training
     hooks they need, and a trainer's OwnStepsHook. A lost peer ends the task with
-    cluster.peers.PEER_LOST_EXIT. `max_steps` is the final step (None on a parameter server)."""
+    cluster.peers.PEER_LOST_EXIT, unless the task was asked to stop: see PeerWatch's `stop_signal`
+    and `stop_taken`, given here. `max_steps` is the final step (None on a parameter server)."""
     if cluster is None:
         return []
     log_listening_ports(cluster, logging.getLogger(__name__))
     current_stop = agreed_stop.CurrentStop(args.model_dir)
     peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
-                      finished=lambda: training_finished(args.model_dir, max_steps, current_stop))
+                      finished=lambda: training_finished(args.model_dir, max_steps, current_stop),
+                      stop_signal=stop_signal or (lambda: None), stop_taken=stop_taken or (lambda: False))
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
     if cluster.trains and not cluster.is_chief:
         recheck_model_readiness_every(WORKER_READY_RECHECK_SECS)
@@ -85,6 +88,23 @@ def watch_cluster(cluster, args, max_steps):
     if not cluster.trains:
         return []
     return [SessionStartedHook(started), OwnStepsHook(f"{cluster.task_type} {cluster.index}")]
+
+
+def wait_for_chief_checkpoint(cluster, model_dir, step, wait_secs):
+    """Waits until the chief's checkpoint of global `step` (or a newer one) is in `model_dir`, the
+    chief no longer answers, or `wait_secs` have passed; returns whether the checkpoint is there.
+    For a worker that stopped with the chief after the same step (hooks.stop.StopOnRequestHook): the
+    chief writes that checkpoint as its session ends, and the worker's own last line names it."""
+    deadline, said = time.monotonic() + wait_secs, False
+    chief = cluster.addresses["chief"][0]
+    while estimator_lib.latest_global_step(model_dir) < step:
+        if time.monotonic() >= deadline or probe(chief) is not None:
+            return False
+        if not said:
+            logging.getLogger(__name__).info("waiting for the chief's checkpoint of global step %d", step)
+            said = True
+        time.sleep(0.2)
+    return True
 
 
 def recheck_model_readiness_every(secs):

@@ -6,6 +6,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 from hooks.scores import add_scores_to_collection
+from hooks.stop import add_stop_agreement
 from input_fns import augmentation
 from pipeline.batching import batch_sizes_for_replicas
 from pipeline import model_dir as model_dir_lib
@@ -93,6 +94,8 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
             spec.scaffold.saver.saver_def.max_to_keep = keep
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
+            if synchronous_multi_worker():  # a stop signal ends every trainer after the same step
+                spec = spec._replace(train_op=add_stop_agreement(spec.train_op))
         if mode == tf.estimator.ModeKeys.EVAL:  # for a hooks.scores.ScoreCollectorHook, if evaluate has one
             add_scores_to_collection(probabilities, labels, keys)
             if tf.distribute.has_strategy():  # each replica's loss comes divided by the replicas, as in training
@@ -106,6 +109,14 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
 
     estimator._model_fn = model_fn  # TF 2.15, the last Estimator release: private, but frozen
     return estimator
+
+
+def synchronous_multi_worker():
+    """Returns whether the model_fn is built under multi_worker_mirrored (TF 2.15's TF1 class), whose
+    trainers take every step together: one that stops on its own leaves the others waiting in the
+    next step's all-reduce, where no signal reaches their Python (hooks.stop.add_stop_agreement)."""
+    return tf.distribute.has_strategy() and isinstance(
+        tf.distribute.get_strategy(), tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy)
 
 
 def _warm_start_from_folder(estimator):

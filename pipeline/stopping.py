@@ -1,7 +1,9 @@
 """Stop signals: SIGINT (Ctrl-C) and SIGTERM (Kubernetes, Slurm, preemptible VMs) end a
 training run at the next step with a checkpoint, then exit 130 or 143."""
 import contextlib
+import os
 import signal
+import threading
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -27,32 +29,75 @@ class StopSignals:
     Inside `training()` the first signal only sets `received`, which the training
     hook checks after each step to end the session cleanly (and save a checkpoint).
     Elsewhere, or at a second signal, Interrupted is raised at once.
+
+    Python runs a signal's handler in the main thread, between two of its bytecodes: not
+    while that thread waits inside TensorFlow (a step's all-reduce, say). `delivered` is set
+    at once, from another thread (the signal's wake-up byte), so that a peer watch knows the
+    task was asked to stop even then. `agree(signum)` stops the run as a signal would, for a
+    trainer that stops with the others of its cluster (hooks.stop.StopOnRequestHook); a signal
+    of its own that comes next is its first, not a second.
     """
 
     def __init__(self):
-        self.received = None
+        self.received = self.delivered = None
         self._training = False
+        self._own = 0
         self._previous = {}
+        self._wakeup = None
 
     def __enter__(self):
         for signum in SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
+        self._watch_deliveries()
         return self
 
     def __exit__(self, *exc):
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+        if self._wakeup is not None:
+            previous_fd, write_fd = self._wakeup
+            signal.set_wakeup_fd(previous_fd)
+            os.close(write_fd)  # the reader sees end-of-file and ends
+            self._wakeup = None
         return False
 
+    def _watch_deliveries(self):
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._wakeup = (signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False), write_fd)
+        threading.Thread(target=self._read_deliveries, args=(read_fd,), daemon=True, name="stop-signals").start()
+
+    def _read_deliveries(self, read_fd):
+        with os.fdopen(read_fd, "rb", buffering=0) as wakeups:
+            while True:
+                data = wakeups.read(64)
+                if not data:
+                    return
+                signum = next((n for n in data if n in SIGNALS), None)
+                if signum is not None and self.delivered is None:
+                    self.delivered = signal.Signals(signum)
+
     def _handle(self, signum, frame):
-        first = self.received is None
+        self._own += 1
+        self.delivered = self.delivered or signal.Signals(signum)
+        agreed = self.received is not None  # the run stops already, with its cluster
         self.received = self.received or signum
-        if not (self._training and first):
+        if self._own > 1 or not (self._training or agreed):
             raise Interrupted(signum)
 
+    def agree(self, signum):
+        """Stops the run as `signum` would, without a signal to this process (its cluster's trainers
+        stop together after another's signal)."""
+        self.received = self.received or signum
+
     def requested(self):
-        """Returns True once a stop signal has arrived."""
+        """Returns True once a stop signal has arrived (or the stop was agreed)."""
         return self.received is not None
+
+    def asked(self):
+        """Returns the stop signal this task received or agreed to, even one whose handler has not
+        run yet (the main thread waits inside TensorFlow), or None."""
+        return self.received or self.delivered
 
     @contextlib.contextmanager
     def training(self):

@@ -37,7 +37,7 @@ def build_parser():
     """Returns the parser of the launcher's own flags (those before --)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      usage="%(prog)s [--workers N] [--ps N] [--evaluator] [--allow-network] "
-                                           "[--grace-secs S] -- COMMAND ...")
+                                           "[--grace-secs S] [--log-dir DIR] -- COMMAND ...")
     parser.add_argument("--workers", type=non_negative_int, default=1, help="worker tasks besides the chief")
     parser.add_argument("--ps", type=non_negative_int, default=0,
                         help="parameter-server tasks (needed by --strategy parameter_server)")
@@ -46,6 +46,8 @@ def build_parser():
     parser.add_argument("--allow-network", action="store_true",
                         help="run the tasks on this machine's network: their ports are open to anyone who reaches "
                              "it, and they may download datasets and weights")
+    parser.add_argument("--log-dir", help="also keep each task's output in a file of its own there "
+                                           "(chief.log, worker_0.log, ...), ending with its exit code")
     parser.add_argument("--grace-secs", type=positive_float, default=DEFAULT_GRACE_SECS,
                         help="after a stop signal, how long each task may take to checkpoint and end before "
                              "SIGKILL (default %(default)s)")
@@ -72,7 +74,7 @@ def launch(args):
     else:
         environ.pop(ISOLATED_VARIABLE, None)
     cluster = LocalCluster(args.command, args.workers, args.ps, args.evaluator, grace_secs=args.grace_secs,
-                           environ=environ)
+                           environ=environ, log_dir=args.log_dir)
     ports = ", ".join(str(p) for p in cluster.ports())
     if reason is not None:
         exposure = (f"the cluster is NOT isolated ({reason}): its tasks listen on every interface of this machine "

@@ -83,3 +83,30 @@ def test_a_parameter_server_may_end_by_itself_once_the_chief_has_finished():
     early = io.StringIO()
     assert LocalCluster(stand_in({"chief": "forever"}), workers=0, ps=1, out=early).run() == 1
     assert "[launcher] ps 0 exited with code 0; stopping the cluster" in early.getvalue()
+
+
+def test_each_tasks_output_is_kept_in_a_file_of_its_own_ending_with_its_exit_code(tmp_path):
+    out = io.StringIO()
+    cluster = LocalCluster(stand_in({"worker": "exit 3", "chief": "forever"}), workers=1, out=out,
+                           log_dir=str(tmp_path / "logs"))
+    assert cluster.run() == 1
+    assert (tmp_path / "logs" / "worker_0.log").read_text() == "I am worker 0\n[launcher] worker 0 exited with code 3\n"
+    chief = (tmp_path / "logs" / "chief.log").read_text()
+    assert chief.endswith("[launcher] chief was killed by SIGTERM\n"), chief  # stopped, maybe before its line
+    assert "[worker 0] I am worker 0" in out.getvalue()  # streamed as before
+
+
+class SlowOut(io.StringIO):
+    """An output that takes a millisecond a line, as a busy terminal or pipe may."""
+
+    def write(self, text):
+        time.sleep(0.001)
+        return super().write(text)
+
+
+def test_the_last_lines_of_a_task_are_passed_on_before_the_launcher_returns():
+    # A task's last lines (its stop line, say) may still be in its pipe when the launcher sees it has ended.
+    lines = "[print('line', i, 'x' * 200) for i in range(2000)]; print('the last line', flush=True)"
+    out = SlowOut()
+    assert LocalCluster([sys.executable, "-c", lines], workers=1, out=out).run() == 0
+    assert out.getvalue().count("the last line") == 2, out.getvalue()[-500:]

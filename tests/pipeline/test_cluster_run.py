@@ -2,6 +2,7 @@
 the chief stops answering (its report, or its exit) before its results.json exists. Replayed in that
 order with a stand-in gRPC peer, so the ordering is deterministic."""
 import json
+import signal
 import socket
 import threading
 import time
@@ -104,6 +105,44 @@ def test_a_chief_whose_final_checkpoint_lands_as_it_loses_a_worker_does_not_end_
     finally:
         worker.close()
     assert len(looks) >= 2 and looks[-1] - looks[-2] < 0.1  # the verdict looked again, and let the chief go on
+
+
+def watch_a_worker_that_ends(tmp_path, stop_signal, stop_taken, wait_secs=10):
+    """A chief's watch of a worker that answers once and then ends; returns the watch once it has
+    exited (or `wait_secs` passed)."""
+    worker = FakeServer()
+    cluster = ClusterTask("chief", 0, 2, {"chief": ["127.0.0.1:1"], "worker": [worker.address]})
+    write_checkpoint(tmp_path, 40, final_step=800)
+    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2, stop_signal=stop_signal,  # probes every 0.5 s
+                           stop_taken=stop_taken).start()
+    try:
+        while not all(watch._seen.values()):  # noqa: SLF001 - the worker answered once
+            threading.Event().wait(0.05)
+        worker.close()
+        watch.exited.wait(wait_secs)
+    finally:
+        worker.close()
+    return watch
+
+
+def test_a_task_asked_to_stop_whose_step_waits_for_a_lost_peer_ends_as_its_stop_not_200(tmp_path):
+    # The signal came (its handler waits: the main thread is inside the step), no step took the stop.
+    watch = watch_a_worker_that_ends(tmp_path, stop_signal=lambda: signal.SIGTERM, stop_taken=lambda: False)
+    assert watch.exited.is_set() and watch.code == 143, watch.line
+    assert watch.line == (f"stopped by SIGTERM; worker 0 at {watch.peers['worker 0']} refuses connections, and "
+                          f"this task waited for it inside TensorFlow: the latest checkpoint, model.ckpt-40, is kept "
+                          f"in {tmp_path}: run the same command to resume")
+
+
+def test_a_task_ending_by_its_own_stop_is_not_ended_for_a_peer_that_ends_too(tmp_path):
+    watch = watch_a_worker_that_ends(tmp_path, stop_signal=lambda: signal.SIGTERM, stop_taken=lambda: True,
+                                     wait_secs=5)
+    assert not watch.exited.is_set(), watch.line
+
+
+def test_a_task_not_asked_to_stop_ends_200_when_a_peer_is_lost(tmp_path):
+    watch = watch_a_worker_that_ends(tmp_path, stop_signal=lambda: None, stop_taken=lambda: False)
+    assert watch.code == PEER_LOST_EXIT and "lost worker 0" in watch.line, watch.line
 
 
 def test_training_is_finished_at_the_recorded_final_step_or_past_it(tmp_path):

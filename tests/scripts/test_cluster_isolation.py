@@ -1,6 +1,7 @@
 """A local cluster training the Fashion job through the real launcher: its sockets reach no one but
 its own tasks, and no task outlives the launcher, whether it is stopped (SIGTERM, SIGINT) or killed
-(kill -9). Each stop leaves a newest checkpoint that restores."""
+(kill -9). Each stop leaves a newest checkpoint that restores. Each task's output is kept in a file of
+its own under the test's tmp_path (the launcher's --log-dir), and a failing check shows them."""
 import os
 import re
 import signal
@@ -24,11 +25,13 @@ def train_flags(model_dir, max_steps=100000):
             "--max-steps", str(max_steps), "--warm-up-steps", "2", "--log-steps", "10", "--checkpoint-steps", "1000"]
 
 
-def start_training(model_dir, workers=1):
-    """Starts a chief and `workers` workers; returns (launcher, output lines so far, {label: pid}) once
-    all have trained 10 steps and logged their ports."""
-    launcher = subprocess.Popen([sys.executable, LAUNCHER, "--workers", str(workers), "--", sys.executable, TRAIN,
-                                 *train_flags(model_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_training(model_dir, workers=1, log_dir=None):
+    """Starts a chief and `workers` workers (each one's output kept in `log_dir`, if given); returns
+    (launcher, output lines so far, {label: pid}) once all have trained 10 steps and logged their ports."""
+    logs = ["--log-dir", str(log_dir)] if log_dir else []
+    launcher = subprocess.Popen([sys.executable, LAUNCHER, "--workers", str(workers), *logs, "--", sys.executable,
+                                 TRAIN, *train_flags(model_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
     lines, pids = [], {}
     for line in launcher.stdout:
         lines.append(line)
@@ -48,6 +51,19 @@ def assert_all_end_within_60_s(pids):
         time.sleep(0.2)
 
 
+def task_logs(log_dir, lines):
+    """Returns the launcher's output (`lines`, also written to launcher.log) and each task's log, whole,
+    for a failing check's message."""
+    (log_dir / "launcher.log").write_text("".join(lines))
+    return "\n".join(f"===== {path.name}\n{path.read_text()[-4000:]}" for path in sorted(log_dir.glob("*.log")))
+
+
+def last_line(path):
+    """Returns the last line a task wrote before the launcher's line with its exit code, and that line."""
+    *_, line, exit_line = path.read_text().splitlines()
+    return line, exit_line
+
+
 def newest_checkpoint_step(model_dir):
     """Returns the global step of the newest checkpoint in `model_dir`, after reading every tensor of it."""
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
@@ -65,8 +81,14 @@ def host_listens_on(port):
 
 
 def test_sigterm_stops_every_task_with_a_checkpoint_and_no_port_is_open_outside_the_cluster(tmp_path):
-    model_dir = tmp_path / "m"
-    launcher, lines, pids = start_training(model_dir)
+    """Under multi_worker_mirrored every step is an all-reduce of both trainers, and the SIGTERMs the
+    launcher passes on reach them at steps of their own: the chief and the worker still stop after one
+    and the same step (their stop requests are all-reduced with it, hooks.stop), the chief saves its
+    checkpoint, and the worker's last line, written once that checkpoint is there, names it. Before,
+    one of them stopped a step earlier and the other waited in the next step's all-reduce until its
+    peer watch ended it as a lost peer (exit 200), the chief then without the stop's checkpoint."""
+    model_dir, log_dir = tmp_path / "m", tmp_path / "logs"
+    launcher, lines, pids = start_training(model_dir, log_dir=log_dir)
     try:
         # The socket table of each task's namespace, read while the cluster trains.
         spaces = {namespace(pid) for pid in pids.values()}
@@ -80,14 +102,19 @@ def test_sigterm_stops_every_task_with_a_checkpoint_and_no_port_is_open_outside_
     finally:
         os.kill(launcher.pid, signal.SIGTERM)
     lines += launcher.stdout.readlines()
-    assert launcher.wait(timeout=120) == 143, "".join(lines)[-3000:]
+    assert launcher.wait(timeout=120) == 143, task_logs(log_dir, lines)
     assert_all_end_within_60_s(pids)
-    text = "".join(lines)
-    stopped = int(re.search(r"\[chief\] train_fashion.py: stopped by SIGTERM at global step (\d+); checkpoint saved",
-                            text).group(1))
-    assert "[worker 0] train_fashion.py: stopped by SIGTERM" in text and "[launcher] killed" not in text, \
-        "\n".join(line for line in text.splitlines() if line.startswith("[worker 0]"))[-3000:]
-    assert newest_checkpoint_step(model_dir) == stopped > 0
+    logs = task_logs(log_dir, lines)
+    chief_line, chief_exit = last_line(log_dir / "chief.log")
+    stopped = re.fullmatch(rf"train_fashion.py: stopped by SIGTERM at global step (\d+); checkpoint saved in "
+                           rf"{re.escape(str(model_dir))}: run the same command to resume", chief_line)
+    assert stopped and chief_exit == "[launcher] chief exited with code 143", logs
+    step = int(stopped.group(1))
+    assert last_line(log_dir / "worker_0.log") == (
+        f"train_fashion.py: stopped by SIGTERM; the latest checkpoint, model.ckpt-{step}, is kept in {model_dir}: "
+        "run the same command to resume", "[launcher] worker 0 exited with code 143"), logs
+    assert " lost " not in logs and "[launcher] killed" not in logs, logs
+    assert newest_checkpoint_step(model_dir) == step > 0
 
 
 def test_sigint_stops_the_task_with_a_checkpoint(tmp_path):
