@@ -11,7 +11,6 @@ from hooks.progress import ProgressHook
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook, StopOnRequestHook
 from pipeline import agreed_stop
 from pipeline.cluster_run import wait_for_chief_checkpoint, watch_cluster
-from pipeline.stopping import StopSignals
 
 
 @dataclasses.dataclass
@@ -33,15 +32,8 @@ class TrainingHooks:
         return None
 
 
-def _signals_of(stop_requested):
-    """Returns the StopSignals whose `requested` `stop_requested` is (the run loop's), or None (a
-    benchmark's own stop)."""
-    signals = getattr(stop_requested, "__self__", None)
-    return signals if isinstance(signals, StopSignals) else None
-
-
-def _stop_hook(setup, stop_requested):
-    signals, cluster = _signals_of(stop_requested), setup.cluster
+def _stop_hook(setup, stop_requested, signals):
+    cluster = setup.cluster
     if signals is None:
         return StopOnRequestHook(stop_requested)
     after_stop = None
@@ -63,16 +55,16 @@ class TimeElsewhere:
         return sum(p.seconds for p in self._parts)
 
 
-def build_training_hooks(setup, stop_requested, validation=None):
+def build_training_hooks(setup, stop_requested, validation=None, signals=None):
     """Returns the TrainingHooks of `setup` (a prepared RunSetup); `stop_requested()` is true once a
-    stop signal came. `validation` (a ValidationListener, or None) evaluates after the checkpoints it
+    stop signal came (`signals`, the run loop's StopSignals, or None for a benchmark's own stop). `validation` (a ValidationListener, or None) evaluates after the checkpoints it
     needs. In a cluster they include the watches of its peers (see watch_cluster), and the hooks that
     validate between the chief's steps and stop every trainer after the step the chief agreed on
     (pipeline.agreed_stop). Under multi_worker_mirrored a stop signal to any trainer stops every
     trainer after the same step (hooks.stop.StopOnRequestHook), and a worker's last line names the
     chief's checkpoint of that step."""
     args = setup.args
-    stop_hook, loss_watch = _stop_hook(setup, stop_requested), LossWatchHook(args.log_steps)
+    stop_hook, loss_watch = _stop_hook(setup, stop_requested, signals), LossWatchHook(args.log_steps)
     rate_hook = LearningRateHook(args.model_dir if setup.chief else None, args.summary_steps)
     # The checkpoint timer measures each write of the Estimator's checkpoint saver, which runs
     # before every hook here, and the validation listener its evaluations after those writes:
@@ -83,7 +75,6 @@ def build_training_hooks(setup, stop_requested, validation=None):
         every_n_steps=args.summary_steps, warm_up_steps=args.warm_up_steps, profile_steps=args.log_steps,
         excluded_time=TimeElsewhere(checkpoint_timer, validation)) \
         + [loss_watch, rate_hook, ProgressHook(setup.max_steps, setup.global_batch, args.log_steps)]
-    signals = _signals_of(stop_requested)
     train_hooks += watch_cluster(setup.cluster, args, setup.max_steps,
                                  stop_signal=signals.asked if signals else None,
                                  stop_taken=lambda: stop_hook.stopped_at_step is not None)

@@ -63,7 +63,7 @@ def _run(task, args, cluster, chief, stop, seed_defaulted=False):
     warn_about(setup)
     estimator, figures = build_estimator(setup, cadence)
     validation = build_validation(setup, estimator, cadence, stop.requested)
-    hooks = build_training_hooks(setup, stop.requested, validation)
+    hooks = build_training_hooks(setup, stop.requested, validation, signals=stop)
     if args.eval_only:
         return roles.report(setup, estimator, hooks, figures, 0.0, validation)
     if cluster is None and validation is not None and validation.catch_up(setup.start_step):
