@@ -12,23 +12,15 @@ import json
 import tensorflow as tf
 
 from reporting.calibration import EPSILON
-from serving.export import PROBABILITIES, export_model, with_class_names
+from serving.export import PROBABILITIES, export_model, softmax_logits, with_class_names
 
 CALIBRATION_FILE = "calibration.json"  # in the export's assets.extra: {"method", "temperature"}
-
-
-def _logits(probabilities):
-    """Returns the input of the softmax giving `probabilities` (through Identity and Cast ops), or None."""
-    tensor = probabilities
-    while tensor.op.type in ("Identity", "Cast") and tensor.op.inputs:
-        tensor = tensor.op.inputs[0]
-    return tensor.op.inputs[0] if tensor.op.type == "Softmax" else None
 
 
 def scaled(probabilities, temperature):
     """Returns float32 softmax(z / `temperature`) of the logits z behind `probabilities`, or, when they
     come from no softmax, softmax(ln max(p, EPSILON) / `temperature`)."""
-    logits = _logits(probabilities)
+    logits = softmax_logits(probabilities)
     if logits is None:
         logits = tf.math.log(tf.maximum(tf.cast(probabilities, tf.float32), EPSILON))
     return tf.nn.softmax(tf.cast(logits, tf.float32) / temperature, name="calibrated_probabilities")

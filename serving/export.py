@@ -28,6 +28,15 @@ def with_class_names(spec, probabilities, class_names):
         tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: tf.estimator.export.PredictOutput(predictions)})
 
 
+def softmax_logits(probabilities):
+    """Returns the input of the softmax that gives the tensor `probabilities` (through Identity and Cast
+    ops: a mixed-precision model casts its softmax's output), or None when no softmax gives them."""
+    tensor = probabilities
+    while tensor.op.type in ("Identity", "Cast") and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    return tensor.op.inputs[0] if tensor.op.type == "Softmax" else None
+
+
 def export_model(estimator, serving_input_fn, class_names, export_base, checkpoint_path=None, extra_assets=None):
     """Exports the checkpoint `checkpoint_path` (default: the estimator's latest) under `export_base`
     with the class names (and `extra_assets`, {file name: text}) in assets.extra; returns the export's path.

@@ -16,7 +16,7 @@ from tensorflow.python.util import deprecation
 
 from acquisition import storage
 from input_fns.decode import PIXELS_SIGNATURE
-from serving.export import CLASS_NAMES_FILE, PROBABILITIES
+from serving.export import CLASS_NAMES_FILE, PROBABILITIES, softmax_logits
 from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
 
 _CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
@@ -32,14 +32,6 @@ def _last_convolution(graph):
     while len(tensor.consumers()) == 1 and tensor.consumers()[0].type in _FOLLOWERS:
         tensor = tensor.consumers()[0].outputs[0]
     return tensor, convolutions[-1].name.rsplit("/", 1)[0]
-
-
-def _class_scores(probabilities):
-    """Returns the logits feeding the softmax that gives `probabilities`, or the probabilities."""
-    tensor = probabilities
-    while tensor.op.type in ("Identity", "Cast") and tensor.op.inputs:
-        tensor = tensor.op.inputs[0]
-    return tensor.op.inputs[0] if tensor.op.type == "Softmax" else probabilities
 
 
 def _one_input(graph, signature):
@@ -70,7 +62,8 @@ class GradCam:
             self._probabilities = self._graph.get_tensor_by_name(signature.outputs[PROBABILITIES].name)
             self._activation, self.layer = _last_convolution(self._graph)
             self._target = tf.compat.v1.placeholder(tf.int32, [None], name="gradcam_class")
-            scores = _class_scores(self._probabilities)
+            scores = softmax_logits(self._probabilities)
+            scores = self._probabilities if scores is None else scores
             chosen = tf.reduce_sum(tf.gather(scores, self._target, batch_dims=1))
             gradient = tf.gradients(chosen, self._activation)[0]
             weights = tf.reduce_mean(tf.cast(gradient, tf.float32), axis=[1, 2], keepdims=True)
