@@ -90,7 +90,9 @@ def assert_lost(task, peer, since, reason=None):
     assert re.search(rf"error: lost {peer} at 127\.0\.0\.1:\d+ {reason or ''}", last), last
     assert "Relaunch every task of the cluster with the same command: it resumes from " in last
     assert re.search(r"model\.ckpt-[1-9]\d*$", last), last
-    assert "Traceback" not in text and text.count("Restoring parameters") <= 2, text[-3000:]
+    # The training session restored at most twice; a validation and a new best's export restore a checkpoint too.
+    restored = text.count("Restoring parameters") - text.count("validation at step") - text.count("exported the model")
+    assert "Traceback" not in text and restored <= 2, text[-3000:]
     return last
 
 
