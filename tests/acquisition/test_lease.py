@@ -1,7 +1,9 @@
 """The lock of a model dir on a file system without flock (a URL): a lease, tried on ram://. ram://
 lives in one process, so a second run is a lease planted there (fresh: refused; stale: taken over)."""
 import json
+import os
 import socket
+import sys
 import time
 import uuid
 
@@ -12,6 +14,8 @@ from pipeline import model_dir as model_dir_lib
 from pipeline.cli import train_main
 from pipeline.errors import UsageError
 from pipeline.tasks.fashion import TASK
+
+PROG = os.path.basename(sys.argv[0])  # what argparse names the program: the test runner's
 
 
 def plant(path, heartbeat, owner="pid 4242 on elsewhere"):
@@ -28,7 +32,7 @@ def test_a_fresh_lease_refuses_a_second_run_in_one_line(capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == (
-        f"__main__.py: error: another run (pid 4242 on elsewhere, renewed 5 s ago) is training in the model dir "
+        f"{PROG}: error: another run (pid 4242 on elsewhere, renewed 5 s ago) is training in the model dir "
         f"{model_dir}; wait for it to finish (or, if it is gone, 60 s for its lease to expire), or pass another "
         "--model-dir")
     assert json.loads(storage.read_text(lease))["token"] == "theirs"  # left as it was

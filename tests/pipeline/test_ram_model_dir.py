@@ -4,6 +4,7 @@ and HOME (empty temporary folders) left empty. ram:// stands in for gs:// offlin
 show GCS's own rename behaviour (see docs/storage.md)."""
 import json
 import os
+import sys
 
 import tensorflow as tf
 
@@ -13,6 +14,8 @@ from pipeline.tasks.images import TASK
 from serving.export import COMPLETE_MARKER
 from serving.predict import classify_files, load_predictor
 from tests.images_data import make_shapes_folder
+
+PROG = os.path.basename(sys.argv[0])  # what argparse names the program: the test runner's
 
 
 def test_a_whole_run_on_ram(tmp_path, monkeypatch, capsys):
@@ -71,6 +74,6 @@ def test_the_fashion_job_refuses_a_url_data_dir_in_one_line(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     assert train_main(FASHION, ["--data-dir", "ram://fashion", "--model-dir", "runs/f", "--max-steps", "1"]) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "__main__.py: error: --data-dir ram://fashion: the Fashion-MNIST job downloads and converts its IDX files on "
+        f"{PROG}: error: --data-dir ram://fashion: the Fashion-MNIST job downloads and converts its IDX files on "
         "local disk only; pass a local folder (model dirs may be on a bucket: --model-dir)")
     assert os.listdir(tmp_path) == ["runs"] and not storage.exists("ram://fashion")
