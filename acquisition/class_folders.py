@@ -119,9 +119,10 @@ def group_of(path, pattern):
     return None if match is None else (match.group(1) if match.groups() else match.group(0))
 
 
-def split_files(files, labels, test_fraction, seed=0, group_by=None):
+def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("test", "--test-fraction")):
     """Returns {'train': [(file, label)], 'test': [(file, label)]}, each sorted: about
-    `test_fraction` of each class in test, chosen with `seed`.
+    `test_fraction` of each class in test, chosen with `seed`. `held_out` names the held-out side
+    and its flag in errors (('validation', '--validation-fraction') for a validation split).
 
     With the regex `group_by` (see group_of), files of one group are kept on one
     side; groups are drawn in a seeded order and go to test while their largest
@@ -129,7 +130,7 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None):
     group, or when a class ends with no training or no test image.
     """
     if not group_by:
-        return _stratified_split(files, labels, test_fraction, seed)
+        return _stratified_split(files, labels, test_fraction, seed, held_out)
     groups = collections.defaultdict(list)
     for f, label in zip(files, labels):
         key = group_of(f, group_by) if group_by else f
@@ -150,10 +151,10 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None):
         if side == "test":
             taken.update(counts)
         split[side] += members
-    return _checked(split, per_class, test_fraction, group_by)
+    return _checked(split, per_class, test_fraction, group_by, held_out)
 
 
-def _stratified_split(files, labels, test_fraction, seed):
+def _stratified_split(files, labels, test_fraction, seed, held_out):
     """Returns split_files's split when every file is a group of its own: exactly round(n x
     test_fraction) of each class's n files in test (at least 1)."""
     by_class = collections.defaultdict(list)
@@ -166,18 +167,19 @@ def _stratified_split(files, labels, test_fraction, seed):
         cut = max(1, round(len(members) * test_fraction))
         split["test"] += [(f, label) for f in members[:cut]]
         split["train"] += [(f, label) for f in members[cut:]]
-    return _checked(split, collections.Counter(labels), test_fraction, None)
+    return _checked(split, collections.Counter(labels), test_fraction, None, held_out)
 
 
-def _checked(split, per_class, test_fraction, group_by):
+def _checked(split, per_class, test_fraction, group_by, held_out):
+    name, flag = held_out
     for side in SPLITS:
         split[side].sort()
         present = {label for _, label in split[side]}
         missing = sorted(set(per_class) - present)
         if missing:
-            raise InputDataError(f"the {side} split has no image of class index {missing[0]} with --test-fraction "
-                                 f"{test_fraction}{' and --group-by' if group_by else ''}; give that class more "
-                                 "images (or groups), or change --test-fraction")
+            raise InputDataError(f"the {name if side == 'test' else side} split has no image of class index "
+                                 f"{missing[0]} with {flag} {test_fraction}{' and --group-by' if group_by else ''}; "
+                                 f"give that class more images (or groups), or change {flag}")
     return split
 
 

@@ -6,7 +6,7 @@ import os
 import benchmark
 from models import PRECISIONS
 from pipeline.cli import run_command, set_tensorflow_environment
-from pipeline.flags import fraction, positive_float, positive_int
+from pipeline.flag_types import fraction, positive_float, positive_int
 from pipeline.tasks.registry import TASKS, parse_tool_args, tool_parser
 
 

@@ -28,7 +28,7 @@ from models.optimizers import precision
 from pipeline import batching, mfu as mfu_lib
 from pipeline.distribution import build_distribution, split_cpu
 from pipeline.errors import UsageError
-from pipeline.estimator import build_estimator, build_run_config, session_config
+from pipeline.estimator import estimator_from_keras, build_run_config, session_config
 
 # What the sweep chooses itself, so that no task recipe (the Fashion sample's) replaces it.
 SWEEP_SETS = frozenset({"batch_size", "learning_rate", "lr_scaling"})
@@ -95,7 +95,7 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
         config = build_run_config(model_dir, plan, checkpoint_steps=_NEVER, summary_steps=_NEVER,
                                   session=session_config(task_args.xla, task_args.intra_op_threads,
                                                          task_args.inter_op_threads))
-        estimator = build_estimator(task.build_model(task_args, task_args.learning_rate), config)
+        estimator = estimator_from_keras(task.build_model(task_args, task_args.learning_rate), config)
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
         steps = warm_up_steps + timed_steps
         run_loop_hooks = [LossWatchHook(task_args.log_steps), ProgressHook(steps, global_batch, task_args.log_steps)]

@@ -3,7 +3,7 @@ import json
 import os
 
 from pipeline.cli import run_command
-from pipeline.flags import positive_int
+from pipeline.flag_types import positive_int
 from pipeline.tasks.registry import parse_tool_args, tool_parser
 
 

@@ -11,7 +11,7 @@ from cluster.isolation import with_network_advice
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.out_of_memory import out_of_memory_message
-from pipeline.stopping import Interrupted
+from pipeline.signals import Interrupted
 
 _MISMATCH = ("Restoring from checkpoint failed", "not in the checkpoint", "not found in checkpoint")
 # Set to 1 to see the Python traceback behind a one-line error (for bug reports).
@@ -77,8 +77,8 @@ def train_main(task, argv=None):
 
 
 def _train(task, args):
-    from pipeline import run_loop  # imports TensorFlow: only once the arguments are known good
-    run_loop.run(task, args)
+    from pipeline import roles  # imports TensorFlow: only once the arguments are known good
+    roles.run(task, args)
 
 
 def _tensorflow_failure(error, args):

@@ -1,5 +1,5 @@
-"""The cluster side of a run: where the cluster comes from (--cluster), and the watches that end
-a task whose cluster cannot go on (peers that never start, or are lost or hung later)."""
+"""The cluster side of a run: where the cluster comes from (--cluster), and the watches of each role
+that end a task whose cluster cannot go on (peers that never start, or are lost or hung later)."""
 import json
 import logging
 import os
@@ -15,20 +15,21 @@ from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
 from hooks.stepping import OwnStepsHook
 from hooks.stop import SessionStartedHook
-from pipeline import agreed_stop, estimator as estimator_lib, progress, results as results_lib
+from pipeline import estimator as estimator_lib, results as results_lib, training_record as progress
+from pipeline.validation import agreed_stop
 
 # How often a worker rechecks whether the chief has initialized (or restored) the variables.
 WORKER_READY_RECHECK_SECS = 1.0
 
 
-def resolve_cluster(args):
+def resolve_cluster(settings):
     """Returns this process's ClusterTask (None on one machine). With --cluster slurm, TF_CONFIG is
     first written from Slurm's job step, before any strategy or RunConfig reads it; an evaluator
     listed in the cluster (as Kubeflow's operator lists it) is taken out for TensorFlow. A task of
     launch_local_cluster.py starts following its launcher here: it ends when the launcher dies."""
     follow_launcher()
-    if getattr(args, "cluster", "tf_config") == "slurm":
-        os.environ["TF_CONFIG"] = json.dumps(slurm_tf_config(args.slurm_port_base, args.slurm_ps))
+    if getattr(settings, "cluster", "tf_config") == "slurm":
+        os.environ["TF_CONFIG"] = json.dumps(slurm_tf_config(settings.slurm_port_base, settings.slurm_ps))
     cluster = read_tf_config()
     if cluster is not None:
         os.environ["TF_CONFIG"] = without_evaluator(os.environ["TF_CONFIG"])
@@ -38,7 +39,7 @@ def resolve_cluster(args):
 def training_finished(model_dir, max_steps=None, current_stop=None):
     """Returns True once the newest checkpoint in `model_dir` is at `max_steps` or past it. A
     parameter server does not compute `max_steps` (None): it reads the final step the chief recorded
-    before training (pipeline.progress), or, in a record without one, waits for the chief's
+    before training (pipeline.training_record), or, in a record without one, waits for the chief's
     results.json of the newest checkpoint. After an early stop, the newest checkpoint at or past the
     stop record's step has finished training too. Not results.json alone: the chief writes it only after
     its test evaluation and export, long after its final checkpoint, and a chief that fails probes
@@ -46,7 +47,7 @@ def training_finished(model_dir, max_steps=None, current_stop=None):
     (an agreed_stop.CurrentStop made at the task's start) reads the stop record, setting aside an
     earlier run's; without it the record is read as it is."""
     step = estimator_lib.latest_global_step(model_dir)
-    # An early stop every trainer agreed on (pipeline.agreed_stop).
+    # An early stop every trainer agreed on (pipeline.validation.agreed_stop).
     stopped = current_stop() if current_stop is not None else agreed_stop.read_stop(model_dir)
     if stopped is not None and step >= stopped["stop_after_step"]:
         return True
@@ -60,33 +61,48 @@ def training_finished(model_dir, max_steps=None, current_stop=None):
         return False
 
 
-def watch_cluster(cluster, args, max_steps, stop_signal=None, stop_taken=None):
-    """Starts the watches of this task of `cluster` (nothing on one machine); returns the training
-    hooks they need, and a trainer's OwnStepsHook. A lost peer ends the task with
-    cluster.peers.PEER_LOST_EXIT, unless the task was asked to stop: see PeerWatch's `stop_signal`
-    and `stop_taken`, given here. `max_steps` is the final step (None on a parameter server)."""
-    if cluster is None:
-        return []
+def _peer_watch(cluster, settings, max_steps, stop_signal=None, stop_taken=None):
+    """Returns the PeerWatch of this task of `cluster` (not started), its recovery lines filtered. A
+    lost peer ends the task with cluster.peers.PEER_LOST_EXIT, unless the task was asked to stop: see
+    PeerWatch's `stop_signal` and `stop_taken`. `max_steps` is the final step (None on a parameter
+    server)."""
     log_listening_ports(cluster, logging.getLogger(__name__))
-    current_stop = agreed_stop.CurrentStop(args.model_dir)
-    peers = PeerWatch(cluster, args.model_dir, args.peer_timeout_secs,
-                      finished=lambda: training_finished(args.model_dir, max_steps, current_stop),
+    current_stop = agreed_stop.CurrentStop(settings.model_dir)
+    peers = PeerWatch(cluster, settings.model_dir, settings.peer_timeout_secs,
+                      finished=lambda: training_finished(settings.model_dir, max_steps, current_stop),
                       stop_signal=stop_signal or (lambda: None), stop_taken=stop_taken or (lambda: False))
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
-    if cluster.trains and not cluster.is_chief:
-        recheck_model_readiness_every(WORKER_READY_RECHECK_SECS)
-    if not cluster.trains:  # a ps serves, the evaluator reads checkpoints: no session to wait for
-        peers.start()
-        if cluster.task_type == "ps":
-            return []
-    startup = ClusterWatch(cluster, args.cluster_wait_secs, args.model_dir,
-                           every_secs=min(10.0, args.cluster_wait_secs / 3)).start()
+    return peers
+
+
+def _startup_watch(cluster, settings):
+    """Returns the started ClusterWatch that gives up when training has not started in time."""
+    return ClusterWatch(cluster, settings.cluster_wait_secs, settings.model_dir,
+                        every_secs=min(10.0, settings.cluster_wait_secs / 3)).start()
+
+
+def watch_parameter_server(cluster, settings):
+    """Starts watching a parameter server's peers (it serves: no session to wait for); returns None."""
+    _peer_watch(cluster, settings, max_steps=None).start()
+
+
+def watch_evaluator(cluster, settings, max_steps):
+    """Starts watching the evaluator's peers and the cluster's start (it reads checkpoints: no session
+    to wait for); returns None."""
+    _peer_watch(cluster, settings, max_steps).start()
+    _startup_watch(cluster, settings)
+
+
+def watch_trainer(cluster, settings, max_steps, stop_signal=None, stop_taken=None):
+    """Starts the watches of a training task (chief or worker) of `cluster`; returns the training hooks
+    they need: its peers are watched once its session has started, and an OwnStepsHook. See
+    _peer_watch for `stop_signal` and `stop_taken`."""
+    peers = _peer_watch(cluster, settings, max_steps, stop_signal, stop_taken)
+    startup = _startup_watch(cluster, settings)
 
     def started():
         startup.started()
         peers.start()
-    if not cluster.trains:
-        return []
     return [SessionStartedHook(started), OwnStepsHook(f"{cluster.task_type} {cluster.index}")]
 
 

@@ -1,4 +1,5 @@
-"""Turns a compiled Keras model into an Estimator configured for a DistributionPlan."""
+"""Turns a compiled Keras model into an Estimator configured for a DistributionPlan: build_estimator,
+the one way a run (or a benchmark) gets its Estimator, and the pieces it is made of."""
 import re
 
 import numpy as np
@@ -9,10 +10,36 @@ from hooks.scores import add_scores_to_collection
 from hooks.stop import add_stop_agreement
 from input_fns import augmentation
 from pipeline.batching import batch_sizes_for_replicas
-from pipeline import model_dir as model_dir_lib
+from pipeline import mfu as mfu_lib, model_dir as model_dir_lib
 from pipeline.metrics import per_class_metric_ops
 from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
+
+
+def build_estimator(setup, cadence=None, figures=True, probe_peak=True):
+    """Returns (the Estimator of `setup`'s model, (its FLOPs per image, the devices' peak)), the
+    model checked to fit the model dir's checkpoint; without `figures`, (the Estimator, None) and
+    no MFU header lines (the benchmark's time to accuracy). With a validation `cadence`, checkpoints
+    come at least as often as its evaluations. Without `probe_peak` an unknown peak is not probed (a
+    cluster's workers leave it to the chief)."""
+    settings = setup.settings
+    if settings.seed is not None:
+        tf.keras.utils.set_random_seed(settings.seed)
+    checkpoint_steps = cadence.checkpoint_steps(setup.global_batch, settings.checkpoint_steps) if cadence \
+        else settings.checkpoint_steps  # each evaluation needs a checkpoint of its step
+    config = build_run_config(
+        settings.model_dir, setup.plan, checkpoint_steps, settings.summary_steps, settings.keep_checkpoints,
+        settings.seed, session_config(settings.xla, settings.intra_op_threads, settings.inter_op_threads),
+        setup.mirrored_evaluation)
+    keras_model = setup.task.build_model(settings, setup.schedule)
+    run_figures = None
+    if figures:
+        run_figures = mfu_lib.run_figures(keras_model, settings.precision, setup.plan.devices, probe=probe_peak)
+        print(mfu_lib.header_lines(*run_figures), flush=True)
+    model_dir_lib.check_fits(settings.model_dir, keras_model)
+    estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
+                                     settings.seed or 0)
+    return estimator, run_figures
 
 
 def session_config(xla=False, intra_op_threads=0, inter_op_threads=0):
@@ -55,7 +82,7 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
         session_config=session)
 
 
-def build_estimator(keras_model, run_config, class_names=None, augment=(), augment_seed=0):
+def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), augment_seed=0):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     Each evaluation leaves each replica's probabilities, labels and file names (the

@@ -1,38 +1,169 @@
-"""What each role of a run does, one function each, as tf.estimator's _TrainingExecutor gives each
-role its method: one machine trains; in a cluster the chief, the workers and the evaluator go through
-train_and_evaluate, and a parameter server only serves variables. The chief (or the one machine)
-then reports: the test evaluation, the export and results.json."""
-import datetime
+"""Who does what in a run, chosen once. run() fixes the settings, finds this process's place (one
+machine, or a task of a TF_CONFIG cluster) and calls one role, as tf.estimator's _TrainingExecutor
+gives each cluster role its method: run_local, run_chief, run_worker, run_evaluator or run_ps. Each
+reads top to bottom; below them no code asks which role it runs in. The one machine and the chief
+end with pipeline.finish: the test evaluation, the export, results.json and the summary."""
 import logging
-import os
 import time
 
 import tensorflow as tf
 
-from acquisition import faults, storage
+from acquisition import storage
 from hooks.loss_watch import DivergenceError
-from pipeline import agreed_stop, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
-    results as results_lib, test_report
-from pipeline.errors import TrainingError
-from pipeline.run_output import print_summary
-from reporting import hparams
+from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
+from models.optimizers import precision
+from pipeline import determinism, model_dir as model_dir_lib, training_record
+from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
+    wait_for_chief_checkpoint, watch_evaluator, watch_parameter_server, watch_trainer
+from pipeline.errors import FlagError, TrainingError, UsageError
+from pipeline.estimator import build_estimator, build_run_config, latest_global_step
+from pipeline.finish import finish
+from pipeline.logs import configure_logging
+from pipeline.run_output import finished_results, print_header
+from pipeline.run_setup import build_plan, ensure_writable_dir, prepare, warn_about
+from pipeline.settings import Settings
+from pipeline.signals import Interrupted, StopSignals
+from pipeline.training_hooks import build_training_hooks, stop_hook
+from pipeline.validation import agreed_stop
+from pipeline.validation.best import BEST_EXPORT_DIR
+from pipeline.validation.cadence import cadence_for
+from pipeline.validation.listener import build_validation
 from serving.export import export_model
 
 log = logging.getLogger(__name__)
 
 
-def run_parameter_server(setup):
-    """Serves the cluster's variables until it is stopped; returns None.
+def run(task, args):
+    """Trains and evaluates `task` as the parsed command line `args` says; returns the results dict
+    also written to results.json (None from a cluster task that is not the chief).
 
-    A parameter server reads no data and builds no model: the Estimator's distributed runtime only
-    uses the RunConfig to start its server.
+    Raises Interrupted after a stop signal (with a checkpoint of the step reached),
+    TrainingError when the loss diverges, FlagError and UsageError for settings that
+    cannot work.
     """
-    args = setup.args
-    config = estimator_lib.build_run_config(args.model_dir, setup.plan, args.checkpoint_steps,
-                                            args.summary_steps, args.keep_checkpoints, args.seed)
+    configure_logging(args.verbose)
+    settings = Settings.from_args(args)
+    ensure_writable_dir(settings.model_dir)
+    cluster = resolve_cluster(settings)
+    if cluster is not None and settings.eval_only:
+        raise FlagError("--eval-only evaluates a trained model dir on one machine; run it without a cluster "
+                        "(no TF_CONFIG, no --cluster slurm)")
+    role = ROLES[cluster.task_type] if cluster is not None else run_local
+    with StopSignals() as stop, precision(settings.precision), determinism.turned_on(settings):
+        return role(task, settings, cluster, stop)
+
+
+def run_local(task, settings, cluster, stop):
+    """One machine: trains (validating as it goes), then finishes; returns results.json's dict."""
+    with model_dir_lib.locked(settings.model_dir):
+        model_dir_lib.remove_leftovers(settings.model_dir)
+        setup = prepare(task, settings, None, build_plan(settings, None), check_checkpoint=True)
+        finished = _already_finished(setup)
+        if finished:
+            return finished
+        cadence = _cadence(setup)
+        _announce(setup, cadence)
+        estimator, figures = build_estimator(setup, cadence)
+        validation = cadence and build_validation(setup, estimator, cadence, stop.requested, _best_export(setup,
+                                                                                                          estimator))
+        hooks = build_training_hooks(setup, stop_hook(stop.requested, stop), validation).adding(
+            listeners=[validation] if validation else [])
+        if settings.eval_only:
+            return finish(setup, estimator, hooks, figures, 0.0, validation)
+        if validation is not None and validation.catch_up(setup.start_step):
+            # Stopped early at its newest checkpoint (now or by the run before, killed before its report).
+            return _finished_results(setup) or finish(setup, estimator, hooks, figures, 0.0, validation)
+        _record_start(setup)
+        seconds = _train(setup, stop, lambda: _train_here(setup, estimator, hooks), sets_aside_diverged=True)
+        if stop.requested():
+            raise Interrupted(stop.received, hooks.stop.stopped_at_step)
+        return finish(setup, estimator, hooks, figures, seconds, validation)
+
+
+def run_chief(task, settings, cluster, stop):
+    """A cluster's chief: trains with the workers, validating between its steps (and agreeing an early
+    stop with them through the model dir), then finishes; returns results.json's dict."""
+    with model_dir_lib.locked(settings.model_dir):
+        model_dir_lib.remove_leftovers(settings.model_dir)
+        if agreed_stop.remove_stop(settings.model_dir):
+            log.info("removed an earlier run's stop record (%s)", agreed_stop.STOP_FILE)
+        setup = prepare(task, settings, cluster, build_plan(settings, cluster), check_checkpoint=True)
+        finished = _already_finished(setup)
+        if finished:
+            return finished
+        cadence = _cadence(setup)
+        _announce(setup, cadence)
+        estimator, figures = build_estimator(setup, cadence)
+        validation = cadence and build_validation(setup, estimator, cadence, stop.requested, _best_export(setup,
+                                                                                                          estimator))
+        stopping = stop_hook(stop.requested, stop)
+        hooks = build_training_hooks(setup, stopping, validation).adding(
+            watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
+            + _agreed_stop_hooks(setup) + _chief_validation_hooks(setup, validation))
+        _record_start(setup)
+        seconds = _train(setup, stop, lambda: _train_in_cluster(setup, estimator, hooks), sets_aside_diverged=True)
+        if validation is not None and not stop.requested():
+            # The Estimator calls no saving listener in a cluster, so neither the listener's end(): the
+            # final step's evaluation comes here, after the final checkpoint (none after an early stop).
+            validation.end(None, latest_global_step(settings.model_dir))
+        if stop.requested():
+            raise Interrupted(stop.received, hooks.stop.stopped_at_step)
+        return finish(setup, estimator, hooks, figures, seconds, validation,
+                      {"cluster": {"strategy": settings.strategy, "training_workers": cluster.num_workers}})
+
+
+def run_worker(task, settings, cluster, stop):
+    """A cluster's worker: trains with the chief until it ends (or an agreed stop); returns None."""
+    setup = prepare(task, settings, cluster, build_plan(settings, cluster))
+    cadence = _cadence(setup)
+    _announce(setup, cadence)
+    estimator, _ = build_estimator(setup, cadence, probe_peak=False)
+    recheck_model_readiness_every(WORKER_READY_RECHECK_SECS)
+
+    def wait_for_chief(step):  # its last line names the chief's checkpoint of the step they stopped after
+        wait_for_chief_checkpoint(cluster, settings.model_dir, step, settings.peer_timeout_secs)
+    stopping = stop_hook(stop.requested, stop, after_stop=wait_for_chief)
+    hooks = build_training_hooks(setup, stopping, writes_summaries=False).adding(
+        watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
+        + _agreed_stop_hooks(setup))
+    _train(setup, stop, lambda: _train_in_cluster(setup, estimator, hooks))
+    if stop.requested():
+        raise Interrupted(stop.received)
+    log.info("worker %d finished", cluster.index)
+    return None
+
+
+def run_evaluator(task, settings, cluster, stop):
+    """A cluster's evaluator: evaluates each new checkpoint on the validation split (the test split
+    when there is none; TensorBoard's eval_validation) until training ends; returns None."""
+    setup = prepare(task, settings, cluster, build_plan(settings, cluster))
+    _announce(setup, None)
+    estimator, _ = build_estimator(setup, probe_peak=False)
+    watch_evaluator(cluster, settings, setup.max_steps)
+    train_spec, eval_spec = _specs(setup, build_training_hooks(setup, stop_hook(stop.requested, stop)))
+    with stop.training():
+        # What train_and_evaluate runs on an evaluator, with a listener that also ends it after the
+        # final checkpoint of an early stop (it would otherwise wait for --max-steps' for ever).
+        agreed_stop.evaluate_until_training_ends(estimator, train_spec, eval_spec, settings.model_dir)
+    if stop.requested():
+        raise Interrupted(stop.received)
+    log.info("evaluator %d finished", cluster.index)
+    return None
+
+
+def run_ps(task, settings, cluster, stop):
+    """A parameter server: serves the cluster's variables until it is stopped; returns None. It reads
+    no data and builds no model: the Estimator's distributed runtime only uses the RunConfig to start
+    its server."""
+    watch_parameter_server(cluster, settings)
+    config = build_run_config(settings.model_dir, build_plan(settings, cluster), settings.checkpoint_steps,
+                              settings.summary_steps, settings.keep_checkpoints, settings.seed)
     estimator = tf.estimator.Estimator(model_fn=_no_model, config=config)
     tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(_no_input), tf.estimator.EvalSpec(_no_input))
     return None
+
+
+ROLES = {"chief": run_chief, "worker": run_worker, "evaluator": run_evaluator, "ps": run_ps}
 
 
 def _no_model(features, labels, mode):
@@ -43,141 +174,107 @@ def _no_input():
     raise RuntimeError("a parameter server reads no data")
 
 
-def train_on_one_machine(setup, estimator, hooks):
-    """Trains to the planned final step (nothing when it is reached already)."""
+def _already_finished(setup):
+    """Returns the results of a run already finished at these settings (re-printed), or None. Raises
+    UsageError for --eval-only of a model dir with no checkpoint."""
+    settings = setup.settings
+    if settings.eval_only:
+        if not setup.start_step:
+            raise UsageError(f"--eval-only needs a trained model dir, and {settings.model_dir} holds no checkpoint; "
+                             "train first (without --eval-only), or pass the --model-dir of a trained run")
+        return None
+    return _finished_results(setup) if setup.start_step >= setup.max_steps else None
+
+
+def _finished_results(setup):
+    return finished_results(setup.settings.model_dir, setup.start_step, setup.max_steps)
+
+
+def _cadence(setup):
+    """Returns the validation's Cadence, or None when there is no validation split."""
+    if setup.data.validation_input_fn is None:
+        return None
+    return cadence_for(setup.settings, setup.steps, setup.data.num_train_examples)
+
+
+def _announce(setup, cadence):
+    print_header(setup, cadence)
+    warn_about(setup)
+
+
+def _best_export(setup, estimator):
+    """Returns the function exporting a new best checkpoint (None: the task exports nothing)."""
+    data, settings = setup.data, setup.settings
+    if not data.serving_input_fn:
+        return None
+    return lambda checkpoint: export_model(estimator, data.serving_input_fn, data.class_names,
+                                           storage.join(settings.model_dir, BEST_EXPORT_DIR), checkpoint)
+
+
+def _record_start(setup):
+    """Writes this run's segment to the training record, last before training: a failure before it
+    leaves the record as it was."""
     if setup.start_step < setup.max_steps:
-        estimator.train(setup.data.train_input_fn, hooks=hooks.all, max_steps=setup.max_steps,
-                        saving_listeners=hooks.listeners)
+        training_record.record_start(setup.settings.model_dir, setup.task.name, setup.record, setup.steps,
+                                     setup.trained_on)
 
 
-def run_in_cluster(setup, estimator, hooks):
-    """Runs this task's role of the cluster (chief, worker or evaluator) through train_and_evaluate:
-    the chief and the workers train (the chief validating between its steps, when `hooks` say so:
-    pipeline.agreed_stop), the evaluator evaluates each new checkpoint on the validation split
-    (TensorBoard's eval_validation), or the test split when there is none, until training ends."""
+def _agreed_stop_hooks(setup):
+    """Returns the hook that stops a trainer after the step an early stop was agreed on (none without
+    early stopping or a validation split)."""
+    settings = setup.settings
+    asked = settings.stop_at_accuracy is not None or settings.patience
+    if setup.data.validation_input_fn is None or not asked:
+        return []
+    return [StopAtAgreedStepHook(agreed_stop.StopStepReader(settings.model_dir))]
+
+
+def _chief_validation_hooks(setup, validation):
+    """Returns the chief's hook validating between its steps (none without a validation split)."""
+    if validation is None:
+        return []
+    return [BetweenStepsHook(agreed_stop.ChiefValidation(validation, setup.settings.model_dir, setup.start_step))]
+
+
+def _specs(setup, hooks):
+    """Returns train_and_evaluate's (TrainSpec, EvalSpec): the evaluator evaluates the validation split,
+    or the test split when there is none."""
     data = setup.data
     evaluated = (data.validation_input_fn, "validation") if data.validation_input_fn else (data.eval_input_fn, None)
     train_spec = tf.estimator.TrainSpec(data.train_input_fn, max_steps=setup.max_steps, hooks=hooks.all,
                                         saving_listeners=hooks.listeners)
     eval_spec = tf.estimator.EvalSpec(evaluated[0], steps=None, name=evaluated[1], start_delay_secs=0,
-                                      throttle_secs=setup.args.eval_throttle_secs)
-    if setup.cluster.task_type == "evaluator":
-        # What train_and_evaluate runs on an evaluator, with a listener that also ends it after the
-        # final checkpoint of an early stop (it would otherwise wait for --max-steps' for ever).
-        agreed_stop.evaluate_until_training_ends(estimator, train_spec, eval_spec, setup.args.model_dir)
-        return
-    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+                                      throttle_secs=setup.settings.eval_throttle_secs)
+    return train_spec, eval_spec
 
 
-def train(setup, estimator, hooks, stop):
-    """Trains as this process's role says; returns the seconds spent. Raises TrainingError when the
-    loss diverges (with the diverged checkpoint set aside)."""
-    args, train_start = setup.args, time.perf_counter()
+def _train_here(setup, estimator, hooks):
+    """Trains on this machine to the planned final step (nothing when it is reached already)."""
+    if setup.start_step < setup.max_steps:
+        estimator.train(setup.data.train_input_fn, hooks=list(hooks.all), max_steps=setup.max_steps,
+                        saving_listeners=list(hooks.listeners))
+
+
+def _train_in_cluster(setup, estimator, hooks):
+    """Trains with the cluster through train_and_evaluate (the chief and the workers)."""
+    tf.estimator.train_and_evaluate(estimator, *_specs(setup, hooks))
+
+
+def _train(setup, stop, training, sets_aside_diverged=False):
+    """Runs `training()` with the stop signals left to the training hook; returns the seconds spent.
+    Raises TrainingError when the loss diverges (with the diverged checkpoint set aside, by the
+    process that writes the model dir: `sets_aside_diverged`)."""
+    model_dir, train_start = setup.settings.model_dir, time.perf_counter()
     with stop.training():
         try:
-            if setup.cluster is not None:
-                run_in_cluster(setup, estimator, hooks)
-            else:
-                train_on_one_machine(setup, estimator, hooks)
+            training()
         except DivergenceError as e:
-            if setup.chief:  # the saver runs before the loss check: it may have saved diverged weights
-                model_dir_lib.set_aside_diverged(args.model_dir, e.step)
+            if sets_aside_diverged:  # the saver runs before the loss check: it may have saved diverged weights
+                model_dir_lib.set_aside_diverged(model_dir, e.step)
+            checkpoint = tf.train.latest_checkpoint(model_dir)
+            described = checkpoint.rsplit("/", 1)[-1] if checkpoint else "none yet (the run starts from scratch)"
             raise TrainingError(
                 f"{e}: the learning rate is likely too high. Lower --learning-rate (or the batch) and run again "
-                f"to resume from the last good checkpoint, {_describe_checkpoint(args.model_dir)}, or start "
-                "afresh with another --model-dir") from None
+                f"to resume from the last good checkpoint, {described}, or start afresh with another "
+                "--model-dir") from None
     return time.perf_counter() - train_start
-
-
-def _describe_checkpoint(model_dir):
-    checkpoint = tf.train.latest_checkpoint(model_dir)
-    return os.path.basename(checkpoint) if checkpoint else "none yet (the run starts from scratch)"
-
-
-def _why_untimed(args, steps_run):
-    if "examples_per_second" not in args.hooks:
-        return "--hooks leaves out examples_per_second, the hook that times the steps"
-    return (f"{steps_run} steps ran, and the first {args.warm_up_steps} (--warm-up-steps) are never timed; a figure "
-            f"needs at least {args.warm_up_steps + 1} steps in one run (--max-steps or --epochs), or a lower "
-            "--warm-up-steps")
-
-
-def report(setup, estimator, hooks, figures, train_seconds, validation=None):
-    """Evaluates the chosen model on the test split (the best checkpoint `validation`, a
-    ValidationListener, recorded; else the last), exports it (the best is exported already), writes
-    results.json and prints the summary; returns results.json's dict. `figures` is (model FLOPs per
-    image, the peak)."""
-    args, data = setup.args, setup.data
-    throughput = hooks.throughput()
-    if throughput is None and setup.start_step < setup.max_steps and not args.eval_only:
-        log.warning("no throughput measured: %s", _why_untimed(args, setup.max_steps - setup.start_step))
-    best = validation.record["best"] if validation else None
-    log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
-             f" with the best checkpoint, of step {best['step']}" if best else "")
-    faults.point("test_evaluation")
-    evaluation, scores = test_report.evaluate(estimator, data.eval_input_fn, best and best["checkpoint"])
-    # The checkpoint's own step. Under asynchronous parameter_server training a checkpoint named
-    # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).
-    eval_step = best["step"] if best else int(evaluation["global_step"])
-    results = _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step)
-    if validation:
-        results.validation_examples = data.num_validation_examples
-        results.evaluations = [dict(e) for e in validation.record["evaluations"]]
-        results.best = {k: best[k] for k in ("step", "validation_accuracy", "validation_loss", "export_dir")} \
-            if best else None
-        results.stopped_because = validation.stopped_because or "max_steps"
-        results.early_stopping = validation.early_stopping
-        results.validation_seconds = round(validation.seconds, 3)
-    extra = results.extra
-    if setup.cluster is not None:
-        extra["cluster"] = {"strategy": args.strategy, "training_workers": setup.cluster.num_workers}
-    if data.serving_input_fn:
-        extra["export_dir"] = best["export_dir"] if best and best.get("export_dir") else \
-            (args.eval_only and results_lib.recorded_export(args.model_dir, eval_step)) or export_model(
-                estimator, data.serving_input_fn, data.class_names, storage.join(args.model_dir, "export"),
-                best and best["checkpoint"])
-    if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
-        extra.update(test_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
-                                              extra.get("export_dir"), estimator, best and best["checkpoint"]))
-    extra.update(data.report)
-    extra["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    if args.eval_only:  # the training run's results.json stays as it was
-        path = "(not written: --eval-only)"
-    else:
-        path = results_lib.write_results(args.model_dir, results)
-        hparams.write_hparams(args.model_dir, results.as_dict())  # after results.json: a failure here loses no figure
-    written = results.as_dict()
-    print_summary(written, path)
-    test_report.print_headline(written, args.model_dir)
-    return written
-
-
-def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step):
-    args, data, plan = setup.args, setup.data, setup.plan
-    model_flops, peak = figures
-    step = estimator_lib.latest_global_step(args.model_dir)
-    images_trained = progress.images_at(progress.read(args.model_dir, setup.task.name).segments, step,
-                                        setup.global_batch)[0]
-    return results_lib.RunResults(
-        task=setup.task.name, data_source=data.source, model_dir=storage.absolute(args.model_dir),
-        global_step=step, start_global_step=setup.start_step, max_steps=setup.max_steps,
-        replicas=plan.replicas, devices=plan.devices, distribution=plan.description, precision=args.precision,
-        augment=[[name, value] for name, value in args.augment], xla=args.xla,
-        intra_op_threads=args.intra_op_threads, inter_op_threads=args.inter_op_threads,
-        per_replica_batch_size=args.batch_size, global_batch_size=setup.global_batch,
-        learning_rate=hooks.rate.last, learning_rate_first_step=hooks.rate.first,
-        learning_rate_base=setup.learning_rate, learning_rate_schedule=setup.schedule.get_config(),
-        train_examples=data.num_train_examples, epochs_requested=None if args.max_steps else args.epochs,
-        images_trained=images_trained, epochs_trained=round(images_trained / data.num_train_examples, 4),
-        train_seconds=round(train_seconds, 3),
-        train_images_per_sec=throughput and throughput["images_per_sec"],
-        train_images_per_sec_std=throughput and throughput["images_per_sec_std"],
-        train_step_time_mean=throughput and throughput["step_time_mean"],
-        timed_steps=throughput["timed_steps"] if throughput else 0,
-        model_flops_per_image=model_flops, peak_flops=peak.as_dict(),
-        mfu=mfu_lib.mfu(throughput and throughput["images_per_sec"], model_flops["training"], peak),
-        checkpoint_seconds=round(hooks.checkpoint_timer.seconds, 3),
-        checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
-        eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
-        eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
-        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed)

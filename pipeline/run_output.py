@@ -2,12 +2,13 @@
 import os
 
 from pipeline import determinism, mfu as mfu_lib, results as results_lib
+from pipeline.validation.early_stopping import EarlyStopping
 
 
 def print_header(setup, cadence=None):
-    """Prints the run's settings (`setup`, a prepared pipeline.run_setup.RunSetup, and the validation's
-    `cadence`, a pipeline.validation.Cadence or None) before training."""
-    task, args, plan, data, steps = setup.task, setup.args, setup.plan, setup.data, setup.steps
+    """Prints the run's settings (`setup`, a pipeline.run_setup.RunSetup, and the validation's
+    `cadence`, a pipeline.validation.cadence.Cadence or None) before training."""
+    task, args, plan, data, steps = setup.task, setup.settings, setup.plan, setup.data, setup.steps
     scaling = (f"{args.learning_rate:g} x {setup.global_batch}/{args.reference_batch_size}, linear scaling"
                if args.lr_scaling == "linear" else "not scaled with the batch")
     resume = (f"resuming from step {steps.start_step}" if steps.start_step else "starting from scratch")
@@ -32,10 +33,7 @@ def print_header(setup, cadence=None):
 
 
 def _describe_early_stop(args):
-    rules = ([f"at validation accuracy >= {args.stop_at_accuracy:g}"] if args.stop_at_accuracy is not None else []) \
-        + ([f"after {args.patience} evaluations without a rise in validation accuracy above {args.min_delta:g} "
-            "(a tie is no rise)"] if args.patience else [])
-    return " or ".join(rules) + "; the best model: highest validation accuracy, a tie to the lower loss"
+    return EarlyStopping(args.stop_at_accuracy, args.patience, args.min_delta).describe()
 
 
 def _describe_images(steps, num_train_examples):

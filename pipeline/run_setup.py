@@ -1,5 +1,6 @@
-"""The run's settings, checked once at the edge: where it runs, what data and steps it has, and the
-learning-rate schedule, all known good before a model is built."""
+"""What a run knows before it builds its model, fixed once at the edge: where it runs, its settings
+with the data's recipe, the data, the steps planned and the learning-rate schedule, all checked
+before a model is built. RunSetup is built whole by prepare() and never changed."""
 import dataclasses
 import logging
 import os
@@ -11,33 +12,34 @@ import tensorflow as tf
 
 from acquisition import storage
 from models.learning_rate import ScheduledRate
-from pipeline import batching, determinism, estimator as estimator_lib, model_dir as model_dir_lib, progress, \
-    test_report, validation as validation_lib
+from pipeline import batching, determinism, estimator as estimator_lib, evaluation_report, model_dir as model_dir_lib, \
+    training_record
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
+from pipeline.validation.checks import check_early_stopping, check_validation_split
 
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunSetup:
-    """What a run knows before it builds its model: its task and flags, its place in a cluster
-    (None on one machine), the DistributionPlan, the data, the steps planned and the rate."""
+    """What a run knows before it builds its model: its task and Settings, its place in a cluster
+    (None on one machine: for the header and results, never to choose what to do), the
+    DistributionPlan, the data, the steps planned and the rate."""
     task: object
-    args: object
+    settings: object  # pipeline.settings.Settings, with the data's recipe
     cluster: Optional[object]
-    chief: bool
     plan: object  # pipeline.distribution.DistributionPlan
-    data: object = None  # pipeline.tasks.TaskData
-    record: object = None  # progress.Record read at the start
-    trained_on: Optional[dict] = None
-    global_batch: int = 0
-    learning_rate: float = 0.0  # the base rate, scaled with the global batch
-    start_step: int = 0
-    steps: object = None  # progress.Plan
-    schedule: object = None  # ScheduledRate
-    seed_defaulted: bool = False  # --deterministic without --seed: seed 0
+    data: object  # pipeline.tasks.TaskData, its evaluation inputs mirrored when mirrored_evaluation
+    record: object  # training_record.Record read at the start
+    trained_on: dict
+    global_batch: int
+    learning_rate: float  # the base rate, scaled with the global batch
+    start_step: int
+    steps: object  # training_record.Plan
+    schedule: object  # ScheduledRate
+    mirrored_evaluation: bool = False
 
     @property
     def max_steps(self):
@@ -66,55 +68,86 @@ def ensure_writable_dir(path):
                          "pass --model-dir with a folder you can write to") from None
 
 
-def build_plan(args, cluster):
-    """Returns the DistributionPlan for `args`: one machine, or this task's part of a TF_CONFIG cluster."""
+def build_plan(settings, cluster):
+    """Returns the DistributionPlan of `settings`: one machine, or this task's part of a TF_CONFIG cluster."""
     if cluster is None:
-        if args.strategy not in ("mirrored", "central_storage"):
-            raise UsageError(f"--strategy {args.strategy} needs a cluster in TF_CONFIG; start one with "
+        if settings.strategy not in ("mirrored", "central_storage"):
+            raise UsageError(f"--strategy {settings.strategy} needs a cluster in TF_CONFIG; start one with "
                              "scripts/launch_local_cluster.py, or use --strategy mirrored")
-        return build_distribution(gpus=args.gpus, cpu_replicas=args.cpu_replicas, strategy=args.strategy)
+        return build_distribution(gpus=settings.gpus, cpu_replicas=settings.cpu_replicas, strategy=settings.strategy)
     # The Estimator's multi-worker runtime (the distribute coordinator) works in graph mode only.
     tf.compat.v1.disable_eager_execution()
-    return build_cluster_distribution(args.strategy, cluster, gpus=args.gpus, cpu_replicas=args.cpu_replicas)
+    return build_cluster_distribution(settings.strategy, cluster, gpus=settings.gpus,
+                                      cpu_replicas=settings.cpu_replicas)
 
 
-def prepare_run(setup):
-    """Fills `setup` (a RunSetup with its plan) with the data, the steps and the schedule; returns it.
+def prepare(task, settings, cluster, plan, check_checkpoint=False):
+    """Returns the RunSetup of `task` under `settings` on `plan`: the data prepared (and its recipe
+    taken into the settings), the steps planned from the model dir's record, the training input
+    positioned for a resumed --deterministic run and the evaluation inputs mirrored when the plan
+    mirrors evaluation. `check_checkpoint` (the process that writes the model dir) first checks
+    that its newest checkpoint can be restored, setting a damaged one aside.
 
     Raises UsageError (or the data's errors) for flags, data or a model dir that cannot go together.
     """
-    task, args = setup.task, setup.args
-    setup.record = progress.read(args.model_dir, task.name)
-    data = setup.data = task.prepare_data(args, args.batch_size)  # a recipe (TaskData.recipe) may set the batch
-    test_report.check_positive_classes(args, data.class_names)
-    validation_lib.check_validation_split(args, data)
-    test_report.check_calibration(args, data)
-    validation_lib.check_early_stopping(args, data)
-    setup.global_batch = args.batch_size * setup.plan.replicas
-    setup.learning_rate = batching.scaled_learning_rate(
-        args.learning_rate, setup.global_batch, args.reference_batch_size, args.lr_scaling)
-    setup.trained_on = progress.describe_data(data.source == "synthetic", data.num_train_examples)
-    progress.check_same_data(setup.record, setup.trained_on, args.model_dir)
-    if setup.chief:
-        model_dir_lib.restorable_checkpoint(args.model_dir)
-    setup.start_step = estimator_lib.latest_global_step(args.model_dir)
-    setup.steps = progress.plan(setup.record.segments, setup.start_step, setup.global_batch,
-                                data.num_train_examples, epochs=None if args.max_steps else args.epochs,
-                                max_steps=args.max_steps)
-    determinism.position_input(setup)
-    setup.schedule = ScheduledRate(
-        setup.learning_rate, setup.steps.images_at_end, args.lr_schedule,
-        round(args.warm_up_epochs * data.num_train_examples), images_per_step=setup.global_batch,
-        start_step=setup.start_step, images_at_start=setup.steps.images_at_start)
-    return setup
+    data = task.prepare_data(settings, settings.batch_size)
+    if data.recipe_values:
+        settings = settings.replace(**data.recipe_values)
+    _check_data(settings, data)
+    record = training_record.read(settings.model_dir, task.name)
+    global_batch = settings.batch_size * plan.replicas
+    trained_on = training_record.describe_data(data.source == "synthetic", data.num_train_examples)
+    training_record.check_same_data(record, trained_on, settings.model_dir)
+    if check_checkpoint:
+        model_dir_lib.restorable_checkpoint(settings.model_dir)
+    start_step = estimator_lib.latest_global_step(settings.model_dir)
+    steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
+                                 epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
+    learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
+                                                  settings.reference_batch_size, settings.lr_scaling)
+    schedule = ScheduledRate(
+        learning_rate, steps.images_at_end, settings.lr_schedule,
+        round(settings.warm_up_epochs * data.num_train_examples), images_per_step=global_batch,
+        start_step=start_step, images_at_start=steps.images_at_start)
+    mirrored = mirrors_evaluation(settings, plan, data)
+    data = determinism.positioned_input(settings, data, steps.images_at_start)
+    data = mirrored_inputs(data, settings.batch_size, plan.replicas) if mirrored else data
+    return RunSetup(task, settings, cluster, plan, data, record, trained_on, global_batch, learning_rate,
+                    start_step, steps, schedule, mirrored)
+
+
+def _check_data(settings, data):
+    """Raises FlagError (exit 2) for flags the data cannot serve (see the checks called)."""
+    evaluation_report.check_positive_classes(settings, data.class_names)
+    check_validation_split(settings, data)
+    evaluation_report.check_calibration(settings, data)
+    check_early_stopping(settings, data)
+
+
+def mirrors_evaluation(settings, plan, data):
+    """Returns whether evaluations run mirrored over the replicas: a mirrored plan (one machine's:
+    a cluster takes no other strategy than multi_worker_mirrored or parameter_server) with more than
+    one replica and no fewer evaluation examples than replicas."""
+    sizes = [data.num_eval_examples] + ([data.num_validation_examples] if data.validation_input_fn else [])
+    return plan.replicas >= 2 and settings.strategy == "mirrored" and min(sizes) >= plan.replicas
+
+
+def mirrored_inputs(data, batch_size, replicas):
+    """Returns `data` with evaluation inputs in batches every replica gets its share of."""
+    def mirrored(input_fn, num_examples):
+        return estimator_lib.replica_batched_input_fn(input_fn, num_examples, batch_size, replicas)
+    return dataclasses.replace(
+        data, eval_input_fn=mirrored(data.eval_input_fn, data.num_eval_examples),
+        validation_input_fn=data.validation_input_fn and mirrored(data.validation_input_fn,
+                                                                  data.num_validation_examples))
 
 
 def warn_about(setup):
     """Logs what the user should know of the settings before training: images assumed, precision."""
     if setup.steps.assumed:
         log.warning("%s keeps no record of the images trained before step %d (a run of an earlier version): "
-                    "counted as %d steps of this run's %d-image global batch", setup.args.model_dir,
+                    "counted as %d steps of this run's %d-image global batch", setup.settings.model_dir,
                     setup.start_step, setup.start_step, setup.global_batch)
-    warning = precision_warning(setup.args.precision, setup.plan.devices[0].startswith("/gpu"))
+    warning = precision_warning(setup.settings.precision, setup.plan.devices[0].startswith("/gpu"))
     if warning:
         log.warning(warning)

@@ -9,7 +9,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flags import HelpFormatter  # noqa: E402
+from pipeline.flag_types import HelpFormatter  # noqa: E402
 
 
 def build_parser():

@@ -30,7 +30,7 @@ from cluster.isolation import ISOLATED_VARIABLE, isolate_network  # noqa: E402
 from cluster.launcher import DEFAULT_GRACE_SECS, LocalCluster  # noqa: E402
 from pipeline.cli import run_command  # noqa: E402
 from pipeline.errors import UsageError  # noqa: E402
-from pipeline.flags import non_negative_int, positive_float  # noqa: E402
+from pipeline.flag_types import non_negative_int, positive_float  # noqa: E402
 
 
 def build_parser():

@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
 from pipeline.errors import UsageError  # noqa: E402
-from pipeline.flags import HelpFormatter, int_in_range, positive_int  # noqa: E402
+from pipeline.flag_types import HelpFormatter, int_in_range, positive_int  # noqa: E402
 
 
 def build_parser():

@@ -8,7 +8,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flags import HelpFormatter, add_data_dir_flag  # noqa: E402
+from pipeline.flags import add_data_dir_flag  # noqa: E402
+from pipeline.flag_types import HelpFormatter  # noqa: E402
 from pipeline.tasks import oct as oct_task  # noqa: E402
 
 

@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from models import PRECISIONS  # noqa: E402
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flags import positive_float, positive_int  # noqa: E402
+from pipeline.flag_types import positive_float, positive_int  # noqa: E402
 
 
 def precisions(text):

@@ -6,7 +6,6 @@ its benchmark input variants, importable without TensorFlow; its job module (fas
 when the arguments are known good. Nothing outside this package names a task.
 """
 import dataclasses
-import importlib
 from typing import Callable, Optional, Sequence
 
 from acquisition import storage
@@ -20,7 +19,7 @@ DEFAULT_INPUT_VARIANTS = ("pipeline",)
 VALIDATION_FILES = "validation_files.txt"  # in the model dir: a folder dataset's validation split, one path a line
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TaskData:
     """What the run loop needs to know of a task's data."""
     train_input_fn: Callable
@@ -29,7 +28,7 @@ class TaskData:
     num_eval_examples: int
     source: str  # 'real' or 'synthetic'
     # With class names (and real data) the run loop adds the test report (see
-    # pipeline.test_report); eval_labels, the class indices of the eval input in
+    # pipeline.evaluation_report); eval_labels, the class indices of the eval input in
     # its order when known, check that report's labels.
     class_names: Optional[Sequence[str]] = None
     eval_labels: Optional[Sequence[int]] = None
@@ -45,6 +44,9 @@ class TaskData:
     num_validation_examples: int = 0
     # The training recipe the task chose for this data, and why (the run header shows it); None for the flags'.
     recipe: Optional[str] = None
+    # The settings that recipe sets ({'batch_size': 32, ...}; empty: the flags' own), which the run's
+    # settings take before anything reads them (pipeline.run_setup).
+    recipe_values: dict = dataclasses.field(default_factory=dict)
     # A function of n returning the training input_fn that starts n examples into its seeded stream
     # (skipped before decoding): where a resumed --deterministic run goes on. None: the input cannot.
     train_input_at: Optional[Callable] = None
@@ -52,14 +54,15 @@ class TaskData:
 
 @dataclasses.dataclass
 class Task:
-    """A training job: its name, flag defaults, extra flags, and the module (`job`) whose
-    prepare_data and build_model get its data and build its model."""
+    """A training job: its name, flag defaults, extra flags, and `job`, a function that imports and
+    returns the job module whose prepare_data and build_model get its data and build its model (an
+    import inside a function: --help stays free of TensorFlow, and code navigation follows it)."""
     name: str
     description: str
     full_train_examples: Optional[int]  # the published dataset's training-set size (None: no such dataset)
     defaults: dict
     add_flags: Callable
-    job: str
+    job: Callable
     # A regular expression whose first group, searched in an evaluation image's file name,
     # names its group (a patient): the test report's bootstrap then resamples groups.
     group_pattern: Optional[str] = None
@@ -73,16 +76,16 @@ class Task:
 
     def prepare_data(self, args, batch_size):
         """Returns TaskData whose input_fns yield batches of `batch_size` (per replica)."""
-        return importlib.import_module(self.job).prepare_data(args, batch_size)
+        return self.job().prepare_data(args, batch_size)
 
     def build_model(self, args, learning_rate):
         """Returns the compiled Keras model (its input named FEATURE_KEY) trained at `learning_rate`."""
-        return importlib.import_module(self.job).build_model(args, learning_rate)
+        return self.job().build_model(args, learning_rate)
 
     def input_variant(self, args, variant, batch_size, workdir):
         """Returns (input_fn, warm-up steps it needs at least) of the benchmark input variant
         `variant` (one of input_variants) at `batch_size`; `workdir` holds what it prepares."""
-        job = importlib.import_module(self.job)
+        job = self.job()
         if hasattr(job, "input_variant"):
             return job.input_variant(args, variant, batch_size, workdir)
         return job.prepare_data(args, batch_size).train_input_fn, 0

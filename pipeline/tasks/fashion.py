@@ -28,6 +28,13 @@ def add_flags(parser):
                             "--epochs, --max-steps, --learning-rate or --lr-scaling is given)")
 
 
+
+def job():
+    """Returns the job module, fashion_job (imports TensorFlow: called once the flags are known good)."""
+    from pipeline.tasks import fashion_job  # noqa: PLC0415
+    return fashion_job
+
+
 TASK = Task(
     name="fashion",
     description="Train the design's CNN on Fashion-MNIST through a Keras-made Estimator, "
@@ -37,6 +44,6 @@ TASK = Task(
               "learning_rate": 1e-3, "reference_batch_size": 512,
               "model_dir": os.path.join("runs", "fashion")},
     add_flags=add_flags,
-    job="pipeline.tasks.fashion_job",
+    job=job,
     input_variants=("pipeline", "design", "synthetic"),
 )

@@ -26,8 +26,9 @@ SERVING_KEY, PIXELS_KEY = "image_bytes", "gray_pixels"
 def prepare_data(args, batch_size):
     """Returns TaskData over Fashion-MNIST, downloading and converting it first if needed.
 
-    When it falls back to the shipped sample, the sample's recipe may replace `args`' batch
-    size, length and learning rate first (see apply_sample_recipe); `batch_size` then follows.
+    When it falls back to the shipped sample, the TaskData carries the sample's recipe as values
+    (its recipe_values: batch size, length, learning rate; see sample_recipe), which the run's
+    settings then take; `batch_size` follows the recipe's.
     """
     if args.validation_dir:
         raise FlagError(f"--validation-dir {args.validation_dir}: a folder of class folders to validate on is for the "
@@ -41,14 +42,14 @@ def prepare_data(args, batch_size):
                         SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"], "synthetic",
                         class_names=fashion_mnist.CLASS_NAMES, serving_input_fn=serving_input_fn())
     data_dir, source = _dataset_or_sample(args)
-    recipe, report = None, {}
+    recipe, recipe_values, report = None, {}, {}
     if source != "real":  # the shipped sample
-        applied, recipe = apply_sample_recipe(args)
-        report = {"recipe": "shipped sample" if applied else "flags"}
-        batch_size = args.batch_size
+        recipe_values, recipe = sample_recipe(args)
+        report = {"recipe": "shipped sample" if recipe_values else "flags"}
+        batch_size = recipe_values.get("batch_size", batch_size)
     splits = fashion_mnist.prepare_shards(data_dir, args.cache_dir)
     if args.validation_fraction:
-        return _with_validation(args, batch_size, data_dir, splits, source, recipe, report)
+        return _with_validation(args, batch_size, data_dir, splits, source, recipe, report, recipe_values)
     train_at = functools.partial(fashion_input.make_input_fn, splits["train"]["pattern"], batch_size, True,
                                  FEATURE_KEY, args.seed)
     return TaskData(
@@ -57,7 +58,7 @@ def prepare_data(args, batch_size):
                                    feature_key=FEATURE_KEY),
         splits["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
         train_class_counts=splits["train"]["class_counts"], serving_input_fn=serving_input_fn(), recipe=recipe,
-        report=report, train_input_at=train_at)
+        recipe_values=recipe_values, report=report, train_input_at=train_at)
 
 
 def serving_input_fn():
@@ -68,7 +69,7 @@ def serving_input_fn():
                                         pixels_key=PIXELS_KEY)
 
 
-def _with_validation(args, batch_size, data_dir, splits, source, recipe, report):
+def _with_validation(args, batch_size, data_dir, splits, source, recipe, report, recipe_values):
     """Returns TaskData training on the training images left after the validation split's share."""
     held = fashion_mnist.prepare_validation_shards(data_dir, args.cache_dir, args.validation_fraction)
 
@@ -80,25 +81,25 @@ def _with_validation(args, batch_size, data_dir, splits, source, recipe, report)
     return TaskData(train_at(), make(splits["test"]["pattern"], False),
                     held["train"]["count"], splits["test"]["count"], source, class_names=fashion_mnist.CLASS_NAMES,
                     train_class_counts=held["train"]["class_counts"], serving_input_fn=serving_input_fn(),
-                    recipe=recipe, report=report,
+                    recipe=recipe, recipe_values=recipe_values, report=report,
                     validation_input_fn=make(held["validation"]["pattern"], False),
                     num_validation_examples=held["validation"]["count"], train_input_at=train_at)
 
 
-def apply_sample_recipe(args):
-    """Sets `args` to SAMPLE_RECIPE when the command line gave none of RECIPE_FLAGS (its
-    `explicit_flags`, see pipeline.flags.RecordedStore); returns (whether it did, the run
-    header's words for the recipe that applies and why)."""
+def sample_recipe(args):
+    """Returns (SAMPLE_RECIPE when the command line gave none of RECIPE_FLAGS (its `explicit_flags`,
+    see pipeline.flag_types.RecordedStore), else {}; the run header's words for the recipe that
+    applies and why)."""
     given = [flag for flag in RECIPE_FLAGS if flag in getattr(args, "explicit_flags", ())]
     names = ["--" + flag.replace("_", "-") for flag in RECIPE_FLAGS]
     flags = ", ".join(names[:-1]) + " or " + names[-1]
     if given:
-        return False, (f"the flags' ({', '.join('--' + flag.replace('_', '-') for flag in given)} given): any of "
+        return {}, (f"the flags' ({', '.join('--' + flag.replace('_', '-') for flag in given)} given): any of "
                        f"{flags} turns the shipped sample's recipe off")
-    vars(args).update(SAMPLE_RECIPE)
-    return True, (f"the shipped sample's: batch {args.batch_size} per replica, {args.epochs:g} epochs, learning rate "
-                  f"{args.learning_rate:g} not scaled, as this run trains on 800 images and no {flags} was given "
-                  "(any one turns it off)")
+    recipe = SAMPLE_RECIPE
+    return dict(recipe), (f"the shipped sample's: batch {recipe['batch_size']} per replica, {recipe['epochs']:g} "
+                          f"epochs, learning rate {recipe['learning_rate']:g} not scaled, as this run trains on 800 "
+                          f"images and no {flags} was given (any one turns it off)")
 
 
 def _dataset_or_sample(args):

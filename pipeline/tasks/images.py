@@ -5,7 +5,7 @@ import os
 import re
 
 from models import BACKBONES
-from pipeline.flags import int_in_range, positive_float
+from pipeline.flag_types import int_in_range, open_fraction
 from pipeline.tasks import Task
 
 MAX_IMAGE_SIZE = 2048
@@ -18,14 +18,6 @@ def regex(text):
     except re.error as e:
         raise argparse.ArgumentTypeError(f"not a regular expression ({e}): {text!r}") from None
     return text
-
-
-def fraction(text):
-    """argparse type: a number strictly between 0 and 1."""
-    value = positive_float(text)
-    if not value < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
 
 
 def add_flags(parser):
@@ -45,7 +37,7 @@ def add_flags(parser):
     group.add_argument("--trainable-layers", type=int_in_range(0, 10 ** 4), default=None,
                        help="layers at the end of the backbone left trainable, the rest frozen; default: all "
                             "with --weights none, 0 (the head only) with pretrained weights")
-    group.add_argument("--test-fraction", type=fraction, default=0.2,
+    group.add_argument("--test-fraction", type=open_fraction, default=0.2,
                        help="with DIR/<class>/<image>: share of each class held out for testing (the split is "
                             "written to <model dir>/split and reused on resume)")
     group.add_argument("--split-seed", type=int_in_range(0, 2 ** 31 - 1), default=0,
@@ -62,6 +54,13 @@ def add_flags(parser):
                             "and lists it in results.json")
 
 
+
+def job():
+    """Returns the job module, images_job (imports TensorFlow: called once the flags are known good)."""
+    from pipeline.tasks import images_job  # noqa: PLC0415
+    return images_job
+
+
 TASK = Task(
     name="images",
     description="Train an image classifier on a folder of class folders (DIR/<class>/<image>, or "
@@ -71,5 +70,5 @@ TASK = Task(
     defaults={"data_dir": None, "batch_size": 32, "epochs": 10.0, "learning_rate": 1e-3,
               "reference_batch_size": 32, "model_dir": os.path.join("runs", "images")},
     add_flags=add_flags,
-    job="pipeline.tasks.images_job",
+    job=job,
 )

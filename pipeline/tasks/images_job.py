@@ -18,6 +18,7 @@ from acquisition.files import write_json_atomically, write_text_atomically
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, VALIDATION_FILES, TaskData, write_validation_files
+from pipeline.validation.split import split_off_validation
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ def prepare_data(args, batch_size):
             feature_key=FEATURE_KEY, seed=args.seed, skip=skip))
 
     report = dict(data.report)
-    held_out = split_off_validation(args, data)
+    held_out = validation_sides(args, data)
     if held_out:
         data = dataclasses.replace(data, splits={**data.splits, **held_out})
         report["validation_files"] = storage.absolute(storage.join(args.model_dir, VALIDATION_FILES))
@@ -218,24 +219,13 @@ def prepare_data(args, batch_size):
                     train_input_at=train_input_at)
 
 
-def split_off_validation(args, data):
-    """Returns {'train': (files, labels), 'validation': (files, labels)}: --validation-dir's images,
-    or --validation-fraction of the training split's (seeded by --split-seed, stratified, grouped by
-    --group-by: a patient's images all on one side); None with neither."""
-    train = data.splits["train"]
-    if args.validation_dir:
-        validation = _validation_dir(args.validation_dir, data.class_names, data.channels, args.on_bad_image)
-    elif args.validation_fraction:
-        try:
-            sides = class_folders.split_files(*train, args.validation_fraction, args.split_seed, args.group_by)
-        except InputDataError as e:
-            raise InputDataError(str(e).replace("the test split", "the validation split")
-                                 .replace("--test-fraction", "--validation-fraction")) from None
-        train = ([f for f, _ in sides["train"]], [label for _, label in sides["train"]])
-        validation = ([f for f, _ in sides["test"]], [label for _, label in sides["test"]])
-    else:
-        return None
-    return {"train": train, "validation": validation}
+def validation_sides(args, data):
+    """Returns {'train': (files, labels), 'validation': (files, labels)} of the folder dataset `data`:
+    --validation-dir's images, or --validation-fraction of the training split's (seeded by --split-seed,
+    stratified, grouped by --group-by); None with neither (see pipeline.validation.split)."""
+    def read_dir(folder):
+        return _validation_dir(folder, data.class_names, data.channels, args.on_bad_image)
+    return split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by)
 
 
 def _validation_dir(folder, class_names, channels, on_bad_image):

@@ -3,7 +3,7 @@ B-scans (4 classes). Its data and model: oct_job.py."""
 import os
 
 from models import VGG16_BASE_LAYERS
-from pipeline.flags import RecordedStore, int_in_range, positive_int
+from pipeline.flag_types import RecordedStore, int_in_range, positive_int
 from pipeline.tasks import Task
 
 DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "kermany2018")
@@ -54,6 +54,13 @@ def add_flags(parser):
                             "whole)")
 
 
+
+def job():
+    """Returns the job module, oct_job (imports TensorFlow: called once the flags are known good)."""
+    from pipeline.tasks import oct_job  # noqa: PLC0415
+    return oct_job
+
+
 TASK = Task(
     name="oct",
     description="Fine-tune VGG16 on the retinal OCT scans of Kaggle's kermany2018 (CNV, DME, DRUSEN, "
@@ -62,7 +69,7 @@ TASK = Task(
     defaults={"data_dir": DEFAULT_DATA_DIR, "batch_size": 32, "epochs": 1.0, "learning_rate": 1e-4, "reference_batch_size": 64,
               "model_dir": os.path.join("runs", "oct"), "positive_classes": ",".join(REFERRAL_CLASSES)},
     add_flags=add_flags,
-    job="pipeline.tasks.oct_job",
+    job=job,
     input_variants=("pipeline", "pipeline-reduced", "pipeline-cached", "records", "design", "bare"),
     group_pattern=PATIENT_PATTERN,
     # A horizontal flip is a scan of the other eye; upside down, the retina's layers come in an order no

@@ -7,13 +7,14 @@ import os
 
 import tensorflow as tf
 
-from acquisition import class_folders, image_checks, retinal_oct, shards, storage
+from acquisition import image_checks, retinal_oct, shards, storage
 from acquisition.errors import InputDataError
 from input_fns import baselines, decode, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 from pipeline.tasks.oct import PATIENT_PATTERN, TRAIN_EXAMPLES
+from pipeline.validation.split import split_off_validation
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 968}
@@ -104,7 +105,9 @@ def _folder_data(args, batch_size, size, serving):
              for split in ("train", "test")}
     for scan in scans.values():
         image_checks.check_bad_files(scan, args.on_bad_image)
-    train, held_out = scans["train"].good(), split_off_validation(args, *scans["train"].good())
+    # A patient's scans all on one side: near-duplicate B-scans of one eye would inflate validation accuracy.
+    train = scans["train"].good()
+    held_out = split_off_validation(args, *train, _read_validation_dir(args), VALIDATION_SEED, PATIENT_PATTERN)
     cache_key = {"pattern": retinal_oct.split_pattern(root, "train"), "files_fingerprint": scans["train"].fingerprint,
                  "skipped": scans["train"].bad_files}
     report = {"data_root": root, "skipped_files": scans["train"].bad_files + scans["test"].bad_files,
@@ -144,25 +147,15 @@ def _folder_data(args, batch_size, size, serving):
                     train_input_at=train_input_at)
 
 
-def split_off_validation(args, files, labels):
-    """Returns {'train': (files, labels), 'validation': (files, labels)}: --validation-dir's scans, or
-    --validation-fraction of each class of the training scans, drawn with VALIDATION_SEED by patient (a
-    patient's scans all on one side: near-duplicate B-scans of one eye would inflate validation
-    accuracy); None with neither."""
-    if args.validation_dir:
-        scan = image_checks.scan_folder(os.path.join(args.validation_dir, "*", retinal_oct.IMAGE_PATTERN),
+def _read_validation_dir(args):
+    """Returns a function of --validation-dir giving its scans' (files, labels), bad files handled as
+    --on-bad-image says."""
+    def read(folder):
+        scan = image_checks.scan_folder(os.path.join(folder, "*", retinal_oct.IMAGE_PATTERN),
                                         retinal_oct.CLASS_NAMES, CHANNELS)
         image_checks.check_bad_files(scan, args.on_bad_image)
-        return {"train": (files, labels), "validation": scan.good()}
-    if not args.validation_fraction:
-        return None
-    try:
-        sides = class_folders.split_files(files, labels, args.validation_fraction, VALIDATION_SEED, PATIENT_PATTERN)
-    except InputDataError as e:
-        raise InputDataError(str(e).replace("the test split", "the validation split")
-                             .replace("--test-fraction", "--validation-fraction")) from None
-    return {side: ([f for f, _ in sides[part]], [label for _, label in sides[part]])
-            for side, part in (("train", "train"), ("validation", "test"))}
+        return scan.good()
+    return read
 
 
 def read_records_manifest(records_dir):

@@ -1,7 +1,8 @@
 """Every job by name, and the command line of the tools that work on one job (--task NAME)."""
 import argparse
 
-from pipeline.flags import HelpFormatter, build_parser
+from pipeline.flags import build_parser
+from pipeline.flag_types import HelpFormatter
 from pipeline.tasks import fashion, images, oct as oct_task
 
 TASKS = {task.name: task for task in (fashion.TASK, oct_task.TASK, images.TASK)}

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from models.fashion_cnn import build_fashion_cnn
-from pipeline import estimator as estimator_lib, test_report
+from pipeline import estimator as estimator_lib, evaluation_report as test_report
 from pipeline.distribution import build_distribution
 from pipeline.flags import build_parser
 from pipeline.tasks import oct_job
@@ -28,7 +28,7 @@ def trained(oct_sample, tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp("model"))
     _, data = oct_data(tree, 5)
     model = build_fashion_cnn(1e-3, input_shape=(32, 32, 1), num_classes=4, input_dtype="uint8")
-    estimator = estimator_lib.build_estimator(model, tf.estimator.RunConfig(model_dir=model_dir), data.class_names)
+    estimator = estimator_lib.estimator_from_keras(model, tf.estimator.RunConfig(model_dir=model_dir), data.class_names)
     estimator.train(data.train_input_fn, max_steps=1)
     _, collector = test_report.evaluate(estimator, data.eval_input_fn)
     return tree, model, model_dir, data, collector
@@ -37,7 +37,7 @@ def trained(oct_sample, tmp_path_factory):
 def mirrored_scores(model, model_dir, data):
     config = tf.estimator.RunConfig(model_dir=model_dir, eval_distribute=build_distribution(cpu_replicas=2).strategy)
     # Today's per-class metric ops do not run under a mirrored evaluation: issue 18's; the scores do.
-    estimator = estimator_lib.build_estimator(model, config)
+    estimator = estimator_lib.estimator_from_keras(model, config)
     return test_report.evaluate(estimator, data.eval_input_fn)[1]
 
 

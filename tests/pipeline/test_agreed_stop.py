@@ -1,12 +1,12 @@
-"""The stop record a cluster's chief writes and every trainer reads (pipeline.agreed_stop), without a
+"""The stop record a cluster's chief writes and every trainer reads (pipeline.validation.agreed_stop), without a
 cluster: the chief's side between steps, the trainers' reader, the evaluator's end, the peer watches'
 end of training."""
 import collections
 import json
 
-from pipeline import agreed_stop
+from pipeline.validation import agreed_stop
 from pipeline.cluster_run import training_finished
-from pipeline.progress import PROGRESS_FILE
+from pipeline.training_record import PROGRESS_FILE
 
 
 class FakeListener:

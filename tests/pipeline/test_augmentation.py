@@ -12,7 +12,7 @@ from models.fashion_cnn import build_fashion_cnn
 from pipeline import estimator as estimator_lib
 from pipeline.distribution import build_distribution
 from pipeline.flags import build_parser
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks import FEATURE_KEY, fashion, oct as oct_task
 from serving.export import export_model
 from serving.predict import load_predictor
@@ -28,7 +28,7 @@ def graph_ops(mode, transforms):
         tf.compat.v1.train.create_global_step()
         model = build_fashion_cnn(1e-3, input_name=FEATURE_KEY)
         config = tf.estimator.RunConfig(model_dir=None)
-        estimator = estimator_lib.build_estimator(model, config, augment=transforms)
+        estimator = estimator_lib.estimator_from_keras(model, config, augment=transforms)
         features = {FEATURE_KEY: tf.zeros((4, 28, 28, 1))}
         estimator._model_fn(features, tf.zeros((4, 10)), mode)
         return {(op.type, op.name) for op in graph.get_operations()}
@@ -61,7 +61,7 @@ def test_the_export_serves_the_same_with_augment_on_and_off(tmp_path):
     assert random_or_transform_ops(with_augment) == []
     # The same weights exported by an Estimator built without --augment.
     data = oct_task.TASK.prepare_data(args, 4)
-    plain = estimator_lib.build_estimator(oct_task.TASK.build_model(args, 1e-4),
+    plain = estimator_lib.estimator_from_keras(oct_task.TASK.build_model(args, 1e-4),
                                           tf.estimator.RunConfig(model_dir=str(tmp_path / "m")), data.class_names)
     without = export_model(plain, data.serving_input_fn, data.class_names, str(tmp_path / "plain-export"))
     scan = open(os.path.join(OCT_SAMPLE, "DME", sorted(os.listdir(os.path.join(OCT_SAMPLE, "DME")))[0]), "rb").read()
@@ -90,7 +90,7 @@ class CaptureAugmented(tf.estimator.SessionRunHook):
 def train(model_dir, max_steps, hooks=()):
     plan = build_distribution(cpu_replicas=2)
     config = estimator_lib.build_run_config(model_dir, plan, checkpoint_steps=1, summary_steps=100, seed=3)
-    estimator = estimator_lib.build_estimator(build_fashion_cnn(1e-3, input_name=FEATURE_KEY), config,
+    estimator = estimator_lib.estimator_from_keras(build_fashion_cnn(1e-3, input_name=FEATURE_KEY), config,
                                               augment=TRANSFORMS, augment_seed=11)
     input_fn = synthetic.make_input_fn((28, 28, 1), 10, 8, True)  # one batch, repeated
     estimator.train(input_fn, hooks=list(hooks), max_steps=max_steps)

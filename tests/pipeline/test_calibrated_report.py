@@ -15,9 +15,9 @@ import pytest
 
 from pipeline.errors import FlagError
 from pipeline.flags import build_parser
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks.oct import TASK
-from pipeline.test_report import check_calibration
+from pipeline.evaluation_report import check_calibration
 from reporting import calibration
 from reporting.clinical import at_specificity
 from serving.calibrated import CALIBRATION_FILE

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from models.optimizers import Adam
 from pipeline.distribution import build_distribution
-from pipeline.estimator import build_estimator, build_run_config, checkpoint_format
+from pipeline.estimator import estimator_from_keras, build_run_config, checkpoint_format
 
 
 def model_with_batch_norm():
@@ -31,7 +31,7 @@ def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistic
 
     config = build_run_config(str(tmp_path), build_distribution(cpu_replicas=2), checkpoint_steps=100,
                               summary_steps=100)
-    estimator = build_estimator(model, config)
+    estimator = estimator_from_keras(model, config)
     estimator.train(input_fn, max_steps=3)
     names = dict(tf.train.list_variables(estimator.latest_checkpoint()))
     moving_mean = next(n for n in names if n.startswith("bn/moving_mean"))

@@ -12,7 +12,7 @@ import pytest
 from cluster.peers import PEER_LOST_EXIT, PeerWatch
 from cluster.tf_config import ClusterTask
 from pipeline.cluster_run import training_finished
-from pipeline.progress import PROGRESS_FILE
+from pipeline.training_record import PROGRESS_FILE
 
 
 class FakeServer:

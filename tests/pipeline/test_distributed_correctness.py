@@ -8,7 +8,7 @@ import tensorflow as tf
 from models.fashion_cnn import build_fashion_cnn
 from models.optimizers import precision
 from pipeline.distribution import build_distribution
-from pipeline.estimator import build_estimator, build_run_config
+from pipeline.estimator import estimator_from_keras, build_run_config
 
 GLOBAL_BATCH = 32
 STEPS = 2
@@ -34,7 +34,7 @@ def input_fn_for(batch_size):
 
 def train(model, model_dir, plan):
     config = build_run_config(str(model_dir), plan, checkpoint_steps=100, summary_steps=100)
-    estimator = build_estimator(model, config)
+    estimator = estimator_from_keras(model, config)
     estimator.train(input_fn_for(GLOBAL_BATCH // plan.replicas), max_steps=STEPS)
     checkpoint = estimator.latest_checkpoint()
     return {name: tf.train.load_variable(checkpoint, name)

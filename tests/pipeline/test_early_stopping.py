@@ -3,9 +3,9 @@ after a kill, the validation a killed run never made, and the flags refused wher
 import subprocess
 import sys
 
-from pipeline import validation
+from pipeline.validation import early_stopping
 from pipeline.flags import build_parser
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks import fashion
 from tests.conftest import ROOT, assert_clean_failure
 from tests.pipeline.test_validation import fake_checkpoint, listener, train_to
@@ -21,12 +21,12 @@ def test_a_flat_run_whose_loss_creeps_down_stops_after_patience(tmp_path):
 
 def test_min_delta_counts_only_rises_above_it_as_keras_early_stopping_does(tmp_path):
     accuracies = [0.50, 0.505, 0.509, 0.515, 0.52, 0.521, 0.522]
-    assert validation.improvements_ago([{"validation_accuracy": a} for a in accuracies], 0.0) == 0
+    assert early_stopping.improvements_ago([{"validation_accuracy": a} for a in accuracies], 0.0) == 0
     # Reference 0.50; 0.515 rises by more than 0.01 and becomes the reference; nothing after does.
-    assert validation.improvements_ago([{"validation_accuracy": a} for a in accuracies], 0.01) == 3
+    assert early_stopping.improvements_ago([{"validation_accuracy": a} for a in accuracies], 0.01) == 3
     watcher = listener(str(tmp_path), [(a, 1.0) for a in accuracies], patience=3, min_delta=0.01)
     assert train_to(watcher, str(tmp_path), range(10, 100, 10)) == 70
-    assert watcher.early_stopping == {"monitor": "validation_accuracy", "stop_at_accuracy": None, "patience": 3,
+    assert watcher.early_stopping.as_dict() == {"monitor": "validation_accuracy", "stop_at_accuracy": None, "patience": 3,
                                       "min_delta": 0.01}
 
 

@@ -1,4 +1,4 @@
-"""pipeline.estimator.build_estimator: the tasks of a cluster build their Estimators on one model dir,
+"""pipeline.estimator.estimator_from_keras: the tasks of a cluster build their Estimators on one model dir,
 and only one of them writes the weights they all start from."""
 import os
 import threading
@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from acquisition import locks
 from models.optimizers import Adam
-from pipeline.estimator import build_estimator
+from pipeline.estimator import estimator_from_keras
 from pipeline.model_dir import WARM_START_LOCK_FILE
 
 
@@ -30,7 +30,7 @@ def test_a_task_waits_while_another_writes_the_first_weights_then_starts_from_th
     held = locks.acquire(os.path.join(model_dir, WARM_START_LOCK_FILE))
     built = {}
     builder = threading.Thread(target=lambda: built.update(
-        estimator=build_estimator(ours, tf.estimator.RunConfig(model_dir=model_dir))))
+        estimator=estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir))))
     builder.start()
     builder.join(timeout=3)
     assert builder.is_alive() and tf.train.latest_checkpoint(keras_dir) is None  # waiting, nothing written

@@ -21,7 +21,7 @@ def test_the_shipped_sample_with_no_recipe_flag_trains_with_the_samples_recipe(o
     args = build_parser(TASK).parse_args(offline_default_dir + ["--seed", "3"])
     data = fashion_job.prepare_data(args, args.batch_size)
     assert data.num_train_examples == 718 and data.recipe.startswith("the shipped sample's: batch 32")
-    assert {flag: getattr(args, flag) for flag in RECIPE_FLAGS} == SAMPLE_RECIPE
+    assert data.recipe_values == SAMPLE_RECIPE and args.batch_size == 512  # as values: the flags stay as parsed
     assert data.report == {"recipe": "shipped sample"}
     images, _ = next(iter(data.train_input_fn()))
     assert images["image"].shape[0] == 32
@@ -33,10 +33,11 @@ def test_any_recipe_flag_keeps_the_users_recipe_whole(offline_default_dir, flag)
     args = build_parser(TASK).parse_args(offline_default_dir + given)
     data = fashion_job.prepare_data(args, args.batch_size)
     assert args.batch_size == 512 and args.lr_scaling == "linear" and args.learning_rate == 0.001
+    assert data.recipe_values == {}
     assert data.recipe.startswith(f"the flags' (--{flag.replace('_', '-')} given)") and data.report == {"recipe": "flags"}
 
 
 def test_the_full_dataset_keeps_the_flags_without_a_recipe_line(fashion_data_dir):
     args = build_parser(TASK).parse_args(["--data-dir", fashion_data_dir])
     data = fashion_job.prepare_data(args, args.batch_size)
-    assert data.recipe is None and args.batch_size == 512 and data.report == {}
+    assert data.recipe is None and data.recipe_values == {} and args.batch_size == 512 and data.report == {}

@@ -8,7 +8,7 @@ import pytest
 from models import BACKBONES
 
 from pipeline.flags import build_parser
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks.images import TASK
 from serving.predict import classify_files, load_predictor
 from tests.images_data import SHAPE_CLASSES, make_shapes_folder

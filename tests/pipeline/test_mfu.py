@@ -29,7 +29,7 @@ def test_a_run_whose_throughput_beats_an_injected_peak_warns_and_records_it(fash
                                                                           caplog, capsys):
     from pipeline.flags import build_parser
     from pipeline.machine import read_cpuinfo
-    from pipeline.run_loop import run
+    from pipeline.roles import run
     from pipeline.tasks.fashion import TASK
     cache = tmp_path / "peak.json"
     name = peak_lib.cpu_identity(read_cpuinfo())

@@ -7,7 +7,7 @@ import tensorflow as tf
 from models.fashion_cnn import build_fashion_cnn
 from models.optimizers import precision
 from pipeline.distribution import build_distribution
-from pipeline.estimator import build_estimator, build_run_config
+from pipeline.estimator import estimator_from_keras, build_run_config
 from pipeline.machine import describe_cpu, precision_warning
 
 
@@ -36,7 +36,7 @@ def test_the_policy_reaches_the_estimators_graph(tmp_path, name, math, replicas)
     with precision(name):
         model = build_fashion_cnn(learning_rate=0.001)
         config = build_run_config(str(tmp_path), build_distribution(cpu_replicas=replicas), 100, 100)
-        estimator = build_estimator(model, config)
+        estimator = estimator_from_keras(model, config)
         estimator.train(input_fn, max_steps=2, hooks=[inspector])
     assert tf.keras.mixed_precision.global_policy().name == "float32"  # restored on the way out
     assert inspector.conv_dtypes == {math}

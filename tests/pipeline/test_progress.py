@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from pipeline import progress
+from pipeline import training_record as progress
 from pipeline.errors import UsageError
 
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from pipeline.flags import build_parser
 from pipeline.results import read_results
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks.fashion import TASK
 
 RESULT_KEYS = {"global_step", "replicas", "per_replica_batch_size", "global_batch_size",

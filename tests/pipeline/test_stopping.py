@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipeline.stopping import Interrupted, StopSignals
+from pipeline.signals import Interrupted, StopSignals
 
 
 def test_a_first_signal_while_training_asks_for_the_stop_and_a_second_ends_at_once():

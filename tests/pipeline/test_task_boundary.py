@@ -4,6 +4,7 @@ and served to predict, with no other module knowing it."""
 import csv
 import json
 import os
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -12,7 +13,7 @@ from PIL import Image
 from input_fns import decode, image_list
 from models.optimizers import Adam
 from pipeline.flags import build_parser
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks import FEATURE_KEY, Task, TaskData, registry
 
 CLASSES = ("dark", "light")
@@ -21,7 +22,7 @@ SIZE = (16, 16)
 TINY = Task(name="tiny", description="Dark or light gray squares.", full_train_examples=None,
             defaults={"data_dir": None, "batch_size": 8, "epochs": 1.0, "learning_rate": 0.05,
                       "reference_batch_size": 8, "model_dir": "runs/tiny"},
-            add_flags=lambda parser: None, job=__name__)
+            add_flags=lambda parser: None, job=lambda: sys.modules[__name__])
 
 
 def _files(data_dir):

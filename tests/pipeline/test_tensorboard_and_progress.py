@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from acquisition.fashion_mnist import CLASS_NAMES
 from pipeline.flags import build_parser
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks.fashion import TASK
 
 

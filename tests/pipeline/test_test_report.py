@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.flags import build_parser
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks.oct import TASK
 from reporting import calibration
 from serving.gradcam import GradCam
@@ -161,7 +161,7 @@ def test_predict_refuses_an_unknown_explained_class(oct_run, tmp_path):
 
 
 def test_two_sets_of_images_written_in_one_second_both_reach_tensorboard(tmp_path):
-    from pipeline.test_report import write_images
+    from pipeline.evaluation_report import write_images
     png = tf.io.encode_png(tf.zeros((2, 3, 3), tf.uint8)).numpy()
     # The report's figures, then its examples: in CI both came in one second, and the second events
     # file took the first's name.

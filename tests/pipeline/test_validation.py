@@ -10,11 +10,15 @@ import pytest
 import tensorflow as tf
 
 from acquisition import class_folders
-from pipeline import validation
+from pipeline.validation.best import BEST_DIR, BEST_EXPORT_DIR, BestKeeper
+from pipeline.validation.cadence import Cadence
+from pipeline.validation.early_stopping import EarlyStopping
+from pipeline.validation.listener import EVAL_NAME, ValidationListener
+from pipeline.validation.record import VALIDATION_FILE
 from pipeline.batching import batch_sizes_for_replicas
 from pipeline.estimator import replica_batched_input_fn
 from pipeline.flags import build_parser
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks import fashion, images, oct, oct_job
 from pipeline.tasks.oct import PATIENT_PATTERN
 
@@ -101,13 +105,14 @@ def listener(model_dir, figures, start_step=0, exports=None, **stops):
     exports = [] if exports is None else exports
 
     def export(checkpoint):
-        path = os.path.join(model_dir, validation.BEST_EXPORT_DIR, str(len(exports)))
+        path = os.path.join(model_dir, BEST_EXPORT_DIR, str(len(exports)))
         os.makedirs(path)
         exports.append(checkpoint)
         return path
-    cadence = validation.Cadence(every_steps=10, every_images=None, images_at=lambda step: step)
-    return validation.ValidationListener(ScriptedEstimator(figures), None, cadence, model_dir, start_step,
-                                         export=export, **stops)
+    cadence = Cadence(every_steps=10, every_images=None, images_at=lambda step: step)
+    max_steps = stops.pop("max_steps", None)
+    return ValidationListener(ScriptedEstimator(figures), None, cadence, model_dir, start_step,
+                              BestKeeper(model_dir, export), EarlyStopping(**stops), max_steps=max_steps)
 
 
 def train_to(listener_, model_dir, steps):
@@ -127,9 +132,9 @@ def test_patience_stops_at_the_expected_evaluation_and_ties_go_to_the_lower_loss
     assert stopped == 40 and watcher.stopped_because == "patience"
     assert [e["step"] for e in watcher.record["evaluations"]] == [10, 20, 30, 40]  # every 10 steps, from 5s
     assert watcher.record["best"]["step"] == 30
-    assert os.listdir(os.path.join(model_dir, validation.BEST_DIR)) == ["model.ckpt-30.index",
+    assert os.listdir(os.path.join(model_dir, BEST_DIR)) == ["model.ckpt-30.index",
                                                                          "model.ckpt-30.data-00000-of-00001"] or \
-        sorted(os.listdir(os.path.join(model_dir, validation.BEST_DIR))) == ["model.ckpt-30.data-00000-of-00001",
+        sorted(os.listdir(os.path.join(model_dir, BEST_DIR))) == ["model.ckpt-30.data-00000-of-00001",
                                                                              "model.ckpt-30.index"]
 
 
@@ -159,9 +164,10 @@ def test_the_auto_cadence_waits_19_times_an_evaluation_of_training_and_an_exact_
             clock.now += 2.0
             return evaluate(*args, **kwargs)
         estimator.evaluate = slow_evaluate
-        cadence = validation.Cadence(every_steps=None, every_images=10, images_at=lambda step: step, auto=auto,
+        cadence = Cadence(every_steps=None, every_images=10, images_at=lambda step: step, auto=auto,
                                      epochs=1.0)
-        watcher = validation.ValidationListener(estimator, None, cadence, folder, 0, clock=clock, max_steps=max_steps)
+        watcher = ValidationListener(estimator, None, cadence, folder, 0, BestKeeper(folder), clock=clock,
+                                     max_steps=max_steps)
         for step in range(10, max_steps, 10):  # an epoch (10 images) of training takes 5 s
             clock.now += 5.0
             fake_checkpoint(folder, step)
@@ -184,17 +190,17 @@ def test_a_resumed_run_never_replaces_the_best_with_a_worse_model(tmp_path):
     first = listener(model_dir, [(0.6, 1.0), (0.8, 0.5), (0.7, 0.6)], exports=exports)
     train_to(first, model_dir, [10, 20])
     # Killed (as kill -9 does) midway through keeping a better checkpoint: its copy is half made.
-    fake_checkpoint(os.path.join(model_dir, validation.BEST_DIR), 25)
-    recorded = json.loads((tmp_path / validation.VALIDATION_FILE).read_text())
+    fake_checkpoint(os.path.join(model_dir, BEST_DIR), 25)
+    recorded = json.loads((tmp_path / VALIDATION_FILE).read_text())
     resumed = listener(model_dir, [(0.7, 0.6), (0.85, 0.4)], start_step=20, exports=exports)
     assert resumed.record == recorded
     train_to(resumed, model_dir, [30])  # worse than the recorded best: kept as it was
     assert resumed.record["best"]["step"] == 20 and len(exports) == 2
-    assert sorted(glob.glob(os.path.join(model_dir, validation.BEST_DIR, "*"))) == sorted(
-        glob.glob(os.path.join(model_dir, validation.BEST_DIR, "model.ckpt-20.*")))
+    assert sorted(glob.glob(os.path.join(model_dir, BEST_DIR, "*"))) == sorted(
+        glob.glob(os.path.join(model_dir, BEST_DIR, "model.ckpt-20.*")))
     train_to(resumed, model_dir, [40])
     assert resumed.record["best"]["step"] == 40 and exports[-1].endswith("model.ckpt-40")
-    assert os.listdir(os.path.join(model_dir, validation.BEST_EXPORT_DIR)) == ["2"]  # the superseded are gone
+    assert os.listdir(os.path.join(model_dir, BEST_EXPORT_DIR)) == ["2"]  # the superseded are gone
 
 
 def events(folder, tag):
@@ -234,7 +240,7 @@ def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_exp
     assert not patients(held) & patients(set(train) - set(held)) and not patients(train) & patients(test)
     steps = [e["step"] for e in results["evaluations"]]
     assert steps == [4, 8] and results["stopped_because"] == "max_steps"
-    accuracies = events(os.path.join(model_dir, "eval_" + validation.EVAL_NAME), "accuracy")
+    accuracies = events(os.path.join(model_dir, "eval_" + EVAL_NAME), "accuracy")
     assert sorted(accuracies) == steps
     best = results["best"]
     assert best["validation_accuracy"] == pytest.approx(max(accuracies.values()))
@@ -272,7 +278,7 @@ def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
     args = build_parser(images.TASK).parse_args(["--data-dir", data, "--model-dir", str(tmp_path / "model"),
                                                  "--image-size", "32", "--validation-dir", held])
     dataset = images_job.load_dataset(args)
-    sides = images_job.split_off_validation(args, dataset)
+    sides = images_job.validation_sides(args, dataset)
     assert sides["train"] == dataset.splits["train"]  # nothing of the training split held out
     files, labels = sides["validation"]
     assert files and all(f.startswith(held) for f in files)

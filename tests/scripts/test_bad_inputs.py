@@ -19,7 +19,7 @@ import pytest
 from acquisition import fashion_mnist
 from pipeline.flags import build_parser
 from pipeline.model_dir import LOCK_FILES
-from pipeline.run_loop import run
+from pipeline.roles import run
 from pipeline.tasks.fashion import TASK as FASHION
 from tests.conftest import ROOT, assert_clean_failure, make_oct_tree, odd_jpegs
 

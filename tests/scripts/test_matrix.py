@@ -25,7 +25,7 @@ from pipeline.cli import run_command
 from pipeline.flags import build_parser
 from pipeline.tasks import fashion_job
 from pipeline.tasks.oct import TASK as OCT
-from pipeline.validation import improvements_ago
+from pipeline.validation.early_stopping import improvements_ago
 from tests.allpairs import all_pairs, every_pair, pairs_of
 from tests.matrix_design import AUGMENT, CELLS, DATA_SOURCE, DESIGN, DISTRIBUTION, EVERY, FACTORS, IMPOSSIBLE, \
     JOB_FLAGS, MAX_STEPS, PER_REPLICA_BATCH, REFUSED, SYNTHETIC_TEST, TASKS, cell_id, command, cost, refusal
@@ -35,11 +35,11 @@ from tests.images_data import SHAPE_CLASSES, make_shapes_folder
 def run(task, argv):
     """Runs a training script's command line in this process, as the script does (pipeline.cli.train_main);
     returns (exit code, the dict the run returned: results.json's, or --eval-only's figures)."""
-    from pipeline import run_loop
+    from pipeline import roles
     returned = {}
 
     def work(args):
-        returned["results"] = run_loop.run(task, args)
+        returned["results"] = roles.run(task, args)
     return run_command(build_parser(task), work, argv), returned.get("results")
 
 

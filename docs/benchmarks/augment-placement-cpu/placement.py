@@ -35,7 +35,7 @@ def in_input(input_context=None):
 def measure(where):
     plan = build_distribution(cpu_replicas=None)
     config = estimator_lib.build_run_config(tempfile.mkdtemp(), plan, checkpoint_steps=100000, summary_steps=100000)
-    estimator = estimator_lib.build_estimator(build_fashion_cnn(1e-3, input_name=FEATURE_KEY), config,
+    estimator = estimator_lib.estimator_from_keras(build_fashion_cnn(1e-3, input_name=FEATURE_KEY), config,
                                               augment=T if where == "model_fn" else ())
     hook = ExamplesPerSecondHook(BATCH, every_n_steps=10 ** 9, warm_up_steps=WARM)
     estimator.train(in_input if where == "input_fn" else base, hooks=[hook], max_steps=WARM + TIMED)

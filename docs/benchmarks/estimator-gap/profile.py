@@ -20,7 +20,7 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 from input_fns import fashion_mnist, synthetic  # noqa: E402
 from models.fashion_cnn import build_fashion_cnn  # noqa: E402
 from models.optimizers import precision  # noqa: E402
-from pipeline.estimator import build_estimator, build_run_config  # noqa: E402
+from pipeline.estimator import estimator_from_keras, build_run_config  # noqa: E402
 from pipeline.distribution import build_distribution  # noqa: E402
 from pipeline.tasks import FEATURE_KEY  # noqa: E402
 
@@ -106,7 +106,7 @@ def estimator_step(batch, steps):
     tracer = _Tracer(steps)
     with tempfile.TemporaryDirectory() as model_dir:
         config = build_run_config(model_dir, plan, checkpoint_steps=10 ** 9, summary_steps=10 ** 9)
-        build_estimator(model(), config).train(input_fn(batch), hooks=[_TraceHook(tracer)],
+        estimator_from_keras(model(), config).train(input_fn(batch), hooks=[_TraceHook(tracer)],
                                                     max_steps=WARM_UP + steps)
     return tracer
 

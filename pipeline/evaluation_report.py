@@ -27,7 +27,7 @@ from acquisition import storage
 from hooks.scores import ScoreCollectorHook
 from pipeline.errors import FlagError
 from pipeline.metrics import classification_report
-from pipeline.validation import BEST_EXPORT_DIR
+from pipeline.validation.best import BEST_EXPORT_DIR
 from reporting import calibration, clinical, files as report_files
 from serving.calibrated import export_with_temperature
 

@@ -1,6 +1,6 @@
 """The flags of validation during training (a split held out from the training data, evaluated as
 training goes, the best model kept, early stopping), defined once for every job's parser."""
-from pipeline.flags import RecordedStore, fraction, positive_float, positive_int
+from pipeline.flag_types import RecordedStore, fraction, positive_float, positive_int
 
 DEFAULT_VALIDATION_FRACTION = 0.1  # why 0.1: docs/validation.md
 

@@ -1,0 +1,113 @@
+"""A run's finish, one step in this order: the test evaluation of the chosen model, its export,
+results.json (and TensorBoard's hparams) and the printed summary. The one machine and a cluster's
+chief finish; nothing else does."""
+import datetime
+import logging
+
+import tensorflow as tf
+
+from acquisition import faults, storage
+from pipeline import estimator as estimator_lib, evaluation_report, mfu as mfu_lib, results as results_lib, \
+    training_record
+from pipeline.run_output import print_summary
+from pipeline.validation.best import BEST_EXPORT_DIR
+from reporting import hparams
+from serving.export import export_model
+
+log = logging.getLogger(__name__)
+
+
+def _why_untimed(args, steps_run):
+    if "examples_per_second" not in args.hooks:
+        return "--hooks leaves out examples_per_second, the hook that times the steps"
+    return (f"{steps_run} steps ran, and the first {args.warm_up_steps} (--warm-up-steps) are never timed; a figure "
+            f"needs at least {args.warm_up_steps + 1} steps in one run (--max-steps or --epochs), or a lower "
+            "--warm-up-steps")
+
+
+def finish(setup, estimator, hooks, figures, train_seconds, validation=None, extra_fields=None):
+    """Ends a run, in this order: evaluates the chosen model on the test split (the best checkpoint
+    `validation`, a ValidationListener, recorded; else the last), exports it (the best is exported
+    already), writes results.json (with `extra_fields`) and prints the summary; returns results.json's
+    dict. `figures` is (model FLOPs per image, the peak)."""
+    args, data = setup.settings, setup.data
+    throughput = hooks.throughput()
+    if throughput is None and setup.start_step < setup.max_steps and not args.eval_only:
+        log.warning("no throughput measured: %s", _why_untimed(args, setup.max_steps - setup.start_step))
+    best = validation.record["best"] if validation else None
+    log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
+             f" with the best checkpoint, of step {best['step']}" if best else "")
+    faults.point("test_evaluation")
+    evaluation, scores = evaluation_report.evaluate(estimator, data.eval_input_fn, best and best["checkpoint"])
+    # The checkpoint's own step. Under asynchronous parameter_server training a checkpoint named
+    # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).
+    eval_step = best["step"] if best else int(evaluation["global_step"])
+    results = _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step)
+    if validation:
+        results.validation_examples = data.num_validation_examples
+        results.evaluations = [dict(e) for e in validation.record["evaluations"]]
+        results.best = {k: best[k] for k in ("step", "validation_accuracy", "validation_loss", "export_dir")} \
+            if best else None
+        results.stopped_because = validation.stopped_because or "max_steps"
+        results.early_stopping = validation.early_stopping.as_dict()
+        results.validation_seconds = round(validation.seconds, 3)
+    extra = results.extra
+    extra.update(extra_fields or {})
+    if data.serving_input_fn:
+        extra["export_dir"] = _export_dir(setup, estimator, best, eval_step)
+    if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
+        extra.update(evaluation_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
+                                              extra.get("export_dir"), estimator, best and best["checkpoint"]))
+    extra.update(data.report)
+    extra["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    if args.eval_only:  # the training run's results.json stays as it was
+        path = "(not written: --eval-only)"
+    else:
+        path = results_lib.write_results(args.model_dir, results)
+        hparams.write_hparams(args.model_dir, results.as_dict())  # after results.json: a failure here loses no figure
+    written = results.as_dict()
+    print_summary(written, path)
+    evaluation_report.print_headline(written, args.model_dir)
+    return written
+
+
+def _export_dir(setup, estimator, best, eval_step):
+    """Returns the export of the model tested: the best's, made when it was found; under --eval-only
+    the one the training run recorded; else a new export of the tested checkpoint."""
+    settings, data = setup.settings, setup.data
+    if best and best.get("export_dir"):
+        return best["export_dir"]
+    recorded = settings.eval_only and results_lib.recorded_export(settings.model_dir, eval_step)
+    return recorded or export_model(estimator, data.serving_input_fn, data.class_names,
+                                    storage.join(settings.model_dir, BEST_EXPORT_DIR), best and best["checkpoint"])
+
+
+def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step):
+    args, data, plan = setup.settings, setup.data, setup.plan
+    model_flops, peak = figures
+    step = estimator_lib.latest_global_step(args.model_dir)
+    images_trained = training_record.images_at(training_record.read(args.model_dir, setup.task.name).segments,
+                                               step, setup.global_batch)[0]
+    return results_lib.RunResults(
+        task=setup.task.name, data_source=data.source, model_dir=storage.absolute(args.model_dir),
+        global_step=step, start_global_step=setup.start_step, max_steps=setup.max_steps,
+        replicas=plan.replicas, devices=plan.devices, distribution=plan.description, precision=args.precision,
+        augment=[[name, value] for name, value in args.augment], xla=args.xla,
+        intra_op_threads=args.intra_op_threads, inter_op_threads=args.inter_op_threads,
+        per_replica_batch_size=args.batch_size, global_batch_size=setup.global_batch,
+        learning_rate=hooks.rate.last, learning_rate_first_step=hooks.rate.first,
+        learning_rate_base=setup.learning_rate, learning_rate_schedule=setup.schedule.get_config(),
+        train_examples=data.num_train_examples, epochs_requested=None if args.max_steps else args.epochs,
+        images_trained=images_trained, epochs_trained=round(images_trained / data.num_train_examples, 4),
+        train_seconds=round(train_seconds, 3),
+        train_images_per_sec=throughput and throughput["images_per_sec"],
+        train_images_per_sec_std=throughput and throughput["images_per_sec_std"],
+        train_step_time_mean=throughput and throughput["step_time_mean"],
+        timed_steps=throughput["timed_steps"] if throughput else 0,
+        model_flops_per_image=model_flops, peak_flops=peak.as_dict(),
+        mfu=mfu_lib.mfu(throughput and throughput["images_per_sec"], model_flops["training"], peak),
+        checkpoint_seconds=round(hooks.checkpoint_timer.seconds, 3),
+        checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
+        eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
+        eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
+        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed)

@@ -1,0 +1,164 @@
+"""The argparse types of every command line, and its help formatter: each type turns a flag's text
+into its value or raises ArgumentTypeError, which argparse reports in one line with exit 2. Nothing
+here imports TensorFlow."""
+import argparse
+
+import hooks
+from input_fns import AUGMENTATIONS, FLIP_DIRECTIONS
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default, except where there is none to show (None, or off for a switch):
+    such flags say in their help what happens without them."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def positive_int(text):
+    """argparse type: an integer > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    return value
+
+
+def non_negative_int(text):
+    """argparse type: an integer >= 0."""
+    value = int(text) if text.lstrip("-").isdigit() else None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _finite_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_float(text):
+    """argparse type: a finite number > 0."""
+    value = _finite_float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number greater than 0, got {text}")
+    return value
+
+
+def non_negative_float(text):
+    """argparse type: a finite number >= 0."""
+    value = _finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def int_in_range(low, high):
+    """Returns an argparse type: a whole number from `low` to `high`."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+    return parse
+
+
+def fraction(text):
+    """argparse type: a number from 0 to 1, both included."""
+    value = _finite_float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
+    return value
+
+
+def open_fraction(text):
+    """argparse type: a number strictly between 0 and 1."""
+    value = _finite_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (both left out), got {text}")
+    return value
+
+
+def name_list(text):
+    """argparse type: a comma-separated list of names (classes, say), none empty; returns a tuple,
+    or None for 'none'."""
+    if text.strip().lower() == "none":
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if not text.strip() or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names such as CNV,DME, got {text!r}")
+    return names
+
+
+def hook_names(text):
+    """argparse type: a comma-separated list of hook names from the hooks registry."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in hooks.HOOKS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown hook {', '.join(unknown)}; known hooks: {', '.join(sorted(hooks.HOOKS))}")
+    return names
+
+
+# The largest value each numeric transform takes: degrees for rotate, fractions for the rest.
+_AUGMENT_LIMITS = {"rotate": 180.0, "zoom": 0.9, "translate": 1.0, "contrast": 0.9}
+
+
+def augment_list(defaults, forbidden):
+    """Returns an argparse type for --augment: 'none', or transforms such as
+    'flip,rotate=10,zoom=0.1' parsed to [(name, value)]; a name alone takes its value from
+    `defaults`, and what `forbidden` names ('name' or 'name=value': the reason) is refused."""
+    def parse(text):
+        if text.strip() == "none":
+            return []
+        transforms = []
+        for item in text.split(","):
+            name, _, value = (part.strip() for part in item.partition("="))
+            if name not in AUGMENTATIONS:
+                raise argparse.ArgumentTypeError(f"unknown transform {name!r}; known: {', '.join(AUGMENTATIONS)}, "
+                                                 "or 'none'")
+            if any(name == seen for seen, _ in transforms):
+                raise argparse.ArgumentTypeError(f"{name} is given twice")
+            value = _transform_value(name, value or defaults[name])
+            reason = forbidden.get(name) or forbidden.get(f"{name}={value}")
+            if reason:
+                raise argparse.ArgumentTypeError(f"{name}={value} is not allowed for this job: {reason}")
+            transforms.append((name, value))
+        return transforms
+    return parse
+
+
+def _transform_value(name, value):
+    if name == "flip":
+        if value not in FLIP_DIRECTIONS:
+            raise argparse.ArgumentTypeError(f"flip={value}: expected one of {', '.join(FLIP_DIRECTIONS)}")
+        return value
+    try:
+        number = _finite_float(str(value))
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{name}={value}: {e}") from None
+    if not 0 < number <= _AUGMENT_LIMITS[name]:
+        raise argparse.ArgumentTypeError(f"{name}={value}: must be greater than 0 and at most "
+                                         f"{_AUGMENT_LIMITS[name]:g}")
+    return number
+
+
+class RecordedStore(argparse.Action):
+    """Stores a flag's value, as argparse's default action does, and adds its dest to
+    `args.explicit_flags`: what the user set on the command line, even to the default's value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.explicit_flags = frozenset(getattr(namespace, "explicit_flags", ())) | {self.dest}

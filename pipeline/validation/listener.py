@@ -1,0 +1,130 @@
+"""The validation listener: a saving listener that evaluates the checkpoints the cadence makes due on
+the whole validation split (so the training session and its graph stay up) and records each
+evaluation; a new best goes to a BestKeeper (best.py), and early stopping reads the record
+(early_stopping.py)."""
+import logging
+import time
+
+import tensorflow as tf
+
+from acquisition import faults, storage
+from pipeline.validation.best import BestKeeper
+from pipeline.validation.cadence import AUTO_TRAINING_FACTOR
+from pipeline.validation.early_stopping import EarlyStopping
+from pipeline.validation.record import better, read_record, write_record
+
+log = logging.getLogger(__name__)
+EVAL_NAME = "validation"  # TensorBoard: <model dir>/eval_validation, beside the training curves
+
+
+class ValidationListener(tf.estimator.CheckpointSaverListener):
+    """Evaluates the checkpoints `cadence` makes due, records each in validation.json, hands a new best
+    to `keeper` (a BestKeeper, which copies and exports it) and asks training to stop when
+    `early_stopping` (an EarlyStopping) says so: the one training session stops, every replica at the
+    same step. A run killed between a checkpoint and its evaluation lost that evaluation: the next run
+    makes it first (catch_up). The stop is read from the record, so a run resumed after it (killed
+    during the test evaluation, say) trains no further under the same flags.
+
+    Under an auto cadence a due evaluation waits until `clock()` has advanced AUTO_TRAINING_FACTOR
+    times the last evaluation's seconds since it ended, and is left out when less training than that
+    is left before `max_steps`, whose evaluation comes anyway; the first of a run and the final one
+    do not wait. After training, `record` holds the evaluations and the best, `stopped_because` is
+    'target_accuracy', 'patience' or None, and `seconds` the time spent evaluating and exporting.
+    """
+
+    def __init__(self, estimator, input_fn, cadence, model_dir, start_step, keeper,
+                 early_stopping=EarlyStopping(), stop_requested=lambda: False, clock=time.perf_counter,
+                 max_steps=None):
+        self._estimator, self._input_fn, self._cadence = estimator, input_fn, cadence
+        self._model_dir, self._keeper, self.early_stopping = model_dir, keeper, early_stopping
+        self._stop_requested = stop_requested
+        self.record = read_record(model_dir)
+        # Evaluations past the newest checkpoint belong to checkpoints a failed run lost.
+        evaluations = self.record["evaluations"] = [e for e in self.record["evaluations"] if e["step"] <= start_step]
+        self._last_step = evaluations[-1]["step"] if evaluations else 0
+        # A run that stopped early at its newest checkpoint, then was killed before it finished its report.
+        self.stopped_because = early_stopping.reason(evaluations) if self._last_step == start_step else None
+        self.seconds = 0.0
+        self._clock, self._last_seconds, self._last_end, self._max_steps = clock, None, None, max_steps
+
+    @property
+    def last_evaluated_step(self):
+        """Returns the global step of the last evaluation recorded or made (0: none)."""
+        return self._last_step
+
+    def due(self, step):
+        """Returns whether the cadence makes a checkpoint of global `step` due for evaluation."""
+        return step > self._last_step and self._cadence.due(step, self._last_step)
+
+    def after_save(self, session, global_step_value):
+        step = int(global_step_value)
+        if self.due(step) and not self._stop_requested() and self._trained_long_enough(step):
+            return self.evaluate(step)
+        return False
+
+    def _trained_long_enough(self, step):
+        """Returns whether the auto cadence lets an evaluation of `step` start now (always, for the
+        others): enough training since the last, and enough left before the final step's, at the rate
+        of the steps since the last."""
+        if not self._cadence.auto or self._last_seconds is None:
+            return True
+        least, trained = AUTO_TRAINING_FACTOR * self._last_seconds, self._clock() - self._last_end
+        left = trained / (step - self._last_step) * (self._max_steps - step) if self._max_steps else least
+        return trained >= least and left >= least
+
+    def catch_up(self, step):
+        """Evaluates the checkpoint of `step`, the newest when a run starts, when it is due (or the final
+        one) and no evaluation of it was recorded; returns whether training should stop."""
+        final = self._max_steps is not None and step >= self._max_steps
+        if step and self.stopped_because is None and (self.due(step) or (final and step > self._last_step)):
+            log.info("validating the checkpoint of step %d first: the run that wrote it ended before its "
+                     "evaluation", step)
+            self.evaluate(step)
+        return self.stopped_because is not None
+
+    def end(self, session, global_step_value):
+        step = int(global_step_value)
+        if step > self._last_step and not self._stop_requested() and self.stopped_because is None:
+            self.evaluate(step)
+
+    def evaluate(self, step):
+        """Evaluates the checkpoint of `step` and keeps it when best; returns whether training should stop."""
+        start = self._clock()
+        self._last_step = step
+        checkpoint = storage.join(self._model_dir, f"model.ckpt-{step}")
+        faults.point("validation")
+        metrics = self._estimator.evaluate(self._input_fn, checkpoint_path=checkpoint, name=EVAL_NAME)
+        evaluation = {"step": step, "validation_accuracy": float(metrics["accuracy"]),
+                      "validation_loss": float(metrics["loss"])}
+        self.record["evaluations"].append(evaluation)
+        improved = better(evaluation, self.record["best"])
+        if improved:
+            self.record["best"] = self._keeper.keep(evaluation, checkpoint)
+        write_record(self._model_dir, self.record)
+        self._keeper.remove_superseded(self.record["best"])
+        self._log(evaluation, improved)
+        self._last_end = self._clock()
+        self._last_seconds = self._last_end - start
+        self.seconds += self._last_seconds
+        self.stopped_because = self.early_stopping.reason(self.record["evaluations"])
+        if self.stopped_because:
+            log.info("stopping at step %d: %s", step, self.early_stopping.describe_stop(self.stopped_because))
+        return self.stopped_because is not None
+
+    def _log(self, evaluation, improved):
+        best = self.record["best"]
+        log.info("validation at step %d: accuracy %.4f, loss %.4f; best %.4f at step %d%s", evaluation["step"],
+                 evaluation["validation_accuracy"], evaluation["validation_loss"], best["validation_accuracy"],
+                 best["step"], " (new best, exported)" if improved and best.get("export_dir") else "")
+
+
+def build_validation(setup, estimator, cadence, stop_requested, export=None):
+    """Returns the ValidationListener of `setup` (a RunSetup with a validation split) evaluating at
+    `cadence` until `stop_requested()`: the best kept in <model dir>/best and exported with
+    `export(checkpoint)` (None: not exported), early stopping as the settings say."""
+    settings = setup.settings
+    return ValidationListener(
+        estimator, setup.data.validation_input_fn, cadence, settings.model_dir, setup.start_step,
+        BestKeeper(settings.model_dir, export),
+        EarlyStopping(settings.stop_at_accuracy, settings.patience, settings.min_delta),
+        stop_requested=stop_requested, max_steps=setup.max_steps)
