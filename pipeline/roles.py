@@ -13,6 +13,7 @@ from acquisition import faults, storage
 from hooks.loss_watch import DivergenceError
 from pipeline import agreed_stop, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
     results as results_lib, test_report
+from pipeline import mixing_flags
 from pipeline.errors import TrainingError
 from pipeline.run_output import print_summary
 from reporting import hparams
@@ -180,4 +181,4 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_
         checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
         eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
         eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
-        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed)
+        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed, **mixing_flags.results_fields(args))

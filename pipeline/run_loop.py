@@ -13,6 +13,7 @@ from pipeline import agreed_stop, determinism, estimator as estimator_lib, mfu a
 from pipeline.cluster_run import resolve_cluster, watch_cluster
 from pipeline.errors import UsageError
 from pipeline.logs import configure_logging
+from pipeline.mixing_flags import mixing_of
 from pipeline.run_hooks import build_training_hooks
 from pipeline.run_output import finished_results, print_header
 from pipeline.run_setup import RunSetup, build_plan, ensure_writable_dir, prepare_run, warn_about
@@ -148,5 +149,5 @@ def build_estimator(setup, cadence=None, figures=True):
         print(mfu_lib.header_lines(*run_figures), flush=True)
     model_dir_lib.check_fits(args.model_dir, keras_model)
     estimator = estimator_lib.build_estimator(keras_model, config, setup.data.class_names, args.augment,
-                                              args.seed or 0)
+                                              args.seed or 0, mixing=mixing_of(args))
     return estimator, run_figures

@@ -15,6 +15,7 @@ from pipeline import batching, determinism, estimator as estimator_lib, model_di
     test_report, validation as validation_lib
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
+from pipeline.mixing_flags import check_mixing
 from pipeline.machine import precision_warning
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def prepare_run(setup):
     validation_lib.check_validation_split(args, data)
     test_report.check_calibration(args, data)
     validation_lib.check_early_stopping(args, data)
+    check_mixing(args)  # after the data: a recipe may set the batch
     setup.global_batch = args.batch_size * setup.plan.replicas
     setup.learning_rate = batching.scaled_learning_rate(
         args.learning_rate, setup.global_batch, args.reference_batch_size, args.lr_scaling)
