@@ -25,7 +25,8 @@ _SALT = 0x6D6978
 def draws(batch, height, width, mixup_alpha, cutmix_alpha, switch_prob, seed, step, replica=0):
     """Returns the draws of one batch as a dict of tensors: 'permutation' (int32 [batch], each image's
     partner), 'cutmix' (bool: cutmix rather than mixup), 'mixup_lambda' (the Beta(mixup_alpha) draw),
-    'box' (int32 [top, bottom, left, right), the pasted rows and columns) and 'lambda' (float32: the
+    'cutmix_beta' (the Beta(cutmix_alpha) draw the box is cut for), 'box' (int32 [top, bottom, left,
+    right), the pasted rows and columns) and 'lambda' (float32: the
     weight of each image's own label, the cutmix one corrected to the box's area).
 
     They are a function of the integers (`seed`, `step`, `replica`) alone; an alpha of 0 turns its
@@ -37,12 +38,12 @@ def draws(batch, height, width, mixup_alpha, cutmix_alpha, switch_prob, seed, st
     permutation = tf.argsort(tf.random.stateless_uniform([batch], seeds[0]), stable=True)
     switch = tf.random.stateless_uniform([], seeds[1]) < switch_prob
     use_cutmix = tf.constant(cutmix_alpha > 0) & (switch if mixup_alpha > 0 else tf.constant(True))
-    mixup_lambda = _beta(mixup_alpha, seeds[2])
-    box = _box(_beta(cutmix_alpha, seeds[3]), height, width, tf.random.experimental.stateless_fold_in(seeds[3], 1))
+    mixup_lambda, cutmix_beta = _beta(mixup_alpha, seeds[2]), _beta(cutmix_alpha, seeds[3])
+    box = _box(cutmix_beta, height, width, tf.random.experimental.stateless_fold_in(seeds[3], 1))
     area = tf.cast((box[1] - box[0]) * (box[3] - box[2]), tf.float32)
     cutmix_lambda = 1.0 - area / tf.cast(height * width, tf.float32)
     return {"permutation": tf.cast(permutation, tf.int32), "cutmix": use_cutmix, "mixup_lambda": mixup_lambda,
-            "box": box, "lambda": tf.where(use_cutmix, cutmix_lambda, mixup_lambda)}
+            "cutmix_beta": cutmix_beta, "box": box, "lambda": tf.where(use_cutmix, cutmix_lambda, mixup_lambda)}
 
 
 def _beta(alpha, seed):
