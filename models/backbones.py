@@ -95,7 +95,8 @@ def build_image_classifier(backbone, num_classes, image_size, channels, weights=
     was trained. `weights`: 'imagenet' (applications), 'none' or the path of a
     no-top .h5 weights file. `trainable_layers`: the backbone's last N layers
     left trainable, the rest frozen (None: all). `class_weights` (one per class)
-    multiply each example's cross-entropy by its true class's weight.
+    multiply each example's cross-entropy by its true class's weight (a soft label's: each class's term
+    by its weight).
     Raises WeightsUnavailableError for weights that cannot be had, ValueError
     for a trainable_layers beyond the backbone's layers.
     """
@@ -148,8 +149,9 @@ def _loss(class_weights):
     weights = [float(w) for w in class_weights]
 
     def weighted_categorical_crossentropy(y_true, y_pred):
-        per_example = tf.keras.losses.categorical_crossentropy(y_true, y_pred)
+        # -sum_c w_c y_c log p_c: a one-hot label's cross-entropy times its class's weight, and linear in the
+        # label, so that a mixed or smoothed label's loss is the same mix of the one-hot losses (input_fns.mixing).
         # The constant is made here, in the graph the Estimator builds, not at model build time.
-        return per_example * tf.reduce_sum(tf.cast(y_true, tf.float32) * tf.constant(weights), axis=-1)
+        return tf.keras.losses.categorical_crossentropy(tf.cast(y_true, tf.float32) * tf.constant(weights), y_pred)
 
     return weighted_categorical_crossentropy

@@ -8,9 +8,10 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 
 from hooks.scores import add_scores_to_collection
 from hooks.stop import add_stop_agreement
-from input_fns import augmentation
+from input_fns import augmentation, mixing as mixing_lib
 from pipeline.batching import batch_sizes_for_replicas
 from pipeline import mfu as mfu_lib, model_dir as model_dir_lib
+from pipeline.mixing import mixing_of
 from pipeline.metrics import per_class_metric_ops
 from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
@@ -38,7 +39,7 @@ def build_estimator(setup, cadence=None, figures=True, probe_peak=True):
         print(mfu_lib.header_lines(*run_figures), flush=True)
     model_dir_lib.check_fits(settings.model_dir, keras_model)
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
-                                     settings.seed or 0)
+                                     settings.seed or 0, mixing=mixing_of(settings))
     return estimator, run_figures
 
 
@@ -82,7 +83,7 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
         session_config=session)
 
 
-def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), augment_seed=0):
+def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), augment_seed=0, mixing=None):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     Each evaluation leaves each replica's probabilities, labels and file names (the
@@ -99,7 +100,8 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
     RunConfig says; its model_fn is wrapped here so that keep_checkpoint_max holds.
 
     `augment` (input_fns.augmentation's transforms) is applied to training batches
-    only, drawn from (`augment_seed`, the global step, the replica).
+    only, drawn from (`augment_seed`, the global step, the replica); so is `mixing`
+    (a pipeline.mixing.Mixing: mixup, cutmix, label smoothing), after it.
     """
     with model_dir_lib.warm_start_lock(run_config.model_dir):
         estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
@@ -114,6 +116,8 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
             keys = features.pop(FILE_KEY)
         if mode == tf.estimator.ModeKeys.TRAIN and augment:
             features = augmented(features, augment, augment_seed)
+        if mode == tf.estimator.ModeKeys.TRAIN and mixing:
+            features, labels = mixed(features, labels, mixing, augment_seed)
         spec = keras_model_fn(features, labels, mode)
         probabilities = next(iter(spec.predictions.values()))  # the models' one softmax output
         if spec.scaffold is not None and spec.scaffold.saver is not None:
@@ -176,6 +180,18 @@ def augmented(features, transforms, seed):
         (key, images), = features.items()
         return {key: augmentation.augment(images, transforms, seed, step, replica)}
     return augmentation.augment(features, transforms, seed, step, replica)
+
+
+def mixed(features, labels, settings, seed):
+    """Returns (features, labels) of a training batch mixed and its labels smoothed as `settings` (a
+    pipeline.mixing.Mixing) say, drawn for this step and replica (see input_fns.mixing)."""
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group if tf.distribute.has_strategy() else 0
+    step = tf.compat.v1.train.get_global_step()
+    (key, images), = features.items() if isinstance(features, dict) else ((None, features),)
+    images, labels = mixing_lib.mix(images, labels, settings.mixup, settings.cutmix, settings.switch_prob, seed,
+                                    step, replica)
+    labels = mixing_lib.smooth_labels(labels, settings.label_smoothing)
+    return ({key: images} if isinstance(features, dict) else images), labels
 
 
 def add_training_summaries(loss, probabilities, labels):

@@ -7,7 +7,7 @@ import logging
 import tensorflow as tf
 
 from acquisition import faults, storage
-from pipeline import estimator as estimator_lib, evaluation_report, mfu as mfu_lib, results as results_lib, \
+from pipeline import estimator as estimator_lib, evaluation_report, mfu as mfu_lib, mixing, results as results_lib, \
     training_record
 from pipeline.run_output import print_summary
 from pipeline.validation.best import BEST_EXPORT_DIR
@@ -110,4 +110,4 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_
         checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
         eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
         eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
-        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed)
+        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed, **mixing.results_fields(args))

@@ -83,6 +83,14 @@ def fraction(text):
     return value
 
 
+def below_one(text):
+    """argparse type: a number from 0 to below 1."""
+    value = _finite_float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to below 1, got {text}")
+    return value
+
+
 def open_fraction(text):
     """argparse type: a number strictly between 0 and 1."""
     value = _finite_float(text)

@@ -66,6 +66,11 @@ class RunResults:
     validation_seconds: float = 0.0
     deterministic: bool = False  # --deterministic: op determinism, and `seed` for every random source
     seed: Optional[int] = None  # --seed, or 0 for --deterministic without it
+    # The training labels' treatment (pipeline.mixing): 0 off; the switch null unless both methods are on.
+    label_smoothing: float = 0.0
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    mix_switch_prob: Optional[float] = None
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_dict(self):

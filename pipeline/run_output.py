@@ -1,7 +1,7 @@
 """What a run prints: the header before training and the summary after it."""
 import os
 
-from pipeline import determinism, mfu as mfu_lib, results as results_lib
+from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib
 from pipeline.validation.early_stopping import EarlyStopping
 
 
@@ -21,6 +21,7 @@ def print_header(setup, cadence=None):
           "global\n"
           f"  precision:     {_describe_precision(args)}\n"
           f"{_describe_augment(args)}"
+          f"{mixing.header_line(args)}"
           f"{determinism.header_line(setup)}"
           f"  learning rate: {setup.schedule.base_rate:g} ({scaling}), {setup.schedule.describe()}\n"
           f"  steps:         to global step {steps.max_steps}, {resume}\n"

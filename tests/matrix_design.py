@@ -6,7 +6,8 @@ from pipeline.tasks.oct import TASK as OCT
 from tests.allpairs import all_pairs, refused_cell
 
 DEVICES = ("1", "mirrored", "central_storage")
-COMMON = {"devices": DEVICES, "precision": ("fp32", "bf16"), "validation": ("on", "off"),
+# mixing 'on': --mixup, --cutmix and --label-smoothing together (placed after validation: there it adds no cell).
+COMMON = {"devices": DEVICES, "precision": ("fp32", "bf16"), "validation": ("on", "off"), "mixing": ("off", "on"),
           "early_stop": ("off", "patience", "target"), "augment": ("off", "on"), "deterministic": ("off", "on")}
 # Each job's factors, its data first: the real data (Fashion: its shipped 1,000-image sample, as a first
 # run offline falls back to; OCT: the real scans in the repo; images: a generated folder of class
@@ -96,6 +97,8 @@ DEVICE_FLAGS = {"1": [], "mirrored": ["--cpu-replicas", "2"],
 DISTRIBUTION = {"1": "1 replica on the CPU", "mirrored": "MirroredStrategy over 2 logical CPU devices",
                 "central_storage": "CentralStorageStrategy: variables on /cpu:0, compute over 2"}
 AUGMENT = [["flip", "horizontal"], ["rotate", 10.0]]
+MIXING = {"mixup": 0.2, "cutmix": 1.0, "label_smoothing": 0.1, "mix_switch_prob": 0.5}  # results.json's, 'on'
+MIXING_OFF = {"mixup": 0.0, "cutmix": 0.0, "label_smoothing": 0.0, "mix_switch_prob": None}
 DATA_SOURCE = {"sample": "real (shipped 1,000-image sample)", "jpeg": "real", "cache": "real", "folder": "real",
                "records": "real (prepared shards)", "synthetic": "synthetic"}
 
@@ -116,6 +119,8 @@ def command(job, cell, data, model_dir):
               "target": ["--stop-at-accuracy", "0"]}[cell["early_stop"]]  # any accuracy reaches 0: a sure stop
     if cell["augment"] == "on":
         flags += ["--augment", "flip,rotate"]
+    if cell["mixing"] == "on":
+        flags += ["--mixup", "0.2", "--cutmix", "1.0", "--label-smoothing", "0.1"]
     if cell["deterministic"] == "on":
         flags += ["--deterministic"]
     if cell.get("class_weight") == "balanced":

@@ -1,10 +1,10 @@
 """A matrix of the combinations users make, run to the end, for each job (train_fashion.py,
 train_oct.py, train_images.py): every pair of two choices' values (data, devices, precision,
-validation, early stopping, --augment, --deterministic, --class-weight) meets in at least one cell
-that trains a few steps, reports the settings it applied in results.json, evaluates again with
---eval-only and exports a model predict.py answers from. A combination that makes no sense is refused
-in one line, exit 2, before training; a pair only such cells hold is listed in IMPOSSIBLE, with why,
-and is not counted as covered.
+validation, early stopping, --augment, --mixup/--cutmix/--label-smoothing together, --deterministic,
+--class-weight) meets in at least one cell that trains a few steps, reports the settings it applied in
+results.json, evaluates again with --eval-only and exports a model predict.py answers from. A
+combination that makes no sense is refused in one line, exit 2, before training; a pair only such
+cells hold is listed in IMPOSSIBLE, with why, and is not counted as covered.
 
 The cells are an all-pairs design (tests/allpairs.py), made from each job's factors and the refusal
 rule below; test_the_cells_cover_every_pair checks the design's claim. Every cell runs in this
@@ -28,7 +28,8 @@ from pipeline.tasks.oct import TASK as OCT
 from pipeline.validation.early_stopping import improvements_ago
 from tests.allpairs import all_pairs, every_pair, pairs_of
 from tests.matrix_design import AUGMENT, CELLS, DATA_SOURCE, DESIGN, DISTRIBUTION, EVERY, FACTORS, IMPOSSIBLE, \
-    JOB_FLAGS, MAX_STEPS, PER_REPLICA_BATCH, REFUSED, SYNTHETIC_TEST, TASKS, cell_id, command, cost, refusal
+    JOB_FLAGS, MAX_STEPS, MIXING, MIXING_OFF, PER_REPLICA_BATCH, REFUSED, SYNTHETIC_TEST, TASKS, cell_id, command, \
+    cost, refusal
 from tests.conftest import FASHION_SAMPLE, OCT_CLASSES, ROOT
 from tests.images_data import SHAPE_CLASSES, make_shapes_folder
 
@@ -148,6 +149,7 @@ def check_results(job, cell, results, class_count):
         "early_stopping": {"monitor": "validation_accuracy", "stop_at_accuracy": 0.0 if stop == "target" else None,
                            "patience": 1 if stop == "patience" else None,
                            "min_delta": 0.0 if stop == "patience" else None} if validating else None,
+        **(MIXING if cell["mixing"] == "on" else MIXING_OFF),
     }
     assert {key: results[key] for key in expected} == expected
     assert results["distribution"].startswith(DISTRIBUTION[cell["devices"]]), results["distribution"]
