@@ -5,7 +5,8 @@ import os
 import statistics
 import textwrap
 
-from benchmark.report import _fmt, _pyplot, write_tables
+from benchmark.plots import pyplot
+from benchmark.report import _fmt, write_tables
 
 COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size",
            "repeat", "seed", "target_accuracy", "reached", "stopped_because", "seconds_to_accuracy",
@@ -140,7 +141,7 @@ def plot(rows, summary, out_dir, title=""):
     epochs of images, one line per measurement, the target dashed); returns the paths written."""
     if not summary:
         return []
-    plt = _pyplot()
+    plt = pyplot()
     title = textwrap.fill(title, 80)
     keys = [tuple(s[f] for f in _CONFIG) for s in summary]
     colors = {key: f"C{i % 10}" for i, key in enumerate(keys)}

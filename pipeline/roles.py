@@ -20,7 +20,7 @@ from pipeline.estimator import build_estimator, build_run_config, latest_global_
 from pipeline.finish import finish
 from pipeline.logs import configure_logging
 from pipeline.run_output import finished_results, print_header
-from pipeline.run_setup import build_plan, ensure_writable_dir, prepare, warn_about
+from pipeline.run_setup import cluster_plan, ensure_writable_dir, local_plan, prepare, warn_about
 from pipeline.settings import Settings
 from pipeline.signals import Interrupted, StopSignals
 from pipeline.training_hooks import build_training_hooks, stop_hook
@@ -57,7 +57,7 @@ def run_local(task, settings, cluster, stop):
     """One machine: trains (validating as it goes), then finishes; returns results.json's dict."""
     with model_dir_lib.locked(settings.model_dir):
         model_dir_lib.remove_leftovers(settings.model_dir)
-        setup = prepare(task, settings, None, build_plan(settings, None), check_checkpoint=True)
+        setup = prepare(task, settings, None, local_plan(settings), check_checkpoint=True)
         finished = _already_finished(setup)
         if finished:
             return finished
@@ -87,7 +87,7 @@ def run_chief(task, settings, cluster, stop):
         model_dir_lib.remove_leftovers(settings.model_dir)
         if agreed_stop.remove_stop(settings.model_dir):
             log.info("removed an earlier run's stop record (%s)", agreed_stop.STOP_FILE)
-        setup = prepare(task, settings, cluster, build_plan(settings, cluster), check_checkpoint=True)
+        setup = prepare(task, settings, cluster, cluster_plan(settings, cluster), check_checkpoint=True)
         finished = _already_finished(setup)
         if finished:
             return finished
@@ -114,7 +114,7 @@ def run_chief(task, settings, cluster, stop):
 
 def run_worker(task, settings, cluster, stop):
     """A cluster's worker: trains with the chief until it ends (or an agreed stop); returns None."""
-    setup = prepare(task, settings, cluster, build_plan(settings, cluster))
+    setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
     cadence = _cadence(setup)
     _announce(setup, cadence)
     estimator, _ = build_estimator(setup, cadence, probe_peak=False)
@@ -136,7 +136,7 @@ def run_worker(task, settings, cluster, stop):
 def run_evaluator(task, settings, cluster, stop):
     """A cluster's evaluator: evaluates each new checkpoint on the validation split (the test split
     when there is none; TensorBoard's eval_validation) until training ends; returns None."""
-    setup = prepare(task, settings, cluster, build_plan(settings, cluster))
+    setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
     _announce(setup, None)
     estimator, _ = build_estimator(setup, probe_peak=False)
     watch_evaluator(cluster, settings, setup.max_steps)
@@ -156,7 +156,7 @@ def run_ps(task, settings, cluster, stop):
     no data and builds no model: the Estimator's distributed runtime only uses the RunConfig to start
     its server."""
     watch_parameter_server(cluster, settings)
-    config = build_run_config(settings.model_dir, build_plan(settings, cluster), settings.checkpoint_steps,
+    config = build_run_config(settings.model_dir, cluster_plan(settings, cluster), settings.checkpoint_steps,
                               settings.summary_steps, settings.keep_checkpoints, settings.seed)
     estimator = tf.estimator.Estimator(model_fn=_no_model, config=config)
     tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(_no_input), tf.estimator.EvalSpec(_no_input))

@@ -69,13 +69,16 @@ def ensure_writable_dir(path):
                          "pass --model-dir with a folder you can write to") from None
 
 
-def build_plan(settings, cluster):
-    """Returns the DistributionPlan of `settings`: one machine, or this task's part of a TF_CONFIG cluster."""
-    if cluster is None:
-        if settings.strategy not in ("mirrored", "central_storage"):
-            raise UsageError(f"--strategy {settings.strategy} needs a cluster in TF_CONFIG; start one with "
-                             "scripts/launch_local_cluster.py, or use --strategy mirrored")
-        return build_distribution(gpus=settings.gpus, cpu_replicas=settings.cpu_replicas, strategy=settings.strategy)
+def local_plan(settings):
+    """Returns the DistributionPlan of `settings` on one machine (mirrored or central storage)."""
+    if settings.strategy not in ("mirrored", "central_storage"):
+        raise UsageError(f"--strategy {settings.strategy} needs a cluster in TF_CONFIG; start one with "
+                         "scripts/launch_local_cluster.py, or use --strategy mirrored")
+    return build_distribution(gpus=settings.gpus, cpu_replicas=settings.cpu_replicas, strategy=settings.strategy)
+
+
+def cluster_plan(settings, cluster):
+    """Returns the DistributionPlan of this task of a TF_CONFIG `cluster` (see build_cluster_distribution)."""
     # The Estimator's multi-worker runtime (the distribute coordinator) works in graph mode only.
     tf.compat.v1.disable_eager_execution()
     return build_cluster_distribution(settings.strategy, cluster, gpus=settings.gpus,

@@ -3,14 +3,7 @@ images. Its data and model: fashion_job.py."""
 import os
 
 from pipeline.tasks import Task
-
-DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "fashion-mnist")
-TRAIN_EXAMPLES = 60000
-# The recipe for the 800 training images of the shipped sample, used when the run falls back to it and
-# none of RECIPE_FLAGS is given: the full dataset's (batch 512, rate scaled from 512) runs 8 steps on it
-# and learns nothing. Measured over 5 seeds in docs/benchmarks.md ("The first run").
-SAMPLE_RECIPE = {"batch_size": 32, "epochs": 20.0, "max_steps": None, "learning_rate": 1e-3, "lr_scaling": "none"}
-RECIPE_FLAGS = ("batch_size", "epochs", "max_steps", "learning_rate", "lr_scaling")
+from pipeline.tasks.fashion_dataset import DEFAULT_DATA_DIR, TRAIN_EXAMPLES
 
 
 def add_flags(parser):
@@ -26,7 +19,6 @@ def add_flags(parser):
                             "error instead of training on the 1,000-image sample shipped with the project (with "
                             "its own recipe, batch 32, 20 epochs, rate 1e-3 not scaled, unless --batch-size, "
                             "--epochs, --max-steps, --learning-rate or --lr-scaling is given)")
-
 
 
 def job():

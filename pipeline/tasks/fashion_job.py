@@ -13,7 +13,7 @@ from input_fns import baselines, decode, fashion_mnist as fashion_input, synthet
 from models.fashion_cnn import build_fashion_cnn
 from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, TaskData
-from pipeline.tasks.fashion import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE, TRAIN_EXAMPLES
+from pipeline.tasks.fashion_dataset import DEFAULT_DATA_DIR, RECIPE_FLAGS, SAMPLE_RECIPE, TRAIN_EXAMPLES
 
 log = logging.getLogger(__name__)
 

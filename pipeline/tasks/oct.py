@@ -5,14 +5,8 @@ import os
 from models import VGG16_BASE_LAYERS
 from pipeline.flag_types import RecordedStore, int_in_range, positive_int
 from pipeline.tasks import Task
-
-DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "kermany2018")
-TRAIN_EXAMPLES = 83484  # OCT2017's training split
-MAX_IMAGE_SIZE = 2048  # OCT2017's widest scans are 1536 pixels: larger sizes only upsample
-# Kermany et al. 2018's urgent referrals: choroidal neovascularization and diabetic macular edema.
-REFERRAL_CLASSES = ("CNV", "DME")
-# OCT2017's file names are <CLASS>-<patient id>-<n>.jpeg: the patient is the test report's bootstrap group.
-PATIENT_PATTERN = r"(?:CNV|DME|DRUSEN|NORMAL)-(\d+)-\d+\.jpe?g$"
+from pipeline.tasks.oct_dataset import DEFAULT_DATA_DIR, MAX_IMAGE_SIZE, PATIENT_PATTERN, REFERRAL_CLASSES, \
+    TRAIN_EXAMPLES
 
 
 def cache_argument(text):

@@ -13,7 +13,7 @@ from input_fns import baselines, decode, image_folder, image_list, records, synt
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
-from pipeline.tasks.oct import PATIENT_PATTERN, TRAIN_EXAMPLES
+from pipeline.tasks.oct_dataset import PATIENT_PATTERN, TRAIN_EXAMPLES
 from pipeline.validation.split import split_off_validation
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.

@@ -3,7 +3,8 @@ import pytest
 
 from pipeline.flags import build_parser
 from pipeline.tasks import fashion_job
-from pipeline.tasks.fashion import RECIPE_FLAGS, SAMPLE_RECIPE, TASK
+from pipeline.tasks.fashion import TASK
+from pipeline.tasks.fashion_dataset import RECIPE_FLAGS, SAMPLE_RECIPE
 
 FLAG_VALUES = {"batch_size": "512", "epochs": "5", "max_steps": "8", "learning_rate": "0.001",
                "lr_scaling": "linear"}  # each the full dataset's default: setting it at all is what counts

@@ -20,7 +20,7 @@ from pipeline.estimator import replica_batched_input_fn
 from pipeline.flags import build_parser
 from pipeline.roles import run
 from pipeline.tasks import fashion, images, oct, oct_job
-from pipeline.tasks.oct import PATIENT_PATTERN
+from pipeline.tasks.oct_dataset import PATIENT_PATTERN
 
 OCT_CLASSES = ("CNV", "DME", "DRUSEN", "NORMAL")
 

@@ -5,7 +5,6 @@ Python traceback, and the model dir's checkpoint and results byte for byte as
 they were.
 """
 import concurrent.futures
-import gzip
 import hashlib
 import json
 import os
@@ -16,12 +15,12 @@ import sys
 import numpy as np
 import pytest
 
-from acquisition import fashion_mnist
 from pipeline.flags import build_parser
 from pipeline.model_dir import LOCK_FILES
 from pipeline.roles import run
 from pipeline.tasks.fashion import TASK as FASHION
-from tests.conftest import ROOT, assert_clean_failure, make_oct_tree, odd_jpegs
+from tests.bad_data import fashion_copy, idx_with_wrong_magic, idx_with_mismatched_counts, idx_truncated, data_dir_is_a_file, oct_copy, oct_unknown_class, oct_empty_class, oct_no_images, oct_and_records_manifest, oct_only_val, oct_with
+from tests.conftest import ROOT, assert_clean_failure, odd_jpegs
 
 OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
            "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}  # refused at once
@@ -53,95 +52,6 @@ def snapshot(directory):
     holder's process and holds no data)."""
     return {os.path.relpath(os.path.join(d, f), directory): hashlib.sha256(open(os.path.join(d, f), "rb").read())
             .hexdigest() for d, _, files in os.walk(directory) for f in files if f not in LOCK_FILES}
-
-
-# --- Fashion-MNIST data makers: each returns a --data-dir ---------------------------------------
-
-def fashion_copy(fashion_data_dir, tmp_path):
-    target = tmp_path / "fashion"
-    shutil.copytree(fashion_data_dir, target)
-    return target
-
-
-def idx_with_wrong_magic(fashion_data_dir, tmp_path):
-    target = fashion_copy(fashion_data_dir, tmp_path)
-    shutil.copy(target / "train-labels-idx1-ubyte.gz", target / "train-images-idx3-ubyte.gz")
-    return target
-
-
-def idx_with_mismatched_counts(fashion_data_dir, tmp_path):
-    target = fashion_copy(fashion_data_dir, tmp_path)
-    images, labels = fashion_mnist.load_split(str(target), "train")
-    fashion_mnist.write_split(str(target), "train", images, labels[:-5])
-    return target
-
-
-def idx_truncated(fashion_data_dir, tmp_path):
-    target = fashion_copy(fashion_data_dir, tmp_path)
-    path = target / "t10k-images-idx3-ubyte.gz"
-    data = gzip.open(path).read()
-    with gzip.open(path, "wb") as f:
-        f.write(data[: len(data) // 2])
-    return target
-
-
-def data_dir_is_a_file(fashion_data_dir, tmp_path):
-    path = tmp_path / "not-a-folder"
-    path.write_text("")
-    return path
-
-
-# --- OCT trees: each returns a --data-dir holding OCT2017/ ---------------------------------------
-
-def oct_copy(oct_sample, tmp_path):
-    make_oct_tree(oct_sample, str(tmp_path / "oct" / "OCT2017"))
-    return tmp_path / "oct"
-
-
-def oct_unknown_class(oct_sample, tmp_path):
-    data = oct_copy(oct_sample, tmp_path)
-    shutil.copytree(data / "OCT2017" / "train" / "CNV", data / "OCT2017" / "train" / "GLAUCOMA")
-    return data
-
-
-def oct_empty_class(oct_sample, tmp_path):
-    data = oct_copy(oct_sample, tmp_path)
-    shutil.rmtree(data / "OCT2017" / "test" / "DME")
-    (data / "OCT2017" / "test" / "DME").mkdir()
-    return data
-
-
-def oct_no_images(oct_sample, tmp_path):
-    data = oct_copy(oct_sample, tmp_path)
-    for folder in (data / "OCT2017" / "train").iterdir():
-        for f in folder.iterdir():
-            f.unlink()
-    return data
-
-
-def oct_and_records_manifest(manifest):
-    def make(oct_sample, tmp_path):
-        (tmp_path / "records").mkdir()
-        (tmp_path / "records" / "manifest.json").write_text(json.dumps(manifest))
-        return oct_copy(oct_sample, tmp_path)
-    return make
-
-
-def oct_only_val(oct_sample, tmp_path):
-    data = oct_copy(oct_sample, tmp_path)
-    os.rename(data / "OCT2017" / "train", data / "OCT2017" / "val")
-    shutil.rmtree(data / "OCT2017" / "test")
-    return data
-
-
-def oct_with(name, content):
-    def make(oct_sample, tmp_path):
-        data = oct_copy(oct_sample, tmp_path)
-        folder = data / "OCT2017" / "train" / "DRUSEN"
-        good = (folder / sorted(os.listdir(folder))[0]).read_bytes()
-        (folder / name).write_bytes(content(good))
-        return data
-    return make
 
 
 CASES = {
