@@ -110,4 +110,6 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_
         checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
         eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
         eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
-        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed, **mixing.results_fields(args))
+        eval_step=eval_step, deterministic=args.deterministic, seed=args.seed,
+        precision_requested=getattr(args, "precision_requested", args.precision),
+        precision_reason=getattr(args, "precision_reason", None), **mixing.results_fields(args))

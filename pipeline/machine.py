@@ -72,3 +72,20 @@ def precision_warning(precision, uses_gpus, cpuinfo="/proc/cpuinfo"):
         return ("--precision bf16 on a CPU without AVX512_BF16 or AMX: bfloat16 math is emulated, so expect it "
                 "to be slower than fp32")
     return None
+
+
+def auto_precision(uses_gpus, cpuinfo="/proc/cpuinfo"):
+    """Returns (precision, why) for --precision auto: 'bf16' where the devices compute bfloat16
+    natively (GPUs all of compute capability 8.0 or newer; a CPU with AMX or AVX512_BF16), else
+    'fp32'; `why` says what decided it, for the header and results.json."""
+    if uses_gpus:
+        capabilities = [tuple(tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0)))
+                        for gpu in tf.config.list_physical_devices("GPU")]
+        if capabilities and min(capabilities) >= (8, 0):
+            return "bf16", f"GPUs of compute capability {min(capabilities)[0]}.{min(capabilities)[1]} (>= 8.0)"
+        return "fp32", "a GPU older than compute capability 8.0 (bf16 is not native there)"
+    _, flags = _cpuinfo(cpuinfo)
+    native = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in flags]
+    if native:
+        return "bf16", f"this CPU has {' and '.join(native)}"
+    return "fp32", "this CPU has neither AMX nor AVX512_BF16 (bf16 would be emulated, slower than fp32)"

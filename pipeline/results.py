@@ -67,6 +67,9 @@ class RunResults:
     deterministic: bool = False  # --deterministic: op determinism, and `seed` for every random source
     seed: Optional[int] = None  # --seed, or 0 for --deterministic without it
     # The training labels' treatment (pipeline.mixing): 0 off; the switch null unless both methods are on.
+    # --precision auto: what was asked ('auto', else the precision itself) and why `precision` was picked.
+    precision_requested: Optional[str] = None
+    precision_reason: Optional[str] = None
     label_smoothing: float = 0.0
     mixup: float = 0.0
     cutmix: float = 0.0

@@ -19,6 +19,7 @@ from pipeline.errors import FlagError, TrainingError, UsageError
 from pipeline.estimator import build_estimator, build_run_config, latest_global_step
 from pipeline.finish import finish
 from pipeline.logs import configure_logging
+from pipeline.machine import auto_precision
 from pipeline.run_output import finished_results, print_header
 from pipeline.run_setup import cluster_plan, ensure_writable_dir, local_plan, prepare, warn_about
 from pipeline.settings import Settings
@@ -42,7 +43,7 @@ def run(task, args):
     cannot work.
     """
     configure_logging(args.verbose)
-    settings = Settings.from_args(args)
+    settings = _resolved_precision(Settings.from_args(args))
     ensure_writable_dir(settings.model_dir)
     cluster = resolve_cluster(settings)
     if cluster is not None and settings.eval_only:
@@ -51,6 +52,16 @@ def run(task, args):
     role = ROLES[cluster.task_type] if cluster is not None else run_local
     with StopSignals() as stop, precision(settings.precision), determinism.turned_on(settings):
         return role(task, settings, cluster, stop)
+
+
+def _resolved_precision(settings):
+    """Returns `settings` with --precision auto resolved (see pipeline.machine.auto_precision): the
+    precision picked, and `precision_requested` and `precision_reason` saying how."""
+    if settings.precision != "auto":
+        return settings.replace(precision_requested=settings.precision, precision_reason=None)
+    uses_gpus = bool(tf.config.list_physical_devices("GPU")) and settings.cpu_replicas is None and settings.gpus != 0
+    picked, why = auto_precision(uses_gpus)
+    return settings.replace(precision=picked, precision_requested="auto", precision_reason=why)
 
 
 def run_local(task, settings, cluster, stop):

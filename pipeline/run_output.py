@@ -62,6 +62,8 @@ def _describe_augment(args):
 def _describe_precision(args):
     described = {"fp32": "fp32", "bf16": "bf16 (float32 variables, bfloat16 math, float32 softmax and loss)",
                  "fp16": "fp16 (float32 variables, float16 math, dynamic loss scaling)"}[args.precision]
+    if getattr(args, "precision_requested", None) == "auto":
+        described += f", picked by --precision auto: {args.precision_reason}"
     extras = (["XLA"] if args.xla else []) + [f"{n} {kind}-op threads" for kind, n in
                                               (("intra", args.intra_op_threads), ("inter", args.inter_op_threads)) if n]
     return described + (f"; {', '.join(extras)}" if extras else "")

@@ -1,0 +1,52 @@
+"""--precision auto: bf16 where the CPU computes it natively (AMX or AVX512_BF16), fp32 elsewhere; the
+header and results.json say what was picked and why."""
+import json
+import os
+
+import pytest
+
+from pipeline.flags import build_parser
+from pipeline.machine import auto_precision
+from pipeline.roles import run
+from pipeline.tasks.fashion import TASK
+
+
+def cpuinfo(tmp_path, flags):
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu sse2 avx2 {flags}\n\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("flags, expected", [("avx512f amx_tile amx_bf16 avx512_bf16", "bf16"),
+                                             ("avx512f avx512_bf16", "bf16"),
+                                             ("avx512f avx512_vnni", "fp32"), ("", "fp32")])
+def test_auto_picks_bf16_only_where_the_cpu_computes_it_natively(tmp_path, flags, expected):
+    picked, why = auto_precision(uses_gpus=False, cpuinfo=cpuinfo(tmp_path, flags))
+    assert picked == expected
+    assert ("amx_bf16" in why) == ("amx_bf16" in flags) and ("neither" in why) == (expected == "fp32")
+
+
+def this_cpus_flags():
+    with open("/proc/cpuinfo") as f:
+        line = next(line for line in f if line.startswith("flags"))
+    return set(line.split(":", 1)[1].split())
+
+
+def test_a_run_with_auto_records_what_it_picked_and_why(tmp_path, capsys):
+    expected = "bf16" if this_cpus_flags() & {"amx_bf16", "avx512_bf16"} else "fp32"
+    model_dir = str(tmp_path / "run")
+    results = run(TASK, build_parser(TASK).parse_args(["--synthetic", "--max-steps", "2", "--batch-size", "8",
+                                                       "--precision", "auto", "--model-dir", model_dir]))
+    written = json.load(open(os.path.join(model_dir, "results.json")))
+    assert written["precision"] == results["precision"] == expected
+    assert written["precision_requested"] == "auto" and written["precision_reason"]
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("precision:"))
+    assert f"picked by --precision auto: {written['precision_reason']}" in header and expected in header
+
+
+def test_an_explicit_precision_is_recorded_as_asked(tmp_path):
+    model_dir = str(tmp_path / "run")
+    run(TASK, build_parser(TASK).parse_args(["--synthetic", "--max-steps", "1", "--batch-size", "8",
+                                             "--model-dir", model_dir]))
+    written = json.load(open(os.path.join(model_dir, "results.json")))
+    assert written["precision"] == written["precision_requested"] == "fp32" and written["precision_reason"] is None
