@@ -300,6 +300,8 @@ def build_parser(task):
 
     from pipeline.validation_flags import add_validation_flags  # it reuses this module's argparse types
     add_validation_flags(parser, d)
+    from pipeline.tflite_flags import add_tflite_flags  # issue 33: exports for devices
+    add_tflite_flags(parser)
     task.add_flags(parser)
     parser.set_defaults(explicit_flags=frozenset())  # filled by RecordedStore's flags
     return parser

@@ -136,6 +136,11 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
             (args.eval_only and results_lib.recorded_export(args.model_dir, eval_step)) or export_model(
                 estimator, data.serving_input_fn, data.class_names, storage.join(args.model_dir, "export"),
                 best and best["checkpoint"])
+    if getattr(args, "tflite", None) and extra.get("export_dir"):  # the export for devices (--tflite)
+        from pipeline.machine import describe_cpu
+        from serving.tflite import convert_and_evaluate
+        extra["tflite"] = convert_and_evaluate(extra["export_dir"], data.train_input_fn, data.eval_input_fn,
+                                               args.tflite, args.tflite_tolerance, describe_cpu())
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
         extra.update(test_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
                                               extra.get("export_dir"), estimator, best and best["checkpoint"]))
