@@ -178,7 +178,8 @@ def convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, toler
     for kind, model in models.items():
         path = storage.join(target, kind + TFLITE_EXTENSION)
         storage.write_atomically(path, model)
-        files[kind] = _file_figures(path, model, tallies[kind], count, accuracy, timed, kind, tolerance)
+        files[kind] = _file_figures(path, len(model), tallies[kind], count, accuracy, latency_ms(model, timed),
+                                    kind, tolerance)
     record = {"dir": storage.absolute(target), "signature": PIXELS_SIGNATURE, "test_images": count,
               "saved_model_accuracy": round(accuracy, 6),
               "calibration_images": 0 if calibration is None else len(calibration), "tolerance": tolerance,
@@ -189,14 +190,14 @@ def convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, toler
     return record
 
 
-def _file_figures(path, model, tally, count, reference_accuracy, timed, kind, tolerance):
-    """Returns one .tflite file's figures: its path, size, accuracy and its change from the SavedModel's,
-    agreement, largest probability difference, latency (and, for int8, whether it lost more than
-    `tolerance`)."""
+def _file_figures(path, size, tally, count, reference_accuracy, latency, kind, tolerance):
+    """Returns one .tflite file's figures: its path, size in bytes, accuracy on `count` test images and its
+    change from the SavedModel's, agreement, largest probability difference, `latency` (ms per image) and,
+    for int8, whether it lost more than `tolerance`."""
     accuracy = tally.correct / count
-    figures = {"file": storage.absolute(path), "bytes": len(model), "accuracy": round(accuracy, 6),
+    figures = {"file": storage.absolute(path), "bytes": size, "accuracy": round(accuracy, 6),
                "accuracy_change": round(accuracy - reference_accuracy, 6), "agreement": round(tally.agree / count, 6),
-               "max_probability_difference": round(tally.max_difference, 6), "latency_ms": latency_ms(model, timed)}
+               "max_probability_difference": round(tally.max_difference, 6), "latency_ms": latency}
     if kind == "int8":
         figures["over_tolerance"] = reference_accuracy - accuracy > tolerance
     return figures
@@ -212,7 +213,8 @@ def _warning(kind, figures, reference_accuracy, tolerance):
 def summary_lines(record):
     """Returns the summary's lines of results.json's 'tflite' record: one a file, then its warnings."""
     lines = []
-    for kind, f in record["files"].items():
+    for kind in sorted(record["files"], key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
+        f = record["files"][kind]  # in KINDS' order (results.json sorts its keys)
         lines.append(f"  tflite:  {kind:7s} {f['bytes'] / 2 ** 20:7.2f} MiB  accuracy {f['accuracy']:.4f} "
                      f"({f['accuracy_change']:+.4f}), agrees on {100 * f['agreement']:.1f}% of "
                      f"{record['test_images']}, {f['latency_ms']:.3f} ms/image  {f['file']}")
