@@ -1,6 +1,7 @@
 """Exports for devices: an export's pixels signature converted to TensorFlow Lite (float32, float16 and
 full-integer int8 calibrated on training images), each file measured against the SavedModel on the
 test split (accuracy, agreement, size, latency), and a predict.py client over a .tflite file."""
+import contextlib
 import json
 import logging
 import os
@@ -155,7 +156,24 @@ def evaluate(export_dir, models, test_batches):
     return correct / count, count, tallies, np.stack(kept)
 
 
+@contextlib.contextmanager
+def _absl_warnings_only():
+    """Keeps absl's INFO lines (each SavedModel load's 'Fingerprint not found ...') out of the job's log."""
+    absl, level = logging.getLogger("absl"), logging.getLogger("absl").level
+    absl.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        absl.setLevel(level)
+
+
 def convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tolerance, cpu):
+    """Returns _convert_and_evaluate's figures, made without absl's INFO lines."""
+    with _absl_warnings_only():
+        return _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tolerance, cpu)
+
+
+def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tolerance, cpu):
     """Converts the export's pixels signature to each of `kinds` (KINDS' names) into output_dir(export_dir)
     with its class names, evaluates each file against the SavedModel on `eval_input_fn`'s test images,
     writes FIGURES_FILE there and returns the figures (results.json's 'tflite'): an int8 file losing more
