@@ -179,14 +179,8 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
     writes FIGURES_FILE there and returns the figures (results.json's 'tflite'): an int8 file losing more
     than `tolerance` accuracy is flagged ('over_tolerance') and named in 'warnings'. `cpu` names the CPU
     the latencies were measured on."""
-    target, input_name = output_dir(export_dir), pixels_input_name(export_dir)
-    calibration = None
-    if "int8" in kinds:
-        calibration = np.concatenate([b for b, _ in pixel_batches(train_input_fn, CALIBRATION_IMAGES)])
-    models = {}
-    for kind in kinds:
-        log.info("converting %s to TFLite %s", export_dir, kind)
-        models[kind] = convert(export_dir, kind, calibration, input_name)
+    target = output_dir(export_dir)
+    models, calibrated = _convert_all(export_dir, kinds, train_input_fn)
     log.info("evaluating %s on the test split beside the SavedModel", ", ".join(kinds))
     accuracy, count, tallies, timed = evaluate(export_dir, models, pixel_batches(eval_input_fn))
     storage.makedirs(target)
@@ -200,12 +194,25 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
                                     kind, tolerance)
     record = {"dir": storage.absolute(target), "signature": PIXELS_SIGNATURE, "test_images": count,
               "saved_model_accuracy": round(accuracy, 6),
-              "calibration_images": 0 if calibration is None else len(calibration), "tolerance": tolerance,
+              "calibration_images": calibrated, "tolerance": tolerance,
               "cpu": cpu, "latency": f"median ms per image, batch of 1, 1 thread, over {len(timed)} test images",
               "files": files, "warnings": [_warning(kind, f, accuracy, tolerance) for kind, f in files.items()
                                            if f.get("over_tolerance")]}
     storage.write_atomically(storage.join(target, FIGURES_FILE), json.dumps(record, indent=2).encode())
     return record
+
+
+def _convert_all(export_dir, kinds, train_input_fn):
+    """Returns ({kind: .tflite bytes} of the export for each of `kinds`, the number of training images
+    the int8 conversion calibrated on: 0 without int8)."""
+    input_name, calibration = pixels_input_name(export_dir), None
+    if "int8" in kinds:
+        calibration = np.concatenate([b for b, _ in pixel_batches(train_input_fn, CALIBRATION_IMAGES)])
+    models = {}
+    for kind in kinds:
+        log.info("converting %s to TFLite %s", export_dir, kind)
+        models[kind] = convert(export_dir, kind, calibration, input_name)
+    return models, 0 if calibration is None else len(calibration)
 
 
 def _file_figures(path, size, tally, count, reference_accuracy, latency, kind, tolerance):
