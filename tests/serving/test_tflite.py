@@ -216,3 +216,10 @@ def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path):
     assert [r["class"] for r in saved] == [r["class"] for r in lite] and len(saved) == 6
     assert np.allclose([list(r["probabilities"].values()) for r in saved],
                        [list(r["probabilities"].values()) for r in lite], atol=1e-4)
+
+
+def test_explain_refuses_a_tflite_file_in_one_line(tmp_path):
+    result = script("predict.py", "--model", str(tmp_path / "m.tflite"), "--explain", str(tmp_path / "maps"),
+                    str(tmp_path))
+    assert result.returncode == 2 and not (tmp_path / "maps").exists()
+    assert_clean_failure(result, "--explain reads the gradients of the SavedModel export")
