@@ -1,5 +1,5 @@
-"""A run's finish, one step in this order: the test evaluation of the chosen model, its export,
-results.json (and TensorBoard's hparams) and the printed summary. The one machine and a cluster's
+"""A run's finish, one step in this order: the test evaluation of the chosen model, its export (and
+the exports for devices, --tflite), results.json (and TensorBoard's hparams) and the printed summary. The one machine and a cluster's
 chief finish; nothing else does."""
 import datetime
 import logging
@@ -11,8 +11,10 @@ from pipeline import estimator as estimator_lib, evaluation_report, mfu as mfu_l
     training_record
 from pipeline.run_output import print_summary
 from pipeline.validation.best import BEST_EXPORT_DIR
+from pipeline.machine import describe_cpu
 from reporting import hparams
 from serving.export import export_model
+from serving.tflite import convert_and_evaluate
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,9 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     extra.update(extra_fields or {})
     if data.serving_input_fn:
         extra["export_dir"] = _export_dir(setup, estimator, best, eval_step)
+    if args.tflite and extra.get("export_dir"):  # the exports for devices, measured against the SavedModel
+        extra["tflite"] = convert_and_evaluate(extra["export_dir"], data.train_input_fn, data.eval_input_fn,
+                                               args.tflite, args.tflite_tolerance, describe_cpu())
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
         extra.update(evaluation_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
                                               extra.get("export_dir"), estimator, best and best["checkpoint"]))

@@ -170,3 +170,20 @@ class RecordedStore(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, values)
         namespace.explicit_flags = frozenset(getattr(namespace, "explicit_flags", ())) | {self.dest}
+
+
+TFLITE_KINDS = ("float32", "float16", "int8")  # serving.tflite.KINDS, named here without importing TensorFlow
+DEFAULT_TOLERANCE = 0.02  # test accuracy an int8 model may lose before the summary warns
+
+
+def tflite_kinds(text):
+    """argparse type: a comma-separated subset of TFLITE_KINDS (each once); returns them in TFLITE_KINDS'
+    order, or () for 'none'."""
+    if text.strip().lower() == "none":
+        return ()
+    kinds = [k.strip().lower() for k in text.split(",")]
+    unknown = [k for k in kinds if k not in TFLITE_KINDS]
+    if unknown or len(set(kinds)) != len(kinds):
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(TFLITE_KINDS)} (comma-separated, each once) "
+                                         f"or none, got {text!r}")
+    return tuple(k for k in TFLITE_KINDS if k in kinds)

@@ -98,6 +98,9 @@ def print_summary(results, path):
               "(listed with their problems in results.json)")
     if results.get("export_dir"):
         print(f"  export:  {results['export_dir']}")
+    if results.get("tflite"):  # the export for devices: a line per .tflite file, and any warning
+        from serving.tflite import summary_lines
+        print("\n".join(summary_lines(results["tflite"])))
     print(f"  results: {path}", flush=True)
 
 

@@ -2,7 +2,8 @@
 """Classify images (JPEG, PNG, BMP, GIF; files or folders) with a model exported by a training run
 (train_fashion.py, train_images.py, train_oct.py). A Fashion-MNIST model also takes raw pixels: a
 file named *.gray holding exactly one 28x28 image's 784 bytes, one a pixel, row by row, as in the
-IDX files (0 black, 255 white)."""
+IDX files (0 black, 255 white). Every job's export takes such raw pixels (at its image size and channels),
+and so does a .tflite file converted from one (--tflite, docs/exports.md)."""
 import argparse
 import json
 import os
@@ -20,7 +21,8 @@ def build_parser():
     parser.add_argument("--model", required=True,
                         help="a training run's model dir, or the export folder it printed, or the <model "
                              "dir>/export folder above it (the newest export there is used: the best model when "
-                             "the run validated)")
+                             "the run validated), or a .tflite file a run's --tflite wrote (its class_names.txt "
+                             "beside it)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per line instead of text")
     parser.add_argument("--explain", metavar="OUT_DIR", default=None,
                         help="also write a Grad-CAM heatmap over each image, as OUT_DIR/<image>.gradcam.png: "
@@ -31,8 +33,9 @@ def build_parser():
                         help="files read and classified at once (memory grows with it, not with the file count)")
     parser.add_argument("images", nargs="+",
                         help="image files to classify, or folders whose images (at any depth) are classified; "
-                             "for a model that takes raw pixels (train_fashion.py's), also *.gray files of exactly "
-                             "784 bytes (28x28 gray pixels, row by row); any other file is an error naming the fix")
+                             "also *.gray files of one image's raw uint8 pixels at the model's size, row by row "
+                             "(train_fashion.py's: exactly 784 bytes, 28x28 gray); any other file is an error "
+                             "naming the fix")
     return parser
 
 
@@ -41,6 +44,10 @@ def predict(args):
     if args.explain_class is not None and not args.explain:
         from pipeline.errors import FlagError
         raise FlagError("--explain-class needs --explain OUT_DIR, the folder the heatmaps go to")
+    if args.explain and args.model.lower().endswith(".tflite"):
+        from pipeline.errors import FlagError
+        raise FlagError("--explain reads the gradients of the SavedModel export, which a .tflite file has not: "
+                        "pass --model the export (or its model dir) to explain")
     from serving.predict import classify_files, load_predictor  # imports TensorFlow: once the arguments are good
     results = classify_files(load_predictor(args.model), args.images, args.batch_size)
     if args.explain:

@@ -50,7 +50,11 @@ def resolve_export_dir(path):
 
 
 def load_predictor(path):
-    """Returns the Predictor of the SavedModel at `path` (see resolve_export_dir)."""
+    """Returns the Predictor of the SavedModel at `path` (see resolve_export_dir), or of the TFLite file
+    at `path` when it ends in .tflite (see serving.tflite.load_tflite_predictor)."""
+    if path.lower().endswith(".tflite"):  # issue 33: a model converted for devices (--tflite)
+        from serving.tflite import load_tflite_predictor
+        return load_tflite_predictor(path)
     export_dir = resolve_export_dir(path)
     signatures = tf.saved_model.load(export_dir).signatures
     text = storage.read_text(storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE))

@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 SPLIT_DIR = "split"  # in the model dir: train.txt and test.txt (one path per line), split.json
 SYNTHETIC_CLASSES, SYNTHETIC_SIZES = 10, {"train": 10000, "test": 2000}
-SERVING_KEY = "image_bytes"
+# The export takes image files under SERVING_KEY (serving_default) and decoded uint8 pixels [n, size, size,
+# channels] under PIXELS_KEY (decode.PIXELS_SIGNATURE: what a TFLite conversion takes, see serving.tflite).
+SERVING_KEY, PIXELS_KEY = "image_bytes", "pixels"
 
 
 @dataclasses.dataclass
@@ -244,7 +246,8 @@ def _validation_dir(folder, class_names, channels, on_bad_image):
 
 
 def _serving(size, channels):
-    return decode.make_serving_input_fn(size, channels, feature_key=FEATURE_KEY, bytes_key=SERVING_KEY)
+    return decode.make_serving_input_fn(size, channels, feature_key=FEATURE_KEY, bytes_key=SERVING_KEY,
+                                        pixels_key=PIXELS_KEY)
 
 
 def build_model(args, learning_rate):

@@ -19,6 +19,9 @@ from pipeline.validation.split import split_off_validation
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 968}
 RECORDS_ADVICE = "make the shards again with scripts/prepare_oct.py"
+# The export's second signature (decode.PIXELS_SIGNATURE) takes decoded uint8 scans [n, size, size, 1]
+# under this key: what a TFLite conversion takes (serving.tflite).
+PIXELS_KEY = "pixels"
 CHANNELS = 1  # the scans are grayscale JPEGs; the model repeats them to 3 channels
 VALIDATION_SEED = 0  # the patients drawn for the validation split: the same in every run and resume
 
@@ -46,7 +49,7 @@ def prepare_data(args, batch_size):
     size = _image_size(args)
     check_step_memory(args.image_size, batch_size)
     serving = decode.make_serving_input_fn(size, CHANNELS, fast_decode=args.decode == "reduced",
-                                                 feature_key=FEATURE_KEY)
+                                           feature_key=FEATURE_KEY, pixels_key=PIXELS_KEY)
     check_cache(args)
     if args.synthetic:
         def make(training, split):

@@ -1,0 +1,225 @@
+"""Exports for devices (--tflite, serving.tflite): a short Fashion run on the real sample converts its
+export's pixels signature to float32, float16 and int8 TFLite; each file is checked here against the
+SavedModel run by the test itself, predict.py answers from a .tflite as from the export, and the OCT
+job's pixels signature converts too."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from acquisition.fashion_mnist import CLASS_NAMES, load_split
+from input_fns.decode import PIXELS_SIGNATURE, decode_and_resize
+from pipeline.flag_types import tflite_kinds
+from serving import tflite
+from serving.predict import classify_files, load_predictor
+from tests.conftest import ROOT, assert_clean_failure
+
+KINDS = ("float32", "float16", "int8")
+FASHION_RUN = ["--batch-size", "16", "--lr-scaling", "none", "--max-steps", "40", "--eval-every-steps", "20",
+               "--warm-up-steps", "1", "--bootstrap-resamples", "10", "--seed", "1"]
+
+
+def script(name, *argv):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *argv],
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def fashion_run(fashion_data_dir, tmp_path_factory):
+    """(results.json, the tflite.json written beside the files, model dir, stdout) of 40 steps on the real
+    sample's training images with --tflite float32,float16,int8."""
+    model_dir = str(tmp_path_factory.mktemp("fashion-tflite"))
+    result = script("train_fashion.py", "--data-dir", fashion_data_dir, "--model-dir", model_dir, *FASHION_RUN,
+                    "--tflite", "int8,float32,float16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(model_dir, "results.json")) as f:
+        results = json.load(f)
+    with open(os.path.join(results["tflite"]["dir"], tflite.FIGURES_FILE)) as f:
+        return results, json.load(f), model_dir, result.stdout
+
+
+@pytest.fixture(scope="module")
+def reference(fashion_run, fashion_data_dir):
+    """(test images uint8 [200, 28, 28, 1], labels, the SavedModel's probabilities [200, 10]) run here."""
+    images, labels = load_split(fashion_data_dir, "test")
+    signature = tf.saved_model.load(fashion_run[0]["export_dir"]).signatures[PIXELS_SIGNATURE]
+    probabilities = signature(gray_pixels=tf.constant(images[..., None]))["probabilities"].numpy()
+    return images[..., None], np.asarray(labels), probabilities
+
+
+def run_tflite(path, images):
+    """Returns the probabilities of the .tflite file at `path` for uint8 `images`, through its own
+    Interpreter (one image at a time)."""
+    interpreter = tf.lite.Interpreter(model_path=path)
+    runner = interpreter.get_signature_runner(PIXELS_SIGNATURE)
+    return np.concatenate([runner(gray_pixels=image[None])["probabilities"] for image in images])
+
+
+def test_each_file_is_written_beside_the_export_with_its_figures(fashion_run):
+    results, written, model_dir, stdout = fashion_run
+    record, export_dir = results["tflite"], results["export_dir"]
+    assert record == written
+    assert record["dir"] == os.path.join(model_dir, "export", "tflite", os.path.basename(export_dir))
+    assert sorted(record["files"]) == sorted(KINDS) and record["test_images"] == results["eval_examples"] == 200
+    with open(os.path.join(record["dir"], "class_names.txt")) as f:
+        assert f.read().splitlines() == list(CLASS_NAMES)
+    for kind, figures in record["files"].items():
+        assert figures["file"] == os.path.join(record["dir"], f"{kind}.tflite")
+        assert figures["bytes"] == os.path.getsize(figures["file"])
+        assert figures["accuracy_change"] == pytest.approx(figures["accuracy"] - record["saved_model_accuracy"],
+                                                           abs=1e-5)
+        assert 0 < figures["latency_ms"] < 1000
+    lines = [line for line in stdout.splitlines() if line.startswith("  tflite:  ")]
+    assert [line.split()[1] for line in lines] == list(KINDS)  # one line a file, in this order
+    for (kind, figures), line in zip(sorted(record["files"].items(), key=lambda kv: KINDS.index(kv[0])), lines):
+        assert line.endswith(figures["file"]) and f"accuracy {figures['accuracy']:.4f}" in line
+    # the export's pixels signature scored the test images as the run's own evaluation did (a tie aside)
+    assert abs(record["saved_model_accuracy"] - results["eval_accuracy"]) <= 1 / 200 + 1e-9
+    assert record["calibration_images"] == tflite.CALIBRATION_IMAGES and record["cpu"]
+    assert record["files"]["int8"]["over_tolerance"] == (
+        record["saved_model_accuracy"] - record["files"]["int8"]["accuracy"] > record["tolerance"])
+    assert ("WARNING" in stdout) == record["files"]["int8"]["over_tolerance"]
+
+
+def test_float32_agrees_with_the_saved_model_run_independently(fashion_run, reference):
+    record = fashion_run[0]["tflite"]
+    images, labels, expected = reference
+    got = run_tflite(record["files"]["float32"]["file"], images)
+    assert np.abs(got - expected).max() < 1e-4
+    agreement = np.mean(got.argmax(1) == expected.argmax(1))
+    assert agreement >= 0.99
+    assert record["files"]["float32"]["agreement"] == pytest.approx(agreement, abs=1 / 200 + 1e-9)
+    assert record["saved_model_accuracy"] == pytest.approx(np.mean(expected.argmax(1) == labels), abs=1e-6)
+
+
+@pytest.mark.parametrize("kind,largest_difference", [("float16", 0.01), ("int8", 0.2)])
+def test_smaller_kinds_are_recorded_as_measured_here(fashion_run, reference, kind, largest_difference):
+    record = fashion_run[0]["tflite"]
+    images, labels, expected = reference
+    got = run_tflite(record["files"][kind]["file"], images)
+    assert np.abs(got - expected).max() < largest_difference
+    assert record["files"][kind]["accuracy"] == pytest.approx(np.mean(got.argmax(1) == labels), abs=1 / 200 + 1e-9)
+    assert record["files"][kind]["agreement"] == pytest.approx(np.mean(got.argmax(1) == expected.argmax(1)),
+                                                               abs=1 / 200 + 1e-9)
+
+
+def test_int8_is_smaller_and_computes_in_integers(fashion_run):
+    files = fashion_run[0]["tflite"]["files"]
+    assert files["int8"]["bytes"] < files["float16"]["bytes"] < files["float32"]["bytes"]
+    assert files["int8"]["bytes"] < 0.4 * files["float32"]["bytes"]
+    interpreter = tf.lite.Interpreter(model_path=files["int8"]["file"])
+    kinds = {d["name"]: d["dtype"] for d in interpreter.get_tensor_details()}
+    weights = [name for name, dtype in kinds.items() if "conv" in name.lower() and dtype == np.int8]
+    assert weights, kinds
+    layers = {op["op_name"] for op in interpreter._get_ops_details()}
+    assert {"CONV_2D", "FULLY_CONNECTED"} <= layers  # kept as layers, their weights int8 (TFLITE_BUILTINS_INT8)
+    assert interpreter.get_input_details()[0]["dtype"] == np.uint8
+
+
+def test_predict_answers_from_a_tflite_file_as_from_the_export(fashion_run, reference, tmp_path):
+    results = fashion_run[0]
+    images = reference[0]
+    for i, image in enumerate(images):
+        Image.fromarray(image[..., 0]).save(tmp_path / f"{i:03d}.png")
+    (tmp_path / "raw.gray").write_bytes(images[0].tobytes())
+    answers = {}
+    for model in (fashion_run[2], results["tflite"]["files"]["float32"]["file"]):
+        result = script("predict.py", "--model", model, "--json", "--batch-size", "7", str(tmp_path))
+        assert result.returncode == 0, result.stderr[-2000:]
+        answers[model] = [json.loads(line) for line in result.stdout.splitlines()]
+    saved, lite = answers.values()
+    assert len(saved) == len(lite) == 201
+    assert [r["file"] for r in saved] == [r["file"] for r in lite]
+    assert [r["class"] for r in saved] == [r["class"] for r in lite]
+    for a, b in zip(saved, lite):
+        assert list(a["probabilities"]) == list(CLASS_NAMES) == list(b["probabilities"])
+        assert np.allclose(list(a["probabilities"].values()), list(b["probabilities"].values()), atol=1e-4)
+
+
+def test_predict_refuses_a_tflite_file_without_its_class_names(fashion_run, tmp_path):
+    lone = tmp_path / "model.tflite"
+    with open(fashion_run[0]["tflite"]["files"]["float32"]["file"], "rb") as f:
+        lone.write_bytes(f.read())
+    result = script("predict.py", "--model", str(lone), str(tmp_path))
+    assert_clean_failure(result, "no class_names.txt beside", str(lone))
+
+
+@pytest.mark.parametrize("value", ["int4", "float32,float32", "float32,", "fp16"])
+def test_a_bad_tflite_value_exits_2_in_one_line(tmp_path, value):
+    result = script("train_fashion.py", "--synthetic", "--model-dir", str(tmp_path / "m"), "--tflite", value)
+    assert result.returncode == 2 and not (tmp_path / "m").exists()
+    assert_clean_failure(result, "--tflite", "expected some of float32,float16,int8")
+
+
+def test_kinds_are_parsed_into_one_order():
+    assert tflite_kinds("int8, FLOAT32") == ("float32", "int8")
+    assert tflite_kinds("none") == ()
+
+
+def test_an_int8_file_losing_more_than_the_tolerance_is_flagged_with_a_loud_line():
+    tally = tflite._Tally()
+    tally.add(np.eye(4)[[0, 1, 2, 0]], np.eye(4), np.arange(4))  # 3 of 4 right, against the SavedModel's 4
+    figures = tflite._file_figures("/x/int8.tflite", 100, tally, 4, 1.0, 0.5, "int8", 0.2)
+    assert figures["over_tolerance"] and figures["accuracy_change"] == -0.25
+    record = {"files": {"int8": figures}, "test_images": 4,
+              "warnings": [tflite._warning("int8", figures, 1.0, 0.2)]}
+    lines = tflite.summary_lines(record)
+    assert len(lines) == 2 and "WARNING: the int8 TFLite model loses 0.2500 accuracy" in lines[1]
+    assert not tflite._file_figures("/x/int8.tflite", 100, tally, 4, 1.0, 0.5, "int8", 0.25)["over_tolerance"]
+
+
+def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_dir):
+    results, _, model_dir, _ = fashion_run
+    with open(os.path.join(model_dir, "results.json")) as f:
+        before = f.read()
+    result = script("train_fashion.py", "--data-dir", fashion_data_dir, "--model-dir", model_dir, *FASHION_RUN,
+                    "--eval-only", "--tflite", "int8", "--tflite-tolerance", "0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(results["tflite"]["dir"], tflite.FIGURES_FILE)) as f:
+        record = json.load(f)
+    assert list(record["files"]) == ["int8"] and record["tolerance"] == 0
+    assert [l for l in result.stdout.splitlines() if l.startswith("  tflite:")][0].startswith("  tflite:  int8 ")
+    lost = record["files"]["int8"]["accuracy"] < record["saved_model_accuracy"]
+    assert record["files"]["int8"]["over_tolerance"] == lost and ("WARNING: the int8" in result.stdout) == lost
+    with open(os.path.join(model_dir, "results.json")) as f:
+        assert f.read() == before  # --eval-only writes no results.json; tflite.json holds its figures
+
+
+def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path):
+    model_dir = str(tmp_path / "oct")
+    result = script("train_oct.py", "--data-dir", os.path.dirname(oct_tree), "--model-dir", model_dir,
+                    "--max-steps", "4", "--image-size", "32", "--weights", "none", "--batch-size", "8",
+                    "--warm-up-steps", "1", "--bootstrap-resamples", "10", "--on-bad-image", "skip",
+                    "--tflite", "float32,int8")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(model_dir, "results.json")) as f:
+        results = json.load(f)
+    record = results["tflite"]
+    assert sorted(record["files"]) == ["float32", "int8"] and record["test_images"] == results["eval_examples"]
+    signature = tf.saved_model.load(results["export_dir"]).signatures[PIXELS_SIGNATURE]
+    (name, spec), = signature.structured_input_signature[1].items()
+    assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, 32, 32, 1]
+    scans = sorted(os.path.join(root, n) for root, _, names in os.walk(os.path.join(oct_tree, "test")) for n in names)
+    images = np.stack([decode_and_resize(tf.io.read_file(p), (32, 32), 1).numpy() for p in scans])
+    expected = signature(**{name: tf.constant(images)})["probabilities"].numpy()
+    runner = tf.lite.Interpreter(model_path=record["files"]["float32"]["file"]).get_signature_runner(PIXELS_SIGNATURE)
+    got = runner(**{name: images})["probabilities"]
+    assert np.abs(got - expected).max() < 1e-4 and (got.argmax(1) == expected.argmax(1)).all()
+    assert record["files"]["int8"]["bytes"] < 0.4 * record["files"]["float32"]["bytes"]
+    saved, lite = (list(classify_files(load_predictor(m), scans[:6])) for m in
+                   (results["export_dir"], record["files"]["float32"]["file"]))
+    assert [r["class"] for r in saved] == [r["class"] for r in lite] and len(saved) == 6
+    assert np.allclose([list(r["probabilities"].values()) for r in saved],
+                       [list(r["probabilities"].values()) for r in lite], atol=1e-4)
+
+
+def test_explain_refuses_a_tflite_file_in_one_line(tmp_path):
+    result = script("predict.py", "--model", str(tmp_path / "m.tflite"), "--explain", str(tmp_path / "maps"),
+                    str(tmp_path))
+    assert result.returncode == 2 and not (tmp_path / "maps").exists()
+    assert_clean_failure(result, "--explain reads the gradients of the SavedModel export")
