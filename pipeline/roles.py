@@ -75,8 +75,7 @@ def run_local(task, settings, cluster, stop):
         cadence = _cadence(setup)
         _announce(setup, cadence)
         estimator, figures = build_estimator(setup, cadence)
-        validation = cadence and build_validation(setup, estimator, cadence, stop.requested, _best_export(setup,
-                                                                                                          estimator))
+        validation = _validation(setup, estimator, cadence, stop)
         hooks = build_training_hooks(setup, stop_hook(stop.requested, stop), validation).adding(
             listeners=[validation] if validation else [])
         if settings.eval_only:
@@ -105,8 +104,7 @@ def run_chief(task, settings, cluster, stop):
         cadence = _cadence(setup)
         _announce(setup, cadence)
         estimator, figures = build_estimator(setup, cadence)
-        validation = cadence and build_validation(setup, estimator, cadence, stop.requested, _best_export(setup,
-                                                                                                          estimator))
+        validation = _validation(setup, estimator, cadence, stop)
         stopping = stop_hook(stop.requested, stop)
         hooks = build_training_hooks(setup, stopping, validation).adding(
             watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
@@ -211,6 +209,14 @@ def _cadence(setup):
 def _announce(setup, cadence):
     print_header(setup, cadence)
     warn_about(setup)
+
+
+def _validation(setup, estimator, cadence, stop):
+    """Returns the ValidationListener of a run that validates (a `cadence`), exporting each new best;
+    else None."""
+    if cadence is None:
+        return None
+    return build_validation(setup, estimator, cadence, stop.requested, _best_export(setup, estimator))
 
 
 def _best_export(setup, estimator):
