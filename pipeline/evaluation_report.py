@@ -137,6 +137,7 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None, 
         probabilities, labels, list(data.class_names), groups=groups, positive_classes=args.positive_classes,
         at_specificity_target=args.at_specificity, resamples=args.bootstrap_resamples, seed=args.bootstrap_seed,
         group_pattern=pattern, validation=held)
+    report["tta"] = list(getattr(args, "tta", ()))  # the views averaged (pipeline.tta): [] for the image alone
     results = {}
     if scaling:
         report["calibration"]["temperature"] = scaling

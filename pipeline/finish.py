@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from acquisition import faults, storage
 from pipeline import estimator as estimator_lib, evaluation_report, mfu as mfu_lib, mixing, results as results_lib, \
-    training_record
+    training_record, tta
 from pipeline.run_output import print_summary
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.machine import describe_cpu
@@ -40,7 +40,8 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
              f" with the best checkpoint, of step {best['step']}" if best else "")
     faults.point("test_evaluation")
-    evaluation, scores = evaluation_report.evaluate(estimator, data.eval_input_fn, best and best["checkpoint"])
+    views = getattr(args, "tta", ())  # --tta: the probabilities averaged over these views (pipeline.tta)
+    evaluation, scores, view_figures = tta.evaluate(estimator, data.eval_input_fn, views, best and best["checkpoint"])
     # The checkpoint's own step. Under asynchronous parameter_server training a checkpoint named
     # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).
     eval_step = best["step"] if best else int(evaluation["global_step"])
@@ -55,6 +56,7 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
         results.validation_seconds = round(validation.seconds, 3)
     extra = results.extra
     extra.update(extra_fields or {})
+    extra.update(tta.results_fields(views, view_figures))
     if data.serving_input_fn:
         extra["export_dir"] = _export_dir(setup, estimator, best, eval_step)
     if args.tflite and extra.get("export_dir"):  # the exports for devices, measured against the SavedModel

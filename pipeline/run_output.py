@@ -1,7 +1,7 @@
 """What a run prints: the header before training and the summary after it."""
 import os
 
-from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib
+from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
 from pipeline.validation.early_stopping import EarlyStopping
 
 
@@ -23,6 +23,7 @@ def print_header(setup, cadence=None):
           f"{_describe_augment(args)}"
           f"{mixing.header_line(args)}"
           f"{determinism.header_line(setup)}"
+          f"{tta.header_line(args)}"
           f"  learning rate: {setup.schedule.base_rate:g} ({scaling}), {setup.schedule.describe()}\n"
           f"  steps:         to global step {steps.max_steps}, {resume}\n"
           f"  images:        {_describe_images(steps, data.num_train_examples)}\n"
@@ -87,7 +88,9 @@ def print_summary(results, path):
     print(f"{results['task']}: finished at global step {results['global_step']}\n"
           f"  train:   {train}\n{trained}{validation}"
           f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
-          f"on {results['eval_examples']} test images{chosen}", flush=True)
+          f"on {results['eval_examples']} test images{chosen}"
+          + (f"\n           test-time augmentation: {tta.describe(results['tta'])}" if results.get("tta") else ""),
+          flush=True)
     width = max(map(len, results.get("per_class", {})), default=8)
     for name, figures in results.get("per_class", {}).items():
         precision, recall = (f"{v:.3f}" if v is not None else "n/a"

@@ -130,6 +130,8 @@ def markdown(report, title="Test evaluation"):
             "group with it" if boot["unit"] == "group" else f"{report['test_images']} images")
     lines = [f"# {title}", "",
              f"{report['test_images']} test images. Accuracy {_percent(report['accuracy'])}.", "",
+             *([f"Test-time augmentation: each image's probabilities are the mean over {len(report['tta'])} views "
+                f"({', '.join(report['tta'])}); every figure here is of those means.", ""] if report.get("tta") else []),
              f"Intervals: {100 * report['confidence_level']:.0f}% percentile bootstrap, {boot['resamples']} "
              f"resamples (seed {boot['seed']}) of {unit}. AUC: exact, one class against the rest, ties as half.", "",
              "| Class | Images | Sensitivity (95% CI) | Specificity (95% CI) | Precision | F1 | ROC AUC (95% CI) |",

@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
 from pipeline.flag_types import positive_int  # noqa: E402
+from pipeline.flags.tta import TTA_HELP, tta_views  # noqa: E402
 
 
 def build_parser():
@@ -31,6 +32,9 @@ def build_parser():
                         help="with --explain: explain this class (one of the export's) instead of the predicted one")
     parser.add_argument("--batch-size", type=positive_int, default=64,
                         help="files read and classified at once (memory grows with it, not with the file count)")
+    parser.add_argument("--tta", type=tta_views(), default=(), metavar="none|flip[=DIRECTION],crops",
+                        help=TTA_HELP + " (from the image's pixels, through the export's pixels signature; 'flip' is "
+                                        "horizontal here, whatever the job)")
     parser.add_argument("images", nargs="+",
                         help="image files to classify, or folders whose images (at any depth) are classified; "
                              "also *.gray files of one image's raw uint8 pixels at the model's size, row by row "
@@ -49,7 +53,11 @@ def predict(args):
         raise FlagError("--explain reads the gradients of the SavedModel export, which a .tflite file has not: "
                         "pass --model the export (or its model dir) to explain")
     from serving.predict import classify_files, load_predictor  # imports TensorFlow: once the arguments are good
-    results = classify_files(load_predictor(args.model), args.images, args.batch_size)
+    predictor = load_predictor(args.model)
+    if args.tta:  # the mean over views of each image (serving.tta)
+        from serving.tta import with_views
+        predictor = with_views(predictor, args.tta)
+    results = classify_files(predictor, args.images, args.batch_size)
     if args.explain:
         results = list(results)  # the heatmaps follow the predictions
         _explain(args, results)

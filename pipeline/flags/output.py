@@ -1,5 +1,6 @@
 """The flags of what a run writes: checkpoints, summaries, logs and hooks, and the test report. Nothing here imports TensorFlow."""
 import hooks
+from pipeline.flags.tta import add_tta_flag
 from pipeline.flag_types import fraction, hook_names, int_in_range, name_list, non_negative_int, positive_int
 
 
@@ -48,4 +49,5 @@ def add_report_flags(parser, task):
                         help="resamples of the percentile bootstrap behind the report's 95%% intervals")
     report.add_argument("--bootstrap-seed", type=int_in_range(0, 2 ** 31 - 1), default=0,
                         help="seed of the bootstrap's resampling")
+    add_tta_flag(report, task)
     return report

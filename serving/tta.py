@@ -1,0 +1,41 @@
+"""predict.py's test-time augmentation (--tta): a Predictor whose answers are the mean of its model's
+probabilities over views of each image (input_fns.views), made from the image's pixels.
+
+An image file is decoded and resized here as the export's serving_default decodes it (input_fns.decode,
+at full scale), then each view of its uint8 pixels goes through the model's pixels signature (a
+SavedModel's, or a .tflite file's only signature). An export without a pixels signature cannot.
+"""
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from input_fns.decode import decode_and_resize
+from input_fns.views import apply_view
+from pipeline.errors import FlagError
+
+
+def mean_over_views(classify_pixels, views, batch):
+    """Returns the mean over `views` of `classify_pixels`'s probabilities [n, classes] for each view of the
+    uint8 pixels `batch` [n, height, width, channels]."""
+    return np.mean([classify_pixels(apply_view(batch, view).numpy())[0] for view in views], axis=0)
+
+
+def with_views(predictor, views):
+    """Returns a copy of the serving.predict.Predictor `predictor` that answers with the mean of its
+    probabilities over `views` (for files and raw pixels alike); raises FlagError (exit 2) when its
+    model takes no pixels."""
+    if predictor.classify_pixels is None:
+        raise FlagError(f"--tta makes its views from pixels, and the export at {predictor.export_dir} has no pixels "
+                        "signature (exported before every job's export took them): export the model again")
+    classify_pixels, shape, names = predictor.classify_pixels, predictor.pixels_shape, predictor.class_names
+
+    def averaged_pixels(batch):
+        probabilities = mean_over_views(classify_pixels, views, np.asarray(batch, np.uint8))
+        return probabilities, [names[i] for i in probabilities.argmax(axis=-1)]
+
+    def averaged_files(contents):
+        pixels = np.stack([decode_and_resize(tf.constant(c), shape[:2], shape[2]).numpy() for c in contents])
+        return averaged_pixels(pixels)
+
+    return dataclasses.replace(predictor, classify=averaged_files, classify_pixels=averaged_pixels)
