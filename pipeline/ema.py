@@ -19,7 +19,7 @@ import contextlib
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object_util
 
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError
 
 SHADOW_PREFIX = "ema/"
 _VALUE = "VARIABLE_VALUE"  # trackable.VARIABLE_VALUE_KEY: a variable's one saveable
@@ -186,23 +186,19 @@ def compare(estimator, input_fn, checkpoint, averaged=None):
             "averaged": figures(averaged), "raw": figures(raw)}
 
 
-def describe(ema):
-    """Returns the summary's line on results.json's `ema` dict."""
-    averaged, raw = ema["averaged"], ema["raw"]
-    return (f"  ema:     decay {ema['decay']:g}, at step {ema['step']}: averaged weights accuracy "
-            f"{averaged['accuracy']:.4f}, loss {averaged['loss']:.4f}; raw weights accuracy {raw['accuracy']:.4f}, "
-            f"loss {raw['loss']:.4f}")
-
-
 def check(args, checkpoint):
-    """Raises UsageError where --ema cannot work: asynchronous parameter-server training, or a model dir
+    """Raises FlagError (exit 2) where --ema cannot work: asynchronous parameter-server training, or a model dir
     whose `checkpoint` (the one the run resumes from, or None) was trained without it."""
     if not getattr(args, "ema", None):
         return
     if args.strategy == "parameter_server":
-        raise UsageError("--ema does not work with --strategy parameter_server: its asynchronous workers would "
+        raise FlagError("--ema does not work with --strategy parameter_server: its asynchronous workers would "
                          "update the shared average concurrently, from weights other workers are changing; use "
                          "--strategy multi_worker_mirrored")
-    if checkpoint and not any(name.startswith(SHADOW_PREFIX) for name, _ in tf.train.list_variables(checkpoint)):
-        raise UsageError(f"--ema cannot resume {args.model_dir}: its checkpoint was trained without --ema and holds "
-                         "no average to continue; resume without --ema, or pass another --model-dir")
+    try:
+        names = [name for name, _ in tf.train.list_variables(checkpoint)] if checkpoint else None
+    except (tf.errors.OpError, ValueError):  # unreadable: the model dir's own checks say so
+        names = None
+    if names is not None and not any(name.startswith(SHADOW_PREFIX) for name in names):
+        raise FlagError(f"--ema: the checkpoint in {args.model_dir} was trained without --ema and holds no average "
+                        "to continue or evaluate; run without --ema, or pass another --model-dir")

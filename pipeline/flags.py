@@ -90,6 +90,14 @@ def fraction(text):
     return value
 
 
+def open_fraction(text):
+    """argparse type: a number greater than 0 and less than 1 (a decay)."""
+    value = _finite_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be greater than 0 and less than 1, got {text}")
+    return value
+
+
 def name_list(text):
     """argparse type: a comma-separated list of names (classes, say), none empty; returns a tuple,
     or None for 'none'."""
@@ -217,6 +225,11 @@ def build_parser(task):
                             "translate and contrast as fractions), e.g. 'flip,rotate=10,zoom=0.1'; a name alone "
                             "takes the job's value: " + ", ".join(f"{k}={v:g}" if not isinstance(v, str) else
                                                                   f"{k}={v}" for k, v in task.augment_defaults.items()))
+    train.add_argument("--ema", type=open_fraction, default=None, metavar="DECAY",
+                       help="keep an exponential moving average of the weights (after each step: average = DECAY x "
+                            "average + (1 - DECAY) x weights, from the starting weights; e.g. 0.999), checkpointed "
+                            "with them; validation, the best model, the test figures and the export use it, and "
+                            "results.json compares it with the raw weights (docs/reproducibility.md)")
 
     devices = parser.add_argument_group("devices")
     devices.add_argument("--gpus", type=non_negative_int, default=None,

@@ -66,6 +66,9 @@ class RunResults:
     validation_seconds: float = 0.0
     deterministic: bool = False  # --deterministic: op determinism, and `seed` for every random source
     seed: Optional[int] = None  # --seed, or 0 for --deterministic without it
+    # --ema: {'decay', 'step', 'averaged': {'accuracy', 'loss'}, 'raw': {...}}, the final step's test figures of
+    # the averaged weights (which every figure above reads) and of the raw weights; None without --ema.
+    ema: Optional[Dict[str, Any]] = None
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_dict(self):

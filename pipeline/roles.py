@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from acquisition import faults, storage
 from hooks.loss_watch import DivergenceError
-from pipeline import agreed_stop, estimator as estimator_lib, mfu as mfu_lib, model_dir as model_dir_lib, progress, \
-    results as results_lib, test_report
+from pipeline import agreed_stop, ema as ema_lib, estimator as estimator_lib, mfu as mfu_lib, \
+    model_dir as model_dir_lib, progress, results as results_lib, test_report
 from pipeline.errors import TrainingError
 from pipeline.run_output import print_summary
 from reporting import hparams
@@ -120,6 +120,9 @@ def report(setup, estimator, hooks, figures, train_seconds, validation=None):
     # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).
     eval_step = best["step"] if best else int(evaluation["global_step"])
     results = _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step)
+    if getattr(args, "ema", None):  # the final step's averaged and raw weights, side by side
+        results.ema = ema_lib.compare(estimator, data.eval_input_fn, estimator.latest_checkpoint(),
+                                      evaluation if eval_step == results.global_step else None)
     if validation:
         results.validation_examples = data.num_validation_examples
         results.evaluations = [dict(e) for e in validation.record["evaluations"]]

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from acquisition import storage
 from models.optimizers import precision
-from pipeline import agreed_stop, determinism, estimator as estimator_lib, mfu as mfu_lib, \
+from pipeline import agreed_stop, determinism, ema as ema_lib, estimator as estimator_lib, mfu as mfu_lib, \
     model_dir as model_dir_lib, progress, roles, validation as validation_lib
 from pipeline.cluster_run import resolve_cluster, watch_cluster
 from pipeline.errors import UsageError
@@ -41,6 +41,7 @@ def run(task, args):
 
 
 def _run(task, args, cluster, chief, stop, seed_defaulted=False):
+    ema_lib.check(args, tf.train.latest_checkpoint(args.model_dir) if chief else None)
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
         if cluster is not None and not args.eval_only and agreed_stop.remove_stop(args.model_dir):
@@ -148,5 +149,5 @@ def build_estimator(setup, cadence=None, figures=True):
         print(mfu_lib.header_lines(*run_figures), flush=True)
     model_dir_lib.check_fits(args.model_dir, keras_model)
     estimator = estimator_lib.build_estimator(keras_model, config, setup.data.class_names, args.augment,
-                                              args.seed or 0)
+                                              args.seed or 0, ema=getattr(args, "ema", None))
     return estimator, run_figures

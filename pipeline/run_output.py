@@ -28,7 +28,9 @@ def print_header(setup, cadence=None):
           + (f"\n  validation:    {cadence.describe()}" if cadence and not args.eval_only else "")
           + (f"\n  early stop:    {_describe_early_stop(args)}" if cadence and not args.eval_only and
              (args.patience or args.stop_at_accuracy is not None) else "")
-          + (f"\n  recipe:        {data.recipe}" if data.recipe else ""), flush=True)
+          + (f"\n  recipe:        {data.recipe}" if data.recipe else "")
+          + (f"\n  ema:           weights averaged with decay {args.ema:g} after every step; evaluations and the "
+             "export use the average" if getattr(args, "ema", None) else ""), flush=True)
 
 
 def _describe_early_stop(args):
@@ -87,6 +89,8 @@ def print_summary(results, path):
           f"  train:   {train}\n{trained}{validation}"
           f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
           f"on {results['eval_examples']} test images{chosen}", flush=True)
+    if results.get("ema"):
+        print(_describe_ema(results["ema"]), flush=True)
     width = max(map(len, results.get("per_class", {})), default=8)
     for name, figures in results.get("per_class", {}).items():
         precision, recall = (f"{v:.3f}" if v is not None else "n/a"
@@ -98,6 +102,14 @@ def print_summary(results, path):
     if results.get("export_dir"):
         print(f"  export:  {results['export_dir']}")
     print(f"  results: {path}", flush=True)
+
+
+def _describe_ema(ema):
+    """Returns the summary's line on results.json's `ema`: the final step's averaged and raw test figures."""
+    averaged, raw = ema["averaged"], ema["raw"]
+    return (f"  ema:     decay {ema['decay']:g}, final step {ema['step']}: averaged weights accuracy "
+            f"{averaged['accuracy']:.4f}, loss {averaged['loss']:.4f}; raw weights accuracy {raw['accuracy']:.4f}, "
+            f"loss {raw['loss']:.4f}")
 
 
 def finished_results(model_dir, step, max_steps):
