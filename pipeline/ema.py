@@ -187,14 +187,17 @@ def compare(estimator, input_fn, checkpoint, averaged=None):
 
 
 def check(args, checkpoint):
-    """Raises FlagError (exit 2) where --ema cannot work: asynchronous parameter-server training, or a model dir
+    """Raises FlagError (exit 2) where --ema cannot work: central storage (not yet), asynchronous parameter-server training, or a model dir
     whose `checkpoint` (the one the run resumes from, or None) was trained without it."""
     if not getattr(args, "ema", None):
         return
+    if args.strategy == "central_storage":
+        raise FlagError("--ema does not work with --strategy central_storage yet: its checkpoints come out without "
+                        "the average; use --strategy mirrored")
     if args.strategy == "parameter_server":
         raise FlagError("--ema does not work with --strategy parameter_server: its asynchronous workers would "
-                         "update the shared average concurrently, from weights other workers are changing; use "
-                         "--strategy multi_worker_mirrored")
+                        "update the shared average concurrently, from weights other workers are changing; use "
+                        "--strategy multi_worker_mirrored")
     try:
         names = [name for name, _ in tf.train.list_variables(checkpoint)] if checkpoint else None
     except (tf.errors.OpError, ValueError):  # unreadable: the model dir's own checks say so

@@ -34,7 +34,7 @@ def run(argv, **env):
 
 def checkpoint(prefix):
     """Returns {key: value} of the checkpoint `prefix`."""
-    reader = read_checkpoint(prefix)
+    reader = read_checkpoint(str(prefix))
     return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
 
 
@@ -79,11 +79,12 @@ def test_a_decay_outside_zero_to_one_is_refused(value):
     assert_clean_failure(result, "--ema")
 
 
-def test_parameter_server_training_is_refused(tmp_path):
+@pytest.mark.parametrize("strategy", ["parameter_server", "central_storage"])
+def test_the_strategies_it_cannot_serve_are_refused(tmp_path, strategy):
     result = run([sys.executable, SCRIPT, "--synthetic", "--model-dir", str(tmp_path), "--ema", "0.99",
-                  "--strategy", "parameter_server"])
+                  "--strategy", strategy])
     assert result.returncode == 2
-    assert_clean_failure(result, "--ema does not work with --strategy parameter_server")
+    assert_clean_failure(result, f"--ema does not work with --strategy {strategy}")
 
 
 def test_a_model_dir_trained_without_ema_is_not_resumed_with_it(tmp_path):
