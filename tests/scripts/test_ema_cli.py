@@ -94,3 +94,25 @@ def test_a_model_dir_trained_without_ema_is_not_resumed_with_it(tmp_path):
     result = run(argv[:-6] + ["--max-steps", "4", "--ema", "0.99"] + argv[-4:])
     assert result.returncode == 2
     assert_clean_failure(result, "was trained without --ema")
+
+
+def test_a_multi_worker_cluster_keeps_the_average_of_every_step(fashion_data_dir, tmp_path):
+    decay = 0.8
+    train = [sys.executable, SCRIPT, "--strategy", "multi_worker_mirrored", "--data-dir", fashion_data_dir,
+             "--model-dir", str(tmp_path), "--batch-size", "16", "--max-steps", "6", "--checkpoint-steps", "1",
+             "--keep-checkpoints", "20", "--validation-fraction", "0", "--seed", "1", "--ema", str(decay),
+             "--bootstrap-resamples", "20"]
+    result = run([sys.executable, os.path.join(ROOT, "scripts", "launch_local_cluster.py"), "--workers", "1", "--",
+                  *train])
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    first = checkpoint(tmp_path / "model.ckpt-0")
+    keys = [key[len(ema_lib.SHADOW_PREFIX):] for key in first if key.startswith(ema_lib.SHADOW_PREFIX)]
+    assert keys
+    expected = {key: first[key].astype(np.float64) for key in keys}
+    for step in range(1, 7):
+        values = checkpoint(tmp_path / f"model.ckpt-{step}")
+        for key in keys:
+            expected[key] = decay * expected[key] + (1 - decay) * values[key]
+            np.testing.assert_allclose(values[ema_lib.shadow_key(key)], expected[key], rtol=1e-5, atol=1e-6)
+    ema = json.load(open(tmp_path / "results.json"))["ema"]
+    assert ema["step"] == 6 and ema["averaged"] != ema["raw"]
