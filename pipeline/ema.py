@@ -26,10 +26,12 @@ _VALUE = "VARIABLE_VALUE"  # trackable.VARIABLE_VALUE_KEY: a variable's one save
 
 
 class MovingAverage:
-    """A run's weight average: its `decay`, and whether evaluations read the `raw` weights instead."""
+    """A run's weight average: its `decay`, the names of the weights it averages (a Keras model's trainable
+    weights), and whether evaluations read the `raw` weights instead."""
 
-    def __init__(self, decay):
+    def __init__(self, decay, keras_model):
         self.decay = float(decay)
+        self.names = {_name(w) for w in keras_model.trainable_weights}
         self.raw = False
 
 
@@ -45,10 +47,10 @@ def with_average(spec, mode, average, keep):
     checkpoints); in EVAL and PREDICT a saver that restores the shadows into the weights (unless
     `average.raw`)."""
     if mode == tf.estimator.ModeKeys.TRAIN:
-        return _training_spec(spec, average.decay, keep)
+        return _training_spec(spec, average.decay, keep, _trainable(average.names))
     if average.raw:
         return spec
-    return spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=_averaged_saver(spec)))
+    return spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=_averaged_saver(spec, _trainable(average.names))))
 
 
 def _inner(variable):
@@ -56,9 +58,19 @@ def _inner(variable):
     return getattr(variable, "_variable", variable)
 
 
-def _trainable():
-    """Returns the graph's trainable variables (the model's: the model_fn's graph has no others)."""
-    return [_inner(v) for v in tf.compat.v1.trainable_variables()]
+def _name(variable):
+    """Returns `variable`'s name without its ':0'."""
+    return variable.name.split(":")[0]
+
+
+def _trainable(names):
+    """Returns the variables of the model_fn's graph named `names` (the Keras model's trainable weights:
+    the graph's trainable collection also holds frozen layers' weights, which never change)."""
+    found = [_inner(v) for v in tf.compat.v1.trainable_variables() if _name(_inner(v)) in names]
+    if len(found) != len(names):
+        missing = sorted(names - {_name(v) for v in found})
+        raise RuntimeError(f"--ema: the Estimator's graph has no variables named {', '.join(missing[:3])}")
+    return found
 
 
 def _saveable(variable, key):
@@ -92,9 +104,10 @@ def _checkpoint_entries(spec):
     return entries
 
 
-def _averaged_saver(spec):
-    """Returns a Saver that restores each trainable weight from its shadow and everything else as saved."""
-    trainable = {id(v) for v in _trainable()}
+def _averaged_saver(spec, averaged):
+    """Returns a Saver that restores each variable of `averaged` from its shadow, and everything else as
+    saved."""
+    trainable = {id(v) for v in averaged}
     var_list = {}
     for key, variable, value in _checkpoint_entries(spec):
         if variable is not None and id(variable) in trainable:
@@ -110,11 +123,14 @@ def _averaged_saver(spec):
     return saver
 
 
-def _training_spec(spec, decay, keep):
-    """Returns the TRAIN `spec` whose train op updates the shadows after the step, whose scaffold starts
-    them at the initial weights and whose saver (object-based models) saves them too."""
+def _training_spec(spec, decay, keep, averaged):
+    """Returns the TRAIN `spec` whose train op updates the shadows of the variables `averaged` after the
+    step, whose scaffold starts them at the initial weights and whose saver (object-based models) saves
+    them too."""
     entries = [(key, variable) for key, variable, _ in _checkpoint_entries(spec)
-               if variable is not None and id(variable) in {id(v) for v in _trainable()}]
+               if variable is not None and id(variable) in {id(v) for v in averaged}]
+    if len(entries) != len(averaged):
+        raise RuntimeError(f"--ema: {len(averaged) - len(entries)} trainable weights are not in the checkpoint")
 
     def in_cross_replica_context(strategy, train_op):
         shadows = [_shadow_for(variable) for _, variable in entries]

@@ -82,7 +82,7 @@ def build_estimator(keras_model, run_config, class_names=None, augment=(), augme
                                                           checkpoint_format=checkpoint_format(keras_model))
     _warm_start_from_folder(estimator)
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
-    average = estimator.moving_average = ema_lib.MovingAverage(ema) if ema else None
+    average = estimator.moving_average = ema_lib.MovingAverage(ema, keras_model) if ema else None
 
     def model_fn(features, labels, mode):
         keys = None

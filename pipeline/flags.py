@@ -229,7 +229,7 @@ def build_parser(task):
                        help="keep an exponential moving average of the weights (after each step: average = DECAY x "
                             "average + (1 - DECAY) x weights, from the starting weights; e.g. 0.999), checkpointed "
                             "with them; validation, the best model, the test figures and the export use it, and "
-                            "results.json compares it with the raw weights (docs/reproducibility.md)")
+                            "results.json compares it with the raw weights (docs/validation.md)")
 
     devices = parser.add_argument_group("devices")
     devices.add_argument("--gpus", type=non_negative_int, default=None,

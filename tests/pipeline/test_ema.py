@@ -169,3 +169,26 @@ def test_mixed_precision_keeps_float32_shadows(tmp_path):
         assert values[ema_lib.shadow_key(key)].dtype == np.float32
         expected = checkpoint_values(tmp_path, 1)[ema_lib.shadow_key(key)] * DECAY + (1 - DECAY) * values[key]
         np.testing.assert_allclose(values[ema_lib.shadow_key(key)], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_images_jobs_batch_norm_backbone_checkpoints_the_shadows_of_its_trainable_weights(tmp_path):
+    from models.backbones import build_image_classifier
+    from input_fns import FEATURE_KEY
+    tf.keras.utils.set_random_seed(1)
+    model = build_image_classifier("mobilenet_v2", 3, (32, 32), 3, trainable_layers=20)
+    assert checkpoint_format(model) == "saver"  # BatchNormalization's moving statistics: name-based
+    images = np.random.default_rng(1).integers(0, 256, (8, 32, 32, 3)).astype(np.uint8)
+
+    def input_fn(input_context=None):
+        return tf.data.Dataset.from_tensor_slices(({FEATURE_KEY: images}, LABELS[:8])).batch(2).repeat()
+    config = build_run_config(str(tmp_path), build_distribution(cpu_replicas=2), checkpoint_steps=1,
+                              summary_steps=100, keep_checkpoints=10, seed=1)
+    build_estimator(model, config, ema=DECAY).train(input_fn, max_steps=2)
+    steps = [checkpoint_values(tmp_path, step) for step in range(3)]
+    keys = shadowed_keys(steps[0])
+    assert len(keys) == len(model.trainable_weights) < len(model.weights)  # frozen layers have no shadow
+    for key in keys:
+        expected = steps[0][key].astype(np.float64)
+        for values in steps[1:]:
+            expected = DECAY * expected + (1 - DECAY) * values[key]
+        np.testing.assert_allclose(steps[2][ema_lib.shadow_key(key)], expected, rtol=1e-5, atol=1e-6, err_msg=key)
