@@ -19,6 +19,7 @@ import contextlib
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object_util
 
+from pipeline import model_dir as model_dir_lib
 from pipeline.errors import FlagError
 
 SHADOW_PREFIX = "ema/"
@@ -202,9 +203,9 @@ def compare(estimator, input_fn, checkpoint, averaged=None):
             "averaged": figures(averaged), "raw": figures(raw)}
 
 
-def check(args, checkpoint):
+def check(args, chief):
     """Raises FlagError (exit 2) where --ema cannot work: central storage (not yet), asynchronous parameter-server training, or a model dir
-    whose `checkpoint` (the one the run resumes from, or None) was trained without it."""
+    whose latest checkpoint (looked at by the `chief`) was trained without it."""
     if not getattr(args, "ema", None):
         return
     if args.strategy == "central_storage":
@@ -215,7 +216,8 @@ def check(args, checkpoint):
                         "update the shared average concurrently, from weights other workers are changing; use "
                         "--strategy multi_worker_mirrored")
     try:
-        names = [name for name, _ in tf.train.list_variables(checkpoint)] if checkpoint else None
+        checkpoint = tf.train.latest_checkpoint(args.model_dir) if chief else None
+        names = list(model_dir_lib.read_checkpoint(checkpoint).get_variable_to_shape_map()) if checkpoint else None
     except (tf.errors.OpError, ValueError):  # unreadable: the model dir's own checks say so
         names = None
     if names is not None and not any(name.startswith(SHADOW_PREFIX) for name in names):

@@ -41,7 +41,7 @@ def run(task, args):
 
 
 def _run(task, args, cluster, chief, stop, seed_defaulted=False):
-    ema_lib.check(args, tf.train.latest_checkpoint(args.model_dir) if chief else None)
+    ema_lib.check(args, chief)
     if chief:
         model_dir_lib.remove_leftovers(args.model_dir)
         if cluster is not None and not args.eval_only and agreed_stop.remove_stop(args.model_dir):
