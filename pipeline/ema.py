@@ -83,10 +83,14 @@ def _saveable(variable, key):
     return variable
 
 
-def _variable_of(saveable):
-    """Returns the variable an object-based saver's `saveable` saves, or None (the object graph)."""
+def _variable_of(saveable, by_handle):
+    """Returns the variable an object-based saver's `saveable` saves (found by its handle's name in
+    `by_handle` for a variable saved through its read tensor, as mixed precision's are), or None (the
+    object graph)."""
     variable = getattr(saveable, "_mirrored_variable", None) or getattr(saveable, "op", None)
-    return variable if isinstance(variable, tf.Variable) else None
+    if not isinstance(variable, tf.Variable) and getattr(saveable, "handle_op", None) is not None:
+        variable = by_handle.get(saveable.handle_op.name)
+    return _inner(variable) if isinstance(variable, tf.Variable) else None
 
 
 def _checkpoint_entries(spec):
@@ -95,8 +99,10 @@ def _checkpoint_entries(spec):
     name-based default (every global variable and saveable object)."""
     saver = spec.scaffold.saver if spec.scaffold else None
     if saver is not None:
-        return [(s.specs[0].name if _variable_of(s) is not None else s.name, _variable_of(s), s)
-                for s in saver._var_list]
+        by_handle = {v.handle.name: v for v in map(_inner, tf.compat.v1.global_variables())
+                     if not isinstance(v, tf.distribute.DistributedValues)}
+        variables = [_variable_of(s, by_handle) for s in saver._var_list]
+        return [(s.specs[0].name if v is not None else s.name, v, s) for s, v in zip(saver._var_list, variables)]
     entries = []
     for variable in tf.compat.v1.global_variables() + tf.compat.v1.get_collection(
             tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
@@ -204,8 +210,9 @@ def compare(estimator, input_fn, checkpoint, averaged=None):
 
 
 def check(args, chief):
-    """Raises FlagError (exit 2) where --ema cannot work: central storage (not yet), asynchronous parameter-server training, or a model dir
-    whose latest checkpoint (looked at by the `chief`) was trained without it."""
+    """Raises FlagError (exit 2) where --ema cannot work: central storage (not yet), asynchronous
+    parameter-server training, or a model dir whose latest checkpoint (looked at by the `chief`) was
+    trained without it; returns None otherwise."""
     if not getattr(args, "ema", None):
         return
     if args.strategy == "central_storage":

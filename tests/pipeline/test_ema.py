@@ -158,10 +158,13 @@ def test_two_replicas_keep_the_shadows_of_one_at_the_same_global_batch(tmp_path)
         np.testing.assert_allclose(two[ema_lib.shadow_key(key)], one[ema_lib.shadow_key(key)], rtol=1e-4, atol=1e-6)
 
 
-def test_mixed_precision_keeps_float32_shadows(tmp_path):
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_mixed_precision_keeps_float32_shadows(tmp_path, replicas):
     from models.optimizers import precision
     with precision("bf16"):
-        trained(tmp_path, batch_norm=False, replicas=2, steps=2)
+        estimator = trained(tmp_path, batch_norm=False, replicas=replicas, steps=2)
+        compared = ema_lib.compare(estimator, eval_input_fn, estimator.latest_checkpoint())
+    assert compared["averaged"]["loss"] != compared["raw"]["loss"]  # the evaluation restored the shadows
     values = checkpoint_values(tmp_path, 2)
     keys = shadowed_keys(values)
     assert len(keys) == 4
