@@ -210,14 +210,11 @@ def compare(estimator, input_fn, checkpoint, averaged=None):
 
 
 def check(args, chief):
-    """Raises FlagError (exit 2) where --ema cannot work: central storage (not yet), asynchronous
-    parameter-server training, or a model dir whose latest checkpoint (looked at by the `chief`) was
-    trained without it; returns None otherwise."""
+    """Raises FlagError (exit 2) where --ema cannot work: asynchronous parameter-server training, or a
+    model dir whose latest checkpoint (looked at by the `chief`) was trained without it; returns None
+    otherwise."""
     if not getattr(args, "ema", None):
         return
-    if args.strategy == "central_storage":
-        raise FlagError("--ema does not work with --strategy central_storage yet: its checkpoints come out without "
-                        "the average; use --strategy mirrored")
     if args.strategy == "parameter_server":
         raise FlagError("--ema does not work with --strategy parameter_server: its asynchronous workers would "
                         "update the shared average concurrently, from weights other workers are changing; use "
