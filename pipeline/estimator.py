@@ -10,7 +10,7 @@ from hooks.scores import add_scores_to_collection
 from hooks.stop import add_stop_agreement
 from input_fns import augmentation, mixing as mixing_lib
 from pipeline.batching import batch_sizes_for_replicas
-from pipeline import mfu as mfu_lib, model_dir as model_dir_lib
+from pipeline import ema as ema_lib, mfu as mfu_lib, model_dir as model_dir_lib
 from pipeline.mixing import mixing_of
 from pipeline.metrics import per_class_metric_ops
 from pipeline.tasks import FILE_KEY
@@ -39,7 +39,7 @@ def build_estimator(setup, cadence=None, figures=True, probe_peak=True):
         print(mfu_lib.header_lines(*run_figures), flush=True)
     model_dir_lib.check_fits(settings.model_dir, keras_model)
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
-                                     settings.seed or 0, mixing=mixing_of(settings))
+                                     settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema)
     return estimator, run_figures
 
 
@@ -83,7 +83,8 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
         session_config=session)
 
 
-def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), augment_seed=0, mixing=None):
+def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), augment_seed=0, mixing=None,
+                         ema=None):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     Each evaluation leaves each replica's probabilities, labels and file names (the
@@ -102,12 +103,16 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
     `augment` (input_fns.augmentation's transforms) is applied to training batches
     only, drawn from (`augment_seed`, the global step, the replica); so is `mixing`
     (a pipeline.mixing.Mixing: mixup, cutmix, label smoothing), after it.
+
+    `ema` (a decay, or None) keeps a moving average of the weights that evaluations and exports read
+    (see pipeline.ema); the Estimator's `moving_average` is then its ema.MovingAverage.
     """
     with model_dir_lib.warm_start_lock(run_config.model_dir):
         estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
                                                           checkpoint_format=checkpoint_format(keras_model))
     _warm_start_from_folder(estimator)
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
+    average = estimator.moving_average = ema_lib.MovingAverage(ema, keras_model) if ema else None
 
     def model_fn(features, labels, mode):
         keys = None
@@ -123,6 +128,8 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
         if spec.scaffold is not None and spec.scaffold.saver is not None:
             spec.scaffold.saver._max_to_keep = keep
             spec.scaffold.saver.saver_def.max_to_keep = keep
+        if average is not None:
+            spec = ema_lib.with_average(spec, mode, average, keep)
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
             if synchronous_multi_worker():  # a stop signal ends every trainer after the same step

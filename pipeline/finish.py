@@ -7,7 +7,7 @@ import logging
 import tensorflow as tf
 
 from acquisition import faults, storage
-from pipeline import estimator as estimator_lib, evaluation_report, mfu as mfu_lib, mixing, results as results_lib, \
+from pipeline import ema as ema_lib, estimator as estimator_lib, evaluation_report, mfu as mfu_lib, mixing, results as results_lib, \
     training_record, tta
 from pipeline.run_output import print_summary
 from pipeline.validation.best import BEST_EXPORT_DIR
@@ -46,6 +46,9 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     # model.ckpt-122 can hold global step 123 (a worker stepped while it was saved).
     eval_step = best["step"] if best else int(evaluation["global_step"])
     results = _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step)
+    if args.ema:  # the final step's averaged and raw weights, side by side (one view each)
+        results.ema = ema_lib.compare(estimator, data.eval_input_fn, estimator.latest_checkpoint(),
+                                      evaluation if eval_step == results.global_step and not views else None)
     if validation:
         results.validation_examples = data.num_validation_examples
         results.evaluations = [dict(e) for e in validation.record["evaluations"]]
@@ -63,8 +66,9 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
         extra["tflite"] = convert_and_evaluate(extra["export_dir"], data.train_input_fn, data.eval_input_fn,
                                                args.tflite, args.tflite_tolerance, describe_cpu())
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
-        extra.update(evaluation_report.write_report(setup.task, args, data, scores, args.model_dir, results.eval_step,
-                                              extra.get("export_dir"), estimator, best and best["checkpoint"]))
+        extra.update(evaluation_report.write_report(setup.task, args, data, scores, args.model_dir,
+                                                    results.eval_step, extra.get("export_dir"), estimator,
+                                                    best and best["checkpoint"]))
     extra.update(data.report)
     extra["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     if args.eval_only:  # the training run's results.json stays as it was

@@ -66,14 +66,17 @@ class RunResults:
     validation_seconds: float = 0.0
     deterministic: bool = False  # --deterministic: op determinism, and `seed` for every random source
     seed: Optional[int] = None  # --seed, or 0 for --deterministic without it
-    # The training labels' treatment (pipeline.mixing): 0 off; the switch null unless both methods are on.
     # --precision auto: what was asked ('auto', else the precision itself) and why `precision` was picked.
     precision_requested: Optional[str] = None
     precision_reason: Optional[str] = None
+    # The training labels' treatment (pipeline.mixing): 0 off; the switch null unless both methods are on.
     label_smoothing: float = 0.0
     mixup: float = 0.0
     cutmix: float = 0.0
     mix_switch_prob: Optional[float] = None
+    # --ema: {'decay', 'step', 'averaged': {'accuracy', 'loss'}, 'raw': {...}}, the final step's test figures of
+    # the averaged weights (which every figure above reads) and of the raw weights; None without --ema.
+    ema: Optional[Dict[str, Any]] = None
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_dict(self):

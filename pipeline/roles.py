@@ -12,7 +12,7 @@ from acquisition import storage
 from hooks.loss_watch import DivergenceError
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
 from models.optimizers import precision
-from pipeline import determinism, model_dir as model_dir_lib, training_record
+from pipeline import determinism, ema as ema_lib, model_dir as model_dir_lib, training_record
 from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
     wait_for_chief_checkpoint, watch_evaluator, watch_parameter_server, watch_trainer
 from pipeline.errors import FlagError, TrainingError, UsageError
@@ -50,6 +50,7 @@ def run(task, args):
         raise FlagError("--eval-only evaluates a trained model dir on one machine; run it without a cluster "
                         "(no TF_CONFIG, no --cluster slurm)")
     role = ROLES[cluster.task_type] if cluster is not None else run_local
+    ema_lib.check(settings, role in (run_local, run_chief))  # the roles that write the model dir read it
     with StopSignals() as stop, precision(settings.precision), determinism.turned_on(settings):
         return role(task, settings, cluster, stop)
 

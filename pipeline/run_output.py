@@ -31,7 +31,9 @@ def print_header(setup, cadence=None):
           + (f"\n  validation:    {cadence.describe()}" if cadence and not args.eval_only else "")
           + (f"\n  early stop:    {_describe_early_stop(args)}" if cadence and not args.eval_only and
              (args.patience or args.stop_at_accuracy is not None) else "")
-          + (f"\n  recipe:        {data.recipe}" if data.recipe else ""), flush=True)
+          + (f"\n  recipe:        {data.recipe}" if data.recipe else "")
+          + (f"\n  ema:           weights averaged with decay {args.ema:g} after every step; evaluations and the "
+             "export use the average" if args.ema else ""), flush=True)
 
 
 def _describe_early_stop(args):
@@ -91,6 +93,8 @@ def print_summary(results, path):
           f"on {results['eval_examples']} test images{chosen}"
           + (f"\n           test-time augmentation: {tta.describe(results['tta'])}" if results.get("tta") else ""),
           flush=True)
+    if results.get("ema"):
+        print(_describe_ema(results["ema"]), flush=True)
     width = max(map(len, results.get("per_class", {})), default=8)
     for name, figures in results.get("per_class", {}).items():
         precision, recall = (f"{v:.3f}" if v is not None else "n/a"
@@ -105,6 +109,14 @@ def print_summary(results, path):
         from serving.tflite import summary_lines
         print("\n".join(summary_lines(results["tflite"])))
     print(f"  results: {path}", flush=True)
+
+
+def _describe_ema(ema):
+    """Returns the summary's line on results.json's `ema`: the final step's averaged and raw test figures."""
+    averaged, raw = ema["averaged"], ema["raw"]
+    return (f"  ema:     decay {ema['decay']:g}, final step {ema['step']}: averaged weights accuracy "
+            f"{averaged['accuracy']:.4f}, loss {averaged['loss']:.4f}; raw weights accuracy {raw['accuracy']:.4f}, "
+            f"loss {raw['loss']:.4f}")
 
 
 def finished_results(model_dir, step, max_steps):

@@ -2,8 +2,8 @@
 from input_fns import AUGMENTATIONS
 from models import LR_SCHEDULES
 from pipeline import batching
-from pipeline.flag_types import RecordedStore, augment_list, int_in_range, non_negative_float, positive_float, \
-    positive_int
+from pipeline.flag_types import RecordedStore, augment_list, int_in_range, non_negative_float, open_fraction, \
+    positive_float, positive_int
 
 
 def add_data_dir_flag(parser, default):
@@ -62,4 +62,9 @@ def add_training_flags(parser, task):
                             "translate and contrast as fractions), e.g. 'flip,rotate=10,zoom=0.1'; a name alone "
                             "takes the job's value: " + ", ".join(f"{k}={v:g}" if not isinstance(v, str) else
                                                                   f"{k}={v}" for k, v in task.augment_defaults.items()))
+    train.add_argument("--ema", type=open_fraction, default=None, metavar="DECAY",
+                       help="keep an exponential moving average of the weights (after each step: average = DECAY x "
+                            "average + (1 - DECAY) x weights, from the starting weights; e.g. 0.999), checkpointed "
+                            "with them; validation, the best model, the test figures and the export use it, and "
+                            "results.json compares it with the raw weights (docs/validation.md)")
     return train
