@@ -10,11 +10,15 @@ WIDTHS = {
     "small_resnet": (32, (64, 128, 256), 256, 0.25),
     "keras_scratch": (128, (256, 512, 728), 1024, 0.5),
 }
+# BatchNorm's moving statistics forget at 0.9 a step, not Keras's 0.99: a small dataset trains a few hundred
+# steps, and at 0.99 the statistics inference uses still hold 30% of their initial (0, 1) after 120 steps (on
+# generated shapes: 0.28 test accuracy at 0.99, 0.86 at 0.9, the same training; docs/images.md).
+BN_MOMENTUM = 0.9
 
 
 def _bn_relu(x, name):
     """Returns BatchNormalization then ReLU applied to `x`, named `name`_bn and `name`_relu."""
-    x = tf.keras.layers.BatchNormalization(name=f"{name}_bn")(x)
+    x = tf.keras.layers.BatchNormalization(momentum=BN_MOMENTUM, name=f"{name}_bn")(x)
     return tf.keras.layers.Activation("relu", name=f"{name}_relu")(x)
 
 
@@ -26,7 +30,7 @@ def _residual_block(x, filters, name):
     x = tf.keras.layers.SeparableConv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_sep1")(x)
     x = _bn_relu(x, f"{name}_1")
     x = tf.keras.layers.SeparableConv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_sep2")(x)
-    x = tf.keras.layers.BatchNormalization(name=f"{name}_2_bn")(x)
+    x = tf.keras.layers.BatchNormalization(momentum=BN_MOMENTUM, name=f"{name}_2_bn")(x)
     x = tf.keras.layers.MaxPooling2D(3, strides=2, padding="same", name=f"{name}_pool")(x)
     shortcut = tf.keras.layers.Conv2D(filters, 1, strides=2, padding="same", name=f"{name}_project")(shortcut)
     return tf.keras.layers.Add(name=f"{name}_add")([x, shortcut])

@@ -67,7 +67,7 @@ def _stripes(size, rng):
     return 0.5 + 0.5 * np.sin(2 * np.pi * (xx * np.cos(angle) + yy * np.sin(angle)) / period)
 
 
-def draw_textured_shape(shape, size, rng, noise=30.0):
+def draw_textured_shape(shape, size, rng, noise=20.0):
     """Returns an RGB PIL image of `size` pixels, harder than draw_shape's: `shape` filled with a
     striped texture over another striped background, colours drawn from overlapping ranges, a few
     distractor lines, a random place and scale, and Gaussian pixel noise of std `noise`."""
@@ -84,7 +84,7 @@ def draw_textured_shape(shape, size, rng, noise=30.0):
         draw.rectangle((x0 + 1.5 * bar, y0, x0 + 2.5 * bar, y0 + extent), fill=255)
         draw.rectangle((x0, y0 + 1.5 * bar, x0 + extent, y0 + 2.5 * bar), fill=255)
     lines = ImageDraw.Draw(mask_image)
-    for _ in range(3):  # distractor strokes with the shape's texture, crossing anything
+    for _ in range(2):  # distractor strokes with the shape's texture, crossing anything
         lines.line(tuple(rng.uniform(0, size, 4)), fill=255, width=max(1, size // 32))
     mask = np.asarray(mask_image, np.float32)[..., None] / 255
     low, high = rng.uniform(0, 150, (2, 3)), rng.uniform(80, 255, (2, 3))
@@ -94,7 +94,7 @@ def draw_textured_shape(shape, size, rng, noise=30.0):
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
 
 
-def make_textured_shapes_folder(root, per_class=150, seed=0, sizes=(32, 97), gray=False, classes=SHAPE_CLASSES):
+def make_textured_shapes_folder(root, per_class=300, seed=0, sizes=(32, 97), gray=False, classes=SHAPE_CLASSES):
     """Writes DIR/<class>/<n>.png images of draw_textured_shape, `sizes` (low, high exclusive) pixels
     wide, gray (mode L) or colour; returns `root`."""
     rng = np.random.default_rng(seed)

@@ -27,7 +27,7 @@ def add_flags(parser):
     group.add_argument("--channels", type=int, choices=(1, 3), default=None,
                        help="decode the images to 1 (gray) or 3 (RGB) channels; default: 1 when every image is "
                             "grayscale, else 3 (alpha is dropped; gray feeds 3-channel backbones repeated)")
-    group.add_argument("--model", choices=BACKBONES, default="small_cnn",
+    group.add_argument("--model", choices=BACKBONES, default=BACKBONES[0],
                        help="'small_cnn' (the Fashion-MNIST design at any size) or a tf.keras.applications "
                             "backbone, each with its own preprocessing inside the model")
     group.add_argument("--weights", default=None, metavar="imagenet|none|PATH",

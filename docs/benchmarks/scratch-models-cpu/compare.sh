@@ -4,11 +4,11 @@
 # classification from scratch" network at its own widths), paired by seed: with --deterministic the
 # same seed gives every model the same split, input order and augmentation draws.
 # Data (tests/images_data.make_textured_shapes_folder): 3 classes x 200 images of striped shapes on
-# striped backgrounds with distractor lines and noise, random place and scale, 32-96 px wide, PNG;
-# 'colour' trained at 48 px, 'gray' (mode L, another data seed) at 32 px; 480 train / 120 test each.
-# Recipe, the same for every model: batch 32, 25 epochs, Adam 1e-3 with cosine decay after the
+# striped backgrounds with distractor lines and noise (std 20), random place and scale, 32-96 px wide, PNG;
+# 'colour' trained at 40 px, 'gray' (mode L, another data seed) at 32 px; 480 train / 120 test each.
+# Recipe, the same for every model: batch 32, 20 epochs, Adam 1e-3 with cosine decay after the
 # default warm-up, --augment flip,rotate=15,zoom=0.1,translate=0.1, no validation split; the last
-# checkpoint tested. Small on purpose: 2 shared CPU cores, about 2-5 minutes a run.
+# checkpoint tested. Small on purpose: 2 shared CPU cores, about 0.5-3 minutes a run.
 # Usage: docs/benchmarks/scratch-models-cpu/compare.sh OUT_DIR [SEEDS...]  (from the repo root)
 set -euo pipefail
 out=${1:?usage: compare.sh OUT_DIR [SEEDS...]}
@@ -25,13 +25,13 @@ make_data colour 0 11
 make_data gray 1 12
 [ -f "$out/results.csv" ] || echo "data,size,seed,model,eval_accuracy,eval_loss,train_seconds" > "$out/results.csv"
 for seed in $seeds; do
-  for data in colour:48 gray:32; do
+  for data in colour:40 gray:32; do
     name=${data%%:*}; size=${data##*:}
     for model in small_cnn small_resnet keras_scratch; do
       dir="$out/runs/$name-seed$seed-$model"
       [ -f "$dir/results.json" ] && continue
       scripts/in_venv.sh python scripts/train_images.py --data-dir "$out/data/$name" --model-dir "$dir" \
-        --model "$model" --image-size "$size" --batch-size 32 --epochs 25 --learning-rate 1e-3 \
+        --model "$model" --image-size "$size" --batch-size 32 --epochs 20 --learning-rate 1e-3 \
         --lr-schedule cosine --augment flip,rotate=15,zoom=0.1,translate=0.1 --validation-fraction 0 \
         --deterministic --seed "$seed" --bootstrap-resamples 100 --log-steps 1000 >"$out/$name-seed$seed-$model.log" 2>&1
       scripts/in_venv.sh python -c "import json,sys; r=json.load(open(sys.argv[1])); print(','.join(str(x) for x in \
