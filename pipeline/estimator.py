@@ -125,6 +125,11 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
             spec.scaffold.saver.saver_def.max_to_keep = keep
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
+            saver = saver_without_duplicates(keep) if spec.scaffold is not None and spec.scaffold.saver is None \
+                else None
+            if saver is not None:
+                spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver,
+                                                                          copy_from_scaffold=spec.scaffold))
             if synchronous_multi_worker():  # a stop signal ends every trainer after the same step
                 spec = spec._replace(train_op=add_stop_agreement(spec.train_op))
         if mode == tf.estimator.ModeKeys.EVAL:  # for a hooks.scores.ScoreCollectorHook, if evaluate has one
@@ -169,6 +174,22 @@ def checkpoint_format(keras_model):
     context, where a strategy cannot read them ("requires being in cross-replica context")."""
     on_read = tf.VariableSynchronization.ON_READ
     return "saver" if any(v.synchronization == on_read for v in keras_model.variables) else "checkpoint"
+
+
+def saver_without_duplicates(keep):
+    """Returns a name-based Saver over the graph's global variables, each name once, or None when no
+    name repeats. CentralStorageStrategy lists each optimizer slot twice, bare and in its
+    AggregatingVariable; the default Saver of a name-based checkpoint (checkpoint_format 'saver')
+    refuses that ("At least two variables have the same name")."""
+    every = tf.compat.v1.global_variables()
+    chosen = {}
+    for variable in every:
+        name = variable.op.name
+        if name not in chosen or type(chosen[name]).__name__ == "AggregatingVariable":  # keep the bare one
+            chosen[name] = variable
+    if len(chosen) == len(every):
+        return None
+    return tf.compat.v1.train.Saver(var_list=chosen, sharded=True, max_to_keep=keep, allow_empty=True)
 
 
 def augmented(features, transforms, seed):

@@ -1,6 +1,8 @@
 """Models with BatchNormalization train under model_to_estimator on 2 mirrored replicas, and their
-moving statistics reach the checkpoint (name-based: see pipeline.estimator.checkpoint_format)."""
+moving statistics reach the checkpoint (name-based: see pipeline.estimator.checkpoint_format), under
+MirroredStrategy and CentralStorageStrategy (pipeline.estimator.saver_without_duplicates)."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from models.optimizers import Adam
@@ -18,7 +20,8 @@ def model_with_batch_norm():
     return model
 
 
-def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistics(tmp_path):
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])  # central storage lists each slot twice
+def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistics(tmp_path, strategy):
     model = model_with_batch_norm()
     assert checkpoint_format(model) == "saver"
     plain = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
@@ -29,7 +32,7 @@ def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistic
         return tf.data.Dataset.from_tensor_slices(({"image": images}, np.eye(2, dtype=np.float32)[[0, 1] * 8])) \
             .batch(4).repeat()
 
-    config = build_run_config(str(tmp_path), build_distribution(cpu_replicas=2), checkpoint_steps=100,
+    config = build_run_config(str(tmp_path), build_distribution(cpu_replicas=2, strategy=strategy), checkpoint_steps=100,
                               summary_steps=100)
     estimator = estimator_from_keras(model, config)
     estimator.train(input_fn, max_steps=3)
