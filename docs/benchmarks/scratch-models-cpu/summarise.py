@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Summarise compare.sh's results.csv: each model's test accuracy per dataset (mean, min, max over the
-seeds, and its seconds), and the paired differences against small_cnn, as a markdown table.
+seeds, and its seconds), and the paired differences against small_cnn, then keras_scratch, as markdown tables.
 Usage: python docs/benchmarks/scratch-models-cpu/summarise.py OUT_DIR/results.csv [OUT_DIR/results-e60.csv]"""
 import csv
 import statistics
@@ -25,7 +25,7 @@ def read(paths):
 def rows(table, baseline="small_cnn"):
     """Returns the markdown rows: per dataset and model, accuracy mean [min, max], mean seconds, and the
     mean paired difference against `baseline` with the count of seeds where the model was ahead."""
-    out = ["| data | model | seeds | test accuracy, mean [min, max] | vs small_cnn, paired mean (ahead in) "
+    out = [f"| data | model | seeds | test accuracy, mean [min, max] | vs {baseline}, paired mean (ahead in) "
            "| train s (mean) |", "|---|---|---|---|---|---|"]
     for (data, size), models in table.items():
         for model, runs in models.items():
@@ -40,4 +40,5 @@ def rows(table, baseline="small_cnn"):
 
 
 if __name__ == "__main__":
-    print("\n".join(rows(read(sys.argv[1:]))))
+    for against in ("small_cnn", "keras_scratch"):
+        print("\n".join(rows(read(sys.argv[1:]), against)) + "\n")
