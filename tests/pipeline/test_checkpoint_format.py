@@ -7,6 +7,8 @@ import tensorflow as tf
 
 from models.optimizers import Adam
 from pipeline.distribution import build_distribution
+from pipeline.errors import UsageError
+from pipeline.model_dir import check_fits
 from pipeline.estimator import estimator_from_keras, build_run_config, checkpoint_format
 
 
@@ -40,3 +42,7 @@ def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistic
     moving_mean = next(n for n in names if n.startswith("bn/moving_mean"))
     assert tf.train.load_variable(estimator.latest_checkpoint(), moving_mean).mean() != 0  # updated from 0
     assert estimator.evaluate(input_fn, steps=1)["global_step"] == 3
+    check_fits(str(tmp_path), model)  # a resume reads the name-based checkpoint by variable name
+    wider = tf.keras.Model(model.input, tf.keras.layers.Dense(3, name="other")(model.layers[-2].output))
+    with pytest.raises(UsageError, match="does not fit the model these flags build"):
+        check_fits(str(tmp_path), wider)
