@@ -178,10 +178,12 @@ def checkpoint_format(keras_model):
 
 def saver_without_duplicates(keep):
     """Returns a name-based Saver over the graph's global variables, each name once, or None when no
-    name repeats. CentralStorageStrategy lists each optimizer slot twice, bare and in its
-    AggregatingVariable; the default Saver of a name-based checkpoint (checkpoint_format 'saver')
-    refuses that ("At least two variables have the same name")."""
+    name repeats or no variable is an AggregatingVariable. CentralStorageStrategy lists each optimizer
+    slot twice, bare and in its AggregatingVariable; the default Saver of a name-based checkpoint
+    (checkpoint_format 'saver') refuses that ("At least two variables have the same name")."""
     every = tf.compat.v1.global_variables()
+    if not any(type(v).__name__ == "AggregatingVariable" for v in every):  # other strategies: their own saver
+        return None
     chosen = {}
     for variable in every:
         name = variable.op.name
