@@ -125,11 +125,7 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
             spec.scaffold.saver.saver_def.max_to_keep = keep
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
-            saver = saver_without_duplicates(keep) if spec.scaffold is not None and spec.scaffold.saver is None \
-                else None
-            if saver is not None:
-                spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver,
-                                                                          copy_from_scaffold=spec.scaffold))
+            spec = _with_saver_without_duplicates(spec, keep)
             if synchronous_multi_worker():  # a stop signal ends every trainer after the same step
                 spec = spec._replace(train_op=add_stop_agreement(spec.train_op))
         if mode == tf.estimator.ModeKeys.EVAL:  # for a hooks.scores.ScoreCollectorHook, if evaluate has one
@@ -174,6 +170,15 @@ def checkpoint_format(keras_model):
     context, where a strategy cannot read them ("requires being in cross-replica context")."""
     on_read = tf.VariableSynchronization.ON_READ
     return "saver" if any(v.synchronization == on_read for v in keras_model.variables) else "checkpoint"
+
+
+def _with_saver_without_duplicates(spec, keep):
+    """Returns the training EstimatorSpec `spec`, its scaffold given saver_without_duplicates' Saver
+    when it has no Saver of its own and that returns one."""
+    saver = saver_without_duplicates(keep) if spec.scaffold is not None and spec.scaffold.saver is None else None
+    if saver is None:
+        return spec
+    return spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
 
 
 def saver_without_duplicates(keep):
