@@ -11,5 +11,7 @@ VGG16_BASE_LAYERS = 18  # convolutions and poolings of VGG16 without its top (it
 
 class WeightsUnavailableError(Exception):
     """Pretrained weights are neither cached nor downloadable; the message says what to do."""
-# --model of the images job: the small CNN, or a tf.keras.applications backbone (see models.backbones)
-BACKBONES = ("small_cnn", "vgg16", "resnet50", "mobilenet_v2", "efficientnet_b0")
+# --model of the images job: networks trained from random weights (the first is the default; see
+# models.scratch and models.backbones), or a tf.keras.applications backbone
+SCRATCH_MODELS = ("small_resnet", "small_cnn", "keras_scratch")
+BACKBONES = SCRATCH_MODELS + ("vgg16", "resnet50", "mobilenet_v2", "efficientnet_b0")

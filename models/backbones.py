@@ -1,12 +1,14 @@
-"""Image classifiers on the backbones people use: a small CNN or a tf.keras.applications model,
-each taking uint8 images and running its own preprocessing inside the model."""
+"""Image classifiers on the backbones people use: a network trained from scratch (small CNN, small
+ResNet) or a tf.keras.applications model, each taking uint8 images and running its own preprocessing
+inside the model."""
 import os
 
 import tensorflow as tf
 
 from input_fns import FEATURE_KEY
-from models import WeightsUnavailableError
+from models import SCRATCH_MODELS, WeightsUnavailableError
 from models.optimizers import Adam
+from models.scratch import scratch_network
 
 HEADS = ("pool", "flatten")
 VGG16_BGR_MEANS = (103.939, 116.779, 123.68)  # keras.applications.vgg16's ImageNet means
@@ -51,9 +53,20 @@ def _preprocess(name, images):
     return tf.keras.layers.Rescaling(1.0, name="to_float")(images)  # EfficientNet rescales inside itself
 
 
-def _small_cnn(images, weights):
-    """Returns the base of the small CNN (today's Fashion-MNIST design, any size and channels)
-    on uint8 `images`, scaled to [0, 1]."""
+def _scratch(name, images, weights):
+    """Returns the base of SCRATCH_MODELS' network `name` on uint8 `images`, with the weights of the
+    .h5 file `weights` loaded (None or 'none': random)."""
+    if weights == "imagenet":
+        raise WeightsUnavailableError(f"{name} has no ImageNet weights; pass --weights none or PATH")
+    base = _small_cnn(images) if name == "small_cnn" else scratch_network(name, images)
+    if weights not in (None, "none"):
+        base.load_weights(weights)
+    return base
+
+
+def _small_cnn(images):
+    """Returns the base of the small CNN (the Fashion-MNIST design, any size and channels: no
+    normalisation, Flatten) on uint8 `images`, scaled to [0, 1]."""
     x = tf.keras.layers.Rescaling(1 / 255, name="scale_to_unit")(images)
     for i, filters in enumerate((32, 64)):
         x = tf.keras.layers.Conv2D(filters, 3, activation="relu", name=f"conv{i + 1}")(x)
@@ -61,10 +74,7 @@ def _small_cnn(images, weights):
     x = tf.keras.layers.Conv2D(64, 3, activation="relu", name="conv3")(x)
     x = tf.keras.layers.Flatten(name="flatten")(x)
     x = tf.keras.layers.Dense(64, activation="relu", name="dense")(x)
-    base = tf.keras.Model(images, x, name="small_cnn")
-    if weights not in (None, "none"):
-        base.load_weights(weights)
-    return base
+    return tf.keras.Model(images, x, name="small_cnn")
 
 
 def _application(name, images, weights):
@@ -86,7 +96,7 @@ def _application(name, images, weights):
 
 def build_image_classifier(backbone, num_classes, image_size, channels, weights="none", trainable_layers=None,
                            learning_rate=1e-3, input_name=FEATURE_KEY, class_weights=None, head="pool"):
-    """Returns the compiled classifier: `backbone` ('small_cnn' or a BACKBONES application) without
+    """Returns the compiled classifier: `backbone` (a SCRATCH_MODELS network or a BACKBONES application) without
     its top, a `head` for the applications ('pool': global average pooling; 'flatten': the design's
     Flatten, as the OCT job's VGG16 has it), and a float32 softmax over `num_classes`.
 
@@ -109,10 +119,8 @@ def build_image_classifier(backbone, num_classes, image_size, channels, weights=
                 raise WeightsUnavailableError(f"{weights} is not an HDF5 (.h5) weights file; pass --weights with a "
                                               f"no-top {backbone} .h5 file, 'imagenet' or 'none'")
     inputs = tf.keras.Input(shape=tuple(image_size) + (channels,), dtype=tf.uint8, name=input_name)
-    if backbone == "small_cnn":
-        if weights == "imagenet":
-            raise WeightsUnavailableError("small_cnn has no ImageNet weights; pass --weights none or PATH")
-        base = _small_cnn(inputs, weights)
+    if backbone in SCRATCH_MODELS:  # each ends in its own features (Flatten, or pooling and dropout)
+        base = _scratch(backbone, inputs, weights)
         features = base.output
     else:
         base = _application(backbone, inputs, weights)

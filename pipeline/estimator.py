@@ -132,6 +132,7 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
             spec = ema_lib.with_average(spec, mode, average, keep)
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
+            spec = _with_saver_without_duplicates(spec, keep)
             if synchronous_multi_worker():  # a stop signal ends every trainer after the same step
                 spec = spec._replace(train_op=add_stop_agreement(spec.train_op))
         if mode == tf.estimator.ModeKeys.EVAL:  # for a hooks.scores.ScoreCollectorHook, if evaluate has one
@@ -176,6 +177,33 @@ def checkpoint_format(keras_model):
     context, where a strategy cannot read them ("requires being in cross-replica context")."""
     on_read = tf.VariableSynchronization.ON_READ
     return "saver" if any(v.synchronization == on_read for v in keras_model.variables) else "checkpoint"
+
+
+def _with_saver_without_duplicates(spec, keep):
+    """Returns the training EstimatorSpec `spec`, its scaffold given saver_without_duplicates' Saver
+    when it has no Saver of its own and that returns one."""
+    saver = saver_without_duplicates(keep) if spec.scaffold is not None and spec.scaffold.saver is None else None
+    if saver is None:
+        return spec
+    return spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
+
+
+def saver_without_duplicates(keep):
+    """Returns a name-based Saver over the graph's global variables, each name once, or None when no
+    name repeats or no variable is an AggregatingVariable. CentralStorageStrategy lists each optimizer
+    slot twice, bare and in its AggregatingVariable; the default Saver of a name-based checkpoint
+    (checkpoint_format 'saver') refuses that ("At least two variables have the same name")."""
+    every = tf.compat.v1.global_variables()
+    if not any(type(v).__name__ == "AggregatingVariable" for v in every):  # other strategies: their own saver
+        return None
+    chosen = {}
+    for variable in every:
+        name = variable.op.name
+        if name not in chosen or type(chosen[name]).__name__ == "AggregatingVariable":  # keep the bare one
+            chosen[name] = variable
+    if len(chosen) == len(every):
+        return None
+    return tf.compat.v1.train.Saver(var_list=chosen, sharded=True, max_to_keep=keep, allow_empty=True)
 
 
 def augmented(features, transforms, seed):

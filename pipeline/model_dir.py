@@ -137,9 +137,13 @@ def check_fits(model_dir, keras_model):
     checkpoint = tf.train.latest_checkpoint(model_dir)
     if not checkpoint:
         return
-    saved = sorted(tuple(shape) for name, shape in read_checkpoint(checkpoint).get_variable_to_shape_map()
-                   .items() if name.startswith("layer_with_weights-") and "OPTIMIZER_SLOT" not in name
-                   and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+    shapes = read_checkpoint(checkpoint).get_variable_to_shape_map()
+    if any(name.startswith("layer_with_weights-") for name in shapes):  # object-based: by layer position
+        saved = sorted(tuple(shape) for name, shape in shapes.items() if name.startswith("layer_with_weights-")
+                       and "OPTIMIZER_SLOT" not in name and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+    else:  # name-based (pipeline.estimator.checkpoint_format, models with BatchNorm): by variable name
+        names = (weight.name.split(":")[0] for weight in keras_model.weights)
+        saved = sorted(tuple(shapes[name]) for name in names if name in shapes)
     wanted = sorted(tuple(weight.shape) for weight in keras_model.weights)
     if saved != wanted:
         difference = sorted(set(saved) ^ set(wanted))[:2]

@@ -1,5 +1,5 @@
-"""The images job's command line: any folder of class folders (JPEG, PNG, BMP, GIF) on a small CNN
-or a tf.keras.applications backbone. Its data and model: images_job.py."""
+"""The images job's command line: any folder of class folders (JPEG, PNG, BMP, GIF) on a network
+trained from scratch or a tf.keras.applications backbone. Its data and model: images_job.py."""
 import argparse
 import os
 import re
@@ -27,13 +27,17 @@ def add_flags(parser):
     group.add_argument("--channels", type=int, choices=(1, 3), default=None,
                        help="decode the images to 1 (gray) or 3 (RGB) channels; default: 1 when every image is "
                             "grayscale, else 3 (alpha is dropped; gray feeds 3-channel backbones repeated)")
-    group.add_argument("--model", choices=BACKBONES, default="small_cnn",
-                       help="'small_cnn' (the Fashion-MNIST design at any size) or a tf.keras.applications "
-                            "backbone, each with its own preprocessing inside the model")
+    group.add_argument("--model", choices=BACKBONES, default=BACKBONES[0],
+                       help="from random weights: 'small_resnet' (BatchNorm, residual separable-conv blocks, global "
+                            "pooling: learns small datasets; with little data add --augment flip,rotate=15,zoom=0.1,"
+                            "translate=0.1 and --lr-schedule cosine, see docs/images.md), 'small_cnn' (the "
+                            "Fashion-MNIST design at any size) or 'keras_scratch' (Keras's from-scratch example, "
+                            "10x wider); or a tf.keras.applications backbone; each with its own preprocessing "
+                            "inside the model")
     group.add_argument("--weights", default=None, metavar="imagenet|none|PATH",
                        help="backbone weights: 'imagenet' (Keras's cached file, downloaded once), 'none' "
                             "(random) or a no-top .h5 weights file; default: imagenet for the applications, "
-                            "none for small_cnn")
+                            "none for the networks trained from scratch")
     group.add_argument("--trainable-layers", type=int_in_range(0, 10 ** 4), default=None,
                        help="layers at the end of the backbone left trainable, the rest frozen; default: all "
                             "with --weights none, 0 (the head only) with pretrained weights")

@@ -15,6 +15,7 @@ from acquisition import class_folders, image_checks, storage
 from input_fns import decode, image_list, synthetic
 from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
+from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, VALIDATION_FILES, TaskData, write_validation_files
@@ -185,7 +186,8 @@ def prepare_data(args, batch_size):
                                            feature_key=FEATURE_KEY, num_examples=SYNTHETIC_SIZES[split],
                                            dtype=tf.uint8)
         return TaskData(make(True, "train"), make(False, "test"), SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"],
-                        "synthetic", class_names=names, serving_input_fn=_serving(size, channels))
+                        "synthetic", class_names=names, serving_input_fn=_serving(size, channels),
+                        report={"model": args.model})
     data = load_dataset(args)
 
     def make(split, training, skip=0):
@@ -194,7 +196,7 @@ def prepare_data(args, batch_size):
             files, labels, len(data.class_names), size, data.channels, batch_size, training,
             feature_key=FEATURE_KEY, seed=args.seed, skip=skip))
 
-    report = dict(data.report)
+    report = {**data.report, "model": args.model}
     held_out = validation_sides(args, data)
     if held_out:
         data = dataclasses.replace(data, splits={**data.splits, **held_out})
@@ -259,7 +261,7 @@ def build_model(args, learning_rate):
         num_classes, channels = len(data.class_names), data.channels
         class_weights = balanced_class_weights(data.train_class_counts()) if args.class_weight == "balanced" \
             else None
-    weights = args.weights or ("none" if args.model == "small_cnn" else "imagenet")
+    weights = args.weights or ("none" if args.model in SCRATCH_MODELS else "imagenet")
     trainable = args.trainable_layers
     if trainable is None and weights != "none":
         trainable = 0  # pretrained: the head learns first

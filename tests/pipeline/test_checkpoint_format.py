@@ -1,10 +1,14 @@
 """Models with BatchNormalization train under model_to_estimator on 2 mirrored replicas, and their
-moving statistics reach the checkpoint (name-based: see pipeline.estimator.checkpoint_format)."""
+moving statistics reach the checkpoint (name-based: see pipeline.estimator.checkpoint_format), under
+MirroredStrategy and CentralStorageStrategy (pipeline.estimator.saver_without_duplicates)."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from models.optimizers import Adam
 from pipeline.distribution import build_distribution
+from pipeline.errors import UsageError
+from pipeline.model_dir import check_fits
 from pipeline.estimator import estimator_from_keras, build_run_config, checkpoint_format
 
 
@@ -18,7 +22,8 @@ def model_with_batch_norm():
     return model
 
 
-def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistics(tmp_path):
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])  # central storage lists each slot twice
+def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistics(tmp_path, strategy):
     model = model_with_batch_norm()
     assert checkpoint_format(model) == "saver"
     plain = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
@@ -29,7 +34,7 @@ def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistic
         return tf.data.Dataset.from_tensor_slices(({"image": images}, np.eye(2, dtype=np.float32)[[0, 1] * 8])) \
             .batch(4).repeat()
 
-    config = build_run_config(str(tmp_path), build_distribution(cpu_replicas=2), checkpoint_steps=100,
+    config = build_run_config(str(tmp_path), build_distribution(cpu_replicas=2, strategy=strategy), checkpoint_steps=100,
                               summary_steps=100)
     estimator = estimator_from_keras(model, config)
     estimator.train(input_fn, max_steps=3)
@@ -37,3 +42,7 @@ def test_batch_norm_models_train_on_two_replicas_and_save_their_moving_statistic
     moving_mean = next(n for n in names if n.startswith("bn/moving_mean"))
     assert tf.train.load_variable(estimator.latest_checkpoint(), moving_mean).mean() != 0  # updated from 0
     assert estimator.evaluate(input_fn, steps=1)["global_step"] == 3
+    check_fits(str(tmp_path), model)  # a resume reads the name-based checkpoint by variable name
+    wider = tf.keras.Model(model.input, tf.keras.layers.Dense(3, name="other")(model.layers[-2].output))
+    with pytest.raises(UsageError, match="does not fit the model these flags build"):
+        check_fits(str(tmp_path), wider)

@@ -20,12 +20,13 @@ def shapes(tmp_path_factory):
 
 
 # Building a large application's graph five times over (two replicas, evaluation, prediction, export)
-# takes 30-90 s on a shared 2-core machine: by default the small CNN in bf16 and VGG16 in fp32 run
+# takes 30-90 s on a shared 2-core machine: by default the small ResNet (the default) and the small CNN in
+# bf16 and VGG16 in fp32 run
 # (tests/pipeline/test_checkpoint_format.py trains a BatchNormalization model on 2 replicas, and
 # tests/scripts/test_train_images_cli.py the small CNN in fp32); IMAGES_BACKBONE_MATRIX=1 runs every
 # backbone in both precisions.
 FULL_MATRIX = [(b, p) for b in BACKBONES for p in ("fp32", "bf16")]
-DEFAULT = [("small_cnn", "bf16"), ("vgg16", "fp32")]
+DEFAULT = [("small_resnet", "bf16"), ("small_cnn", "bf16"), ("vgg16", "fp32")]
 
 
 @pytest.mark.parametrize("backbone,precision", FULL_MATRIX if os.environ.get("IMAGES_BACKBONE_MATRIX") else DEFAULT)
