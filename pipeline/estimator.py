@@ -135,13 +135,8 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
             spec = _with_saver_without_duplicates(spec, keep)
             if synchronous_multi_worker():  # a stop signal ends every trainer after the same step
                 spec = spec._replace(train_op=add_stop_agreement(spec.train_op))
-        if mode == tf.estimator.ModeKeys.EVAL:  # for a hooks.scores.ScoreCollectorHook, if evaluate has one
-            add_scores_to_collection(probabilities, labels, keys)
-            if tf.distribute.has_strategy():  # each replica's loss comes divided by the replicas, as in training
-                spec = spec._replace(loss=spec.loss * tf.distribute.get_strategy().num_replicas_in_sync)
-        if mode == tf.estimator.ModeKeys.EVAL and class_names:
-            spec = spec._replace(eval_metric_ops={**spec.eval_metric_ops,
-                                                  **per_class_metric_ops(labels, probabilities, class_names)})
+        if mode == tf.estimator.ModeKeys.EVAL:
+            spec = _evaluation_spec(spec, probabilities, labels, keys, class_names)
         if mode == tf.estimator.ModeKeys.PREDICT and class_names:
             spec = with_class_names(spec, probabilities, class_names)
         return spec
@@ -177,6 +172,19 @@ def checkpoint_format(keras_model):
     context, where a strategy cannot read them ("requires being in cross-replica context")."""
     on_read = tf.VariableSynchronization.ON_READ
     return "saver" if any(v.synchronization == on_read for v in keras_model.variables) else "checkpoint"
+
+
+def _evaluation_spec(spec, probabilities, labels, keys, class_names):
+    """Returns the EVAL EstimatorSpec `spec` leaving each replica's scores for a
+    hooks.scores.ScoreCollectorHook, its loss the mean over the replicas, and with `class_names` the
+    per-class metrics."""
+    add_scores_to_collection(probabilities, labels, keys)
+    if tf.distribute.has_strategy():  # each replica's loss comes divided by the replicas, as in training
+        spec = spec._replace(loss=spec.loss * tf.distribute.get_strategy().num_replicas_in_sync)
+    if class_names:
+        spec = spec._replace(eval_metric_ops={**spec.eval_metric_ops,
+                                              **per_class_metric_ops(labels, probabilities, class_names)})
+    return spec
 
 
 def _with_saver_without_duplicates(spec, keep):
