@@ -2,6 +2,7 @@
 uint8 at the training size, with libjpeg's reduced decoding as an option, and the serving input
 that decodes an exported model's file bytes the same way (and, for a model trained on raw pixels,
 takes those pixels too)."""
+import numpy as np
 import tensorflow as tf
 
 from input_fns import FEATURE_KEY
@@ -60,6 +61,14 @@ def decode_and_resize(contents, image_size, channels=1, fast=False):
         image = decode_image(contents, channels)
     image = tf.image.resize(image, image_size)
     return tf.saturate_cast(tf.round(image), tf.uint8)
+
+
+def decode_to_pixels(contents, pixels_shape):
+    """Returns the image files' `contents` (a list of bytes) as one uint8 array [n, *pixels_shape],
+    each decoded and resized as the export's serving_default decodes it (decode_and_resize): what a
+    client that feeds pixels (a .tflite model, test-time views) gives the model."""
+    height, width, channels = pixels_shape
+    return np.stack([decode_and_resize(tf.constant(c), (height, width), channels).numpy() for c in contents])
 
 
 def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key=FEATURE_KEY, bytes_key="jpeg_bytes",

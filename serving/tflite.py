@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from acquisition import storage
 from input_fns import FEATURE_KEY
-from input_fns.decode import PIXELS_SIGNATURE, decode_and_resize
+from input_fns.decode import PIXELS_SIGNATURE, decode_to_pixels
 from serving import ExportNotFoundError
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
 
@@ -267,7 +267,6 @@ def load_tflite_predictor(path):
         return probabilities, [class_names[i] for i in probabilities.argmax(axis=-1)]
 
     def classify(contents):
-        return classify_pixels(np.stack([decode_and_resize(tf.constant(c), shape[:2], shape[2]).numpy()
-                                         for c in contents]))
+        return classify_pixels(decode_to_pixels(contents, shape))
 
     return Predictor(path, class_names, classify, shape, classify_pixels)

@@ -8,9 +8,8 @@ SavedModel's, or a .tflite file's only signature). An export without a pixels si
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
 
-from input_fns.decode import decode_and_resize
+from input_fns.decode import decode_to_pixels
 from input_fns.views import apply_view
 from pipeline.errors import FlagError
 
@@ -35,7 +34,6 @@ def with_views(predictor, views):
         return probabilities, [names[i] for i in probabilities.argmax(axis=-1)]
 
     def averaged_files(contents):
-        pixels = np.stack([decode_and_resize(tf.constant(c), shape[:2], shape[2]).numpy() for c in contents])
-        return averaged_pixels(pixels)
+        return averaged_pixels(decode_to_pixels(contents, shape))
 
     return dataclasses.replace(predictor, classify=averaged_files, classify_pixels=averaged_pixels)
