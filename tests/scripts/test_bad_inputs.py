@@ -47,6 +47,16 @@ def trained_oct_model_dir(oct_tree, tmp_path_factory):
     return model_dir
 
 
+def copy_or_link(source, target):
+    """Hard-links a checkpoint's large data files (the OCT model's are 115 MB each, and two dozen cases
+    copy it) and copies the rest, the locks among them. A run that writes into a linked file changes
+    its bytes, which the snapshot compared after the run shows."""
+    if os.path.getsize(source) > 1 << 20:
+        os.link(source, target)
+    else:
+        shutil.copy2(source, target)
+
+
 def snapshot(directory):
     """Returns {file: sha256} of every file under `directory` but the locks (each names its last
     holder's process and holds no data)."""
@@ -151,7 +161,7 @@ def start_case(case, trained_model_dir, trained_oct_model_dir, fashion_data_dir,
     (tmp_path / "file").write_text("")  # a file where a folder is needed
     model_dir = tmp_path / "model"
     oct_dir = (script == "train_oct.py") != (case in ANOTHER_JOBS_MODEL_DIR)
-    shutil.copytree(trained_oct_model_dir if oct_dir else trained_model_dir, model_dir)
+    shutil.copytree(trained_oct_model_dir if oct_dir else trained_model_dir, model_dir, copy_function=copy_or_link)
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if make_data:
         sample = oct_sample if script == "train_oct.py" else fashion_data_dir
