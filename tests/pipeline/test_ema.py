@@ -60,13 +60,6 @@ def trained(model_dir, batch_norm, replicas=1, steps=5, decay=DECAY, global_batc
     return estimator
 
 
-def skip_batch_norm_under_central_storage(batch_norm, strategy):
-    """Skips the test of a BatchNormalization model under central_storage, which fails without --ema too."""
-    if batch_norm and strategy == "central_storage":
-        pytest.skip("central_storage does not train BatchNormalization models, --ema or not (TF 2.15: 'At least "
-                    "two variables have the same name: training/Adam/bn/beta/m')")
-
-
 def checkpoint_values(model_dir, step):
     """Returns {key: value} of the checkpoint of `step` in `model_dir`."""
     reader = tf.train.load_checkpoint(f"{model_dir}/model.ckpt-{step}")
@@ -87,7 +80,6 @@ def shadowed_keys(values):
 @pytest.mark.parametrize("batch_norm", [False, True], ids=["object-based", "name-based"])
 @pytest.mark.parametrize("replicas,strategy", [(1, "mirrored"), (2, "mirrored"), (2, "central_storage")])
 def test_the_shadows_are_the_moving_average_of_every_checkpointed_step(tmp_path, batch_norm, replicas, strategy):
-    skip_batch_norm_under_central_storage(batch_norm, strategy)
     assert checkpoint_format(compiled_model(batch_norm)) == ("saver" if batch_norm else "checkpoint")
     trained(tmp_path, batch_norm, replicas, steps=5, strategy=strategy)
     first = checkpoint_values(tmp_path, 0)
@@ -128,7 +120,6 @@ def keras_model_with(values, batch_norm, key_of):
 @pytest.mark.parametrize("batch_norm", [False, True], ids=["object-based", "name-based"])
 @pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
 def test_evaluation_and_the_export_read_the_average_and_raw_weights_evaluates_the_raw(tmp_path, batch_norm, strategy):
-    skip_batch_norm_under_central_storage(batch_norm, strategy)
     estimator = trained(tmp_path / "run", batch_norm, replicas=2, steps=6, strategy=strategy)
     values = checkpoint_values(tmp_path / "run", 6)
     averaged = keras_model_with(values, batch_norm, ema_lib.shadow_key).evaluate(

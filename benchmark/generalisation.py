@@ -1,0 +1,156 @@
+"""What weight averaging, label smoothing, mixup/cutmix, test-time augmentation and temperature
+scaling each do to a job's test accuracy, NLL and ECE, paired by seed against the job's plain run.
+
+Each seed trains the plain run ('baseline') and one run per training tool through the job's own
+command (with --deterministic --seed, so a seed gives every arm the same split, initial weights and
+input order), each with --calibrate temperature; test-time augmentation is an --eval-only run of the
+baseline's model dir, and temperature scaling reads the baseline's own report after scaling. Every
+figure comes from the run's report.json (reporting.calibration's definitions, 15 equal-count bins)."""
+import csv
+import dataclasses
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from benchmark import paired
+from pipeline.errors import TrainingError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+METRICS = (("accuracy", True), ("nll", False), ("ece", False))  # (name, higher is better)
+COMMON_FLAGS = ("--deterministic", "--calibrate", "temperature", "--bootstrap-resamples", "100")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One side of a comparison: `flags` added to a training run ('train'), to an --eval-only run of
+    the baseline's model ('evaluate'), or none, the baseline's report read after its temperature
+    ('temperature')."""
+    name: str
+    label: str
+    kind: str = "train"
+    flags: tuple = ()
+
+
+def build_arms(ema_decay, label_smoothing, mixup, cutmix, tta):
+    """Returns {name: Arm}, the baseline first."""
+    arms = [Arm("baseline", "plain run"),
+            Arm("ema", f"--ema {ema_decay:g}", flags=("--ema", f"{ema_decay:g}")),
+            Arm("label_smoothing", f"--label-smoothing {label_smoothing:g}",
+                flags=("--label-smoothing", f"{label_smoothing:g}")),
+            Arm("mixup_cutmix", f"--mixup {mixup:g} --cutmix {cutmix:g}",
+                flags=("--mixup", f"{mixup:g}", "--cutmix", f"{cutmix:g}")),
+            Arm("tta", f"--tta {tta}", kind="evaluate", flags=("--tta", tta)),
+            Arm("temperature", "--calibrate temperature", kind="temperature")]
+    return {arm.name: arm for arm in arms}
+
+
+def figures(report, after_temperature=False):
+    """Returns {'accuracy', 'nll', 'ece'} of the test split from a report.json made with
+    --calibrate temperature: before the scaling, or after it."""
+    scaling = report["calibration"]["temperature"]
+    side = "after" if after_temperature else "before"
+    return {"accuracy": report["accuracy"]["value"], "nll": scaling["test_nll"][side],
+            "ece": scaling["test_ece"][side]}
+
+
+def _run(command, log_path):
+    """Runs `command` with its output in `log_path`; raises TrainingError naming the log on failure."""
+    with open(log_path, "w") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    if code:
+        with open(log_path) as log:
+            last = (log.read().strip().splitlines() or ["(no output)"])[-1]
+        raise TrainingError(f"{' '.join(command[1:3])} ... exited {code}: {last} (log: {log_path})")
+
+
+def run_arm(script, job_argv, arm, seed, output):
+    """Returns the report.json of `arm` at `seed` (kept under `output`/reports; a kept one is reused,
+    so an interrupted measurement goes on where it stopped)."""
+    kept = os.path.join(output, "reports", f"{arm.name}-seed{seed}.json")
+    if arm.kind == "temperature":
+        kept = os.path.join(output, "reports", f"baseline-seed{seed}.json")
+    if os.path.exists(kept):
+        with open(kept) as f:
+            return json.load(f)
+    model_dir = os.path.join(output, "runs", f"{'baseline' if arm.kind == 'evaluate' else arm.name}-seed{seed}")
+    command = [sys.executable, os.path.join(ROOT, "scripts", script), *job_argv, *COMMON_FLAGS,
+               "--seed", str(seed), "--model-dir", model_dir, *arm.flags]
+    if arm.kind == "evaluate":
+        command.append("--eval-only")
+    os.makedirs(os.path.join(output, "logs"), exist_ok=True)
+    _run(command, os.path.join(output, "logs", f"{arm.name}-seed{seed}.log"))
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    shutil.copyfile(os.path.join(model_dir, "report.json"), kept + ".partial")
+    os.replace(kept + ".partial", kept)
+    with open(kept) as f:
+        return json.load(f)
+
+
+def measure(script, job_argv, arms, seeds, output, progress=print):
+    """Runs every arm at every seed (the baseline first: the others read its model dir); returns
+    rows {'seed', 'arm', 'accuracy', 'nll', 'ece'}."""
+    rows = []
+    for seed in seeds:
+        for arm in arms.values():
+            report = run_arm(script, job_argv, arm, seed, output)
+            row = {"seed": seed, "arm": arm.name, **figures(report, arm.kind == "temperature")}
+            progress(", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+            rows.append(row)
+    return rows
+
+
+def summarise(rows, arms):
+    """Returns {arm: {metric: paired.compare(...)}} of each arm against the baseline, and
+    {'baseline': {metric: its values}}, over the seeds both have."""
+    values = {}
+    for row in rows:
+        values.setdefault(row["arm"], {})[row["seed"]] = row
+    base = values["baseline"]
+    summary = {"baseline": {m: [base[s][m] for s in sorted(base)] for m, _ in METRICS}}
+    for name in arms:
+        if name == "baseline" or name not in values:
+            continue
+        seeds = sorted(set(base) & set(values[name]))
+        summary[name] = {m: paired.compare([base[s][m] for s in seeds], [values[name][s][m] for s in seeds], higher)
+                         for m, higher in METRICS}
+    return summary
+
+
+def _cell(comparison):
+    low, high = comparison["ci"] or (float("nan"), float("nan"))
+    return (f"{comparison['difference']:+.4f} [{low:+.4f}, {high:+.4f}] p={comparison['p']:.2f} "
+            f"({comparison['better']}↑ {comparison['worse']}↓)")
+
+
+def markdown(summary, arms, header):
+    """Returns report.md: the header, then one row per tool (mean difference from the plain run, its
+    95% t interval, the sign-flip p, seeds better and worse) and the plain run's means."""
+    base = summary["baseline"]
+    n = len(base["accuracy"])
+    lines = [header, "", f"| tool ({n} seeds, paired) | test accuracy | NLL | ECE |", "|---|---|---|---|",
+             "| plain run (mean) | " + " | ".join(f"{sum(base[m]) / n:.4f}" for m, _ in METRICS) + " |"]
+    for name, metrics in summary.items():
+        if name != "baseline":
+            lines.append(f"| {arms[name].label} | " + " | ".join(_cell(metrics[m]) for m, _ in METRICS) + " |")
+    lines += ["", "Each cell: the mean over seeds of (tool − plain run) [95% t interval] and the exact two-sided "
+              "sign-flip p; ↑ counts the seeds where the tool was better (higher accuracy, lower NLL or ECE)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(rows, summary, arms, output, header):
+    """Writes results.csv (a row per seed and arm), summary.json and report.md into `output`;
+    returns report.md's text."""
+    with open(os.path.join(output, "results.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["seed", "arm", *(m for m, _ in METRICS)])
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(os.path.join(output, "summary.json"), "w") as f:
+        json.dump({"header": header, "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"), "summary": summary}, f, indent=2)
+    text = markdown(summary, arms, header)
+    with open(os.path.join(output, "report.md"), "w") as f:
+        f.write(text)
+    return text

@@ -1,0 +1,78 @@
+#!/usr/bin/env python
+"""Measure what --ema, --label-smoothing, --mixup/--cutmix, --tta and --calibrate temperature each do
+to a job's test accuracy, NLL and ECE, paired by seed against the plain run; see --help."""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipeline.cli import run_command  # noqa: E402
+from pipeline.flag_types import open_fraction, positive_float  # noqa: E402
+from pipeline.flags import build_parser as build_job_parser  # noqa: E402
+from pipeline.tasks.registry import TASKS, tool_parser  # noqa: E402
+
+OWN_FLAGS = ("--seed", "--model-dir", "--eval-only", "--deterministic", "--calibrate", "--ema", "--label-smoothing",
+             "--mixup", "--cutmix", "--tta")
+
+
+def seed_list(text):
+    """argparse type: 'FIRST-LAST' or comma-separated seeds, at least two (a paired test needs them)."""
+    try:
+        first, _, last = text.partition("-")
+        seeds = list(range(int(first), int(last) + 1)) if last else [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FIRST-LAST or comma-separated seeds, got {text!r}") from None
+    if len(seeds) < 2 or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"expected two or more seeds from 0, got {text!r}")
+    return seeds
+
+
+def build_parser():
+    """Returns the parser: the measurement's own flags; the rest go to the job."""
+    parser = tool_parser("Train a job once per seed plainly and once with each of --ema, --label-smoothing and "
+                         "--mixup/--cutmix (all with --deterministic and --calibrate temperature), evaluate the "
+                         "plain model again with --tta, and write each tool's paired difference from the plain "
+                         "run in test accuracy, NLL and ECE (results.csv, summary.json, report.md). Needs a "
+                         "validation split (temperature scaling is fitted on it).", task_help="which job to train")
+    parser.add_argument("--output", required=True, help="folder for the runs, their reports and the table; "
+                                                        "a run whose report is there is not made again")
+    parser.add_argument("--seeds", type=seed_list, default="1-5", help="the seeds, e.g. 1-5 or 1,4,9")
+    parser.add_argument("--name", default=None, help="the data's name in the report (default: the job's)")
+    parser.add_argument("--ema-decay", type=open_fraction, default=0.99, help="the EMA arm's --ema")
+    parser.add_argument("--label-smoothing", type=open_fraction, default=0.1, help="that arm's --label-smoothing")
+    parser.add_argument("--mixup", type=positive_float, default=0.2, help="the mixing arm's --mixup")
+    parser.add_argument("--cutmix", type=positive_float, default=1.0, help="the mixing arm's --cutmix")
+    parser.add_argument("--tta", choices=("flip", "flip,crops"), default="flip", help="the TTA arm's views")
+    parser.allow_abbrev = False  # the job's --seed is not this tool's --seeds
+    return parser
+
+
+def _parse(parser, argv):
+    """Returns (the measurement's args, the task, the job's flags as given): the job's own parser
+    checks those first (exit 2), and the flags the measurement sets itself are refused there."""
+    args, job_argv = parser.parse_known_args(argv)
+    task = TASKS[args.task]
+    build_job_parser(task).parse_args(job_argv)
+    clash = [f for f in OWN_FLAGS if any(a == f or a.startswith(f + "=") for a in job_argv)]
+    if clash:
+        parser.error(f"argument {clash[0]}: the measurement sets it for each run; leave it out")
+    return args, task, job_argv
+
+
+def measure(parsed):
+    """Runs the measurement and prints the table."""
+    from benchmark import generalisation  # noqa: PLC0415
+    from pipeline.machine import describe_cpu  # noqa: PLC0415
+    args, task, job_argv = parsed
+    arms = generalisation.build_arms(args.ema_decay, args.label_smoothing, args.mixup, args.cutmix, args.tta)
+    header = (f"{args.name or task.name}: `{' '.join(['scripts/measure_generalisation.py', *sys.argv[1:]])}`; "
+              f"seeds {','.join(map(str, args.seeds))}; {describe_cpu()}")
+    os.makedirs(args.output, exist_ok=True)
+    rows = generalisation.measure(f"train_{task.name}.py", job_argv, arms, args.seeds, args.output,
+                                  progress=lambda line: print(line, flush=True))
+    print(generalisation.write_outputs(rows, generalisation.summarise(rows, arms), arms, args.output, header))
+
+
+if __name__ == "__main__":
+    sys.exit(run_command(build_parser(), measure, parse=_parse))

@@ -1,0 +1,105 @@
+"""The generalisation measurement (issue 33, part 8): its paired statistics against closed forms
+and enumeration, its bookkeeping of kept reports, and its command line's refusals."""
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from benchmark import generalisation, paired
+from pipeline.errors import TrainingError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("probability", [0.9, 0.975, 0.995])
+def test_t_quantiles_match_the_closed_forms_of_one_and_two_degrees(probability):
+    cauchy = math.tan(math.pi * (probability - 0.5))
+    two = (2 * probability - 1) / math.sqrt(2 * probability * (1 - probability))
+    assert paired.student_t_quantile(probability, 1) == pytest.approx(cauchy, rel=1e-4)
+    assert paired.student_t_quantile(probability, 2) == pytest.approx(two, rel=1e-5)
+
+
+def test_t_quantiles_approach_the_normal_and_exceed_it_below():
+    normal = statistics.NormalDist().inv_cdf(0.975)
+    assert paired.student_t_quantile(0.975, 2000) == pytest.approx(normal, rel=1e-3)
+    assert paired.student_t_quantile(0.975, 4) > paired.student_t_quantile(0.975, 10) > normal
+
+
+def test_the_sign_flip_p_counts_the_assignments_as_far_from_zero():
+    assert paired.sign_flip_p([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32  # only all-plus and all-minus are as far
+    assert paired.sign_flip_p([1.0, -1.0, 1.0, -1.0]) == 1.0  # a mean of 0: every assignment is as far
+    # 3, 1, -1 sums to 3; flipped: 3, 5, 1, 3 and their negatives, so 6 of 8 are at least 3 from 0
+    assert paired.sign_flip_p([3.0, 1.0, -1.0]) == 6 / 8
+
+
+def test_compare_pairs_by_position_and_counts_by_direction():
+    # two seeds: the interval is mean +- t(0.975, 1) * sd / sqrt(2), with sd = sqrt(2) here
+    result = paired.compare([0.5, 0.6], [1.5, 3.6], higher_is_better=True)
+    half = math.tan(math.pi * 0.475)
+    assert result["difference"] == pytest.approx(2.0)
+    assert result["ci"] == pytest.approx([2.0 - half, 2.0 + half], rel=1e-4)
+    assert (result["better"], result["worse"]) == (2, 0)
+    lower = paired.compare([0.5, 0.6], [1.5, 3.6], higher_is_better=False)
+    assert (lower["better"], lower["worse"]) == (0, 2)
+    with pytest.raises(ValueError, match="same seeds"):
+        paired.compare([1.0, 2.0], [1.0], higher_is_better=True)
+
+
+def _report(accuracy, nll, ece, nll_after, ece_after):
+    return {"accuracy": {"value": accuracy}, "calibration": {"temperature": {
+        "test_nll": {"before": nll, "after": nll_after}, "test_ece": {"before": ece, "after": ece_after}}}}
+
+
+def test_figures_read_before_or_after_the_temperature():
+    report = _report(0.8, 0.6, 0.1, 0.5, 0.03)
+    assert generalisation.figures(report) == {"accuracy": 0.8, "nll": 0.6, "ece": 0.1}
+    assert generalisation.figures(report, after_temperature=True) == {"accuracy": 0.8, "nll": 0.5, "ece": 0.03}
+
+
+def test_summarise_pairs_seeds_the_baseline_has_and_skips_the_rest():
+    arms = generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")
+    rows = [{"seed": s, "arm": "baseline", "accuracy": a, "nll": 1.0, "ece": 0.1} for s, a in [(3, 0.7), (1, 0.5)]]
+    rows += [{"seed": s, "arm": "ema", "accuracy": a, "nll": 0.9, "ece": 0.2} for s, a in [(1, 0.6), (3, 0.9), (7, 0.0)]]
+    summary = generalisation.summarise(rows, arms)
+    assert summary["baseline"]["accuracy"] == [0.5, 0.7]
+    assert summary["ema"]["accuracy"]["n"] == 2 and summary["ema"]["accuracy"]["difference"] == pytest.approx(0.15)
+    assert (summary["ema"]["nll"]["better"], summary["ema"]["ece"]["worse"]) == (2, 2)
+    assert "tta" not in summary
+    text = generalisation.markdown(summary, arms, "header")
+    assert "| --ema 0.99 | +0.1500" in text and "| plain run (mean) | 0.6000 | 1.0000 | 0.1000 |" in text
+
+
+def test_a_kept_report_is_reused_and_the_temperature_arm_reads_the_baselines(tmp_path):
+    arms = generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")
+    os.makedirs(tmp_path / "reports")
+    (tmp_path / "reports" / "baseline-seed4.json").write_text(json.dumps(_report(0.8, 0.6, 0.1, 0.5, 0.03)))
+    # no such script: a run would fail, so each figure below comes from the kept report
+    rows = generalisation.measure("absent.py", [], {k: arms[k] for k in ("baseline", "temperature")}, [4],
+                                  str(tmp_path), progress=lambda line: None)
+    assert [(r["arm"], r["nll"]) for r in rows] == [("baseline", 0.6), ("temperature", 0.5)]
+
+
+def test_a_failed_run_names_its_last_line_and_its_log(tmp_path):
+    log = str(tmp_path / "run.log")
+    with pytest.raises(TrainingError, match=r"exited 3: train.py: error: no data \(log: .*run.log\)"):
+        generalisation._run([sys.executable, "-c", "import sys; print('noise'); "
+                             "print('train.py: error: no data', file=sys.stderr); sys.exit(3)"], log)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--seed", "3"], "argument --seed: the measurement sets it for each run"),
+    (["--ema=0.9"], "argument --ema: the measurement sets it"),
+    (["--seeds", "4"], "argument --seeds: expected two or more seeds"),
+    (["--epochs", "-1"], "--epochs"),  # the job's own parser checks the job's flags
+])
+def test_the_command_line_refuses_in_one_line_with_exit_2(argv, fragment, tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "measure_generalisation.py"),
+                             "--task", "fashion", "--output", str(tmp_path / "out"), *argv],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert fragment in result.stderr.strip().splitlines()[-1]
+    assert not os.path.exists(tmp_path / "out")
