@@ -94,7 +94,7 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
     with tempfile.TemporaryDirectory() as model_dir:
         config = build_run_config(model_dir, plan, checkpoint_steps=_NEVER, summary_steps=_NEVER,
                                   session=session_config(task_args.xla, task_args.intra_op_threads,
-                                                         task_args.inter_op_threads))
+                                                         task_args.inter_op_threads, task_args.precision))
         estimator = estimator_from_keras(task.build_model(task_args, task_args.learning_rate), config)
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
         steps = warm_up_steps + timed_steps
@@ -217,6 +217,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         args = copy.copy(task_args)
         args.synthetic = config.data == "synthetic"
         args.explicit_flags = SWEEP_SETS
+        args.precision = config.precision
         args.learning_rate = batching.scaled_learning_rate(
             task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
             task_args.lr_scaling)

@@ -3,7 +3,9 @@ import contextlib
 
 import tensorflow as tf
 
-from models import PRECISIONS
+from models import GRAPH_REWRITE_PRECISIONS, PRECISIONS
+
+ONEDNN_BF16_REWRITE = "auto_mixed_precision_onednn_bfloat16"  # Grappler's option (RewriterConfig's field)
 
 
 @tf.keras.utils.register_keras_serializable(package="pipeline")
@@ -28,12 +30,21 @@ class Adam(tf.keras.optimizers.legacy.Adam):
 
 @contextlib.contextmanager
 def precision(name):
-    """While entered, models are built in precision `name` ('fp32', 'bf16' or 'fp16'): the Keras
-    policy float32, mixed_bfloat16 or mixed_float16 (variables in float32, computations in the
-    16-bit type; Keras compiles an fp16 model with a dynamic loss-scaling optimizer)."""
+    """While entered, models are built in precision `name` ('fp32', 'bf16', 'fp16' or 'bf16-amp'): the
+    Keras policy float32, mixed_bfloat16 or mixed_float16 (variables in float32, computations in the
+    16-bit type; Keras compiles an fp16 model with a dynamic loss-scaling optimizer). Under 'bf16-amp'
+    the model is float32 and tf.function graphs (Keras fit, custom loops) get TensorFlow's oneDNN
+    bfloat16 rewrite; an Estimator's sessions get it from their config (pipeline.estimator.session_config),
+    which overrides these global options."""
     previous = tf.keras.mixed_precision.global_policy()
+    rewrites = name in GRAPH_REWRITE_PRECISIONS
+    rewrite_before = tf.config.optimizer.get_experimental_options().get(ONEDNN_BF16_REWRITE)  # None: the default
     tf.keras.mixed_precision.set_global_policy(PRECISIONS[name])
+    if rewrites:
+        tf.config.optimizer.set_experimental_options({ONEDNN_BF16_REWRITE: True})
     try:
         yield
     finally:
         tf.keras.mixed_precision.set_global_policy(previous)
+        if rewrites:
+            tf.config.optimizer.set_experimental_options({ONEDNN_BF16_REWRITE: rewrite_before})

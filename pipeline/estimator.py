@@ -7,6 +7,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 from hooks.scores import add_scores_to_collection
+from models import GRAPH_REWRITE_PRECISIONS
 from hooks.stop import add_stop_agreement
 from input_fns import augmentation, mixing as mixing_lib
 from pipeline.batching import batch_sizes_for_replicas
@@ -30,7 +31,8 @@ def build_estimator(setup, cadence=None, figures=True, probe_peak=True):
         else settings.checkpoint_steps  # each evaluation needs a checkpoint of its step
     config = build_run_config(
         settings.model_dir, setup.plan, checkpoint_steps, settings.summary_steps, settings.keep_checkpoints,
-        settings.seed, session_config(settings.xla, settings.intra_op_threads, settings.inter_op_threads),
+        settings.seed, session_config(settings.xla, settings.intra_op_threads, settings.inter_op_threads,
+                                      settings.precision),
         setup.mirrored_evaluation)
     keras_model = setup.task.build_model(settings, setup.schedule)
     run_figures = None
@@ -43,15 +45,18 @@ def build_estimator(setup, cadence=None, figures=True, probe_peak=True):
     return estimator, run_figures
 
 
-def session_config(xla=False, intra_op_threads=0, inter_op_threads=0):
+def session_config(xla=False, intra_op_threads=0, inter_op_threads=0, precision="fp32"):
     """Returns the ConfigProto of the Estimator's sessions, or None for the Estimator's default.
 
     It starts from that default (soft placement, one meta-optimizer pass); `xla`
     turns on XLA auto-clustering of the whole graph (global_jit_level ON_1; on a
     CPU it also needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit before TensorFlow is
-    imported, which pipeline.cli sets); thread counts of 0 leave TensorFlow's choice.
+    imported, which pipeline.cli sets); thread counts of 0 leave TensorFlow's choice;
+    precision 'bf16-amp' turns on the oneDNN bfloat16 rewrite (a session's config is the
+    only place an Estimator reads it: tf.config.optimizer's options are not).
     """
-    if not (xla or intra_op_threads or inter_op_threads):
+    rewrite = precision in GRAPH_REWRITE_PRECISIONS
+    if not (xla or intra_op_threads or inter_op_threads or rewrite):
         return None
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)  # as the Estimator's default
     config.graph_options.rewrite_options.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
@@ -59,6 +64,8 @@ def session_config(xla=False, intra_op_threads=0, inter_op_threads=0):
     config.inter_op_parallelism_threads = inter_op_threads
     if xla:
         config.graph_options.optimizer_options.global_jit_level = tf.compat.v1.OptimizerOptions.ON_1
+    if rewrite:
+        config.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 = rewriter_config_pb2.RewriterConfig.ON
     return config
 
 

@@ -69,8 +69,8 @@ def precision_warning(precision, uses_gpus, cpuinfo="/proc/cpuinfo"):
         return ("--precision fp16 on a CPU: TensorFlow computes float16 there no faster than float32 (often "
                 "slower); use bf16 on a CPU with AVX512_BF16 or AMX, or fp32")
     if not flags & {"avx512_bf16", "amx_bf16"}:
-        return ("--precision bf16 on a CPU without AVX512_BF16 or AMX: bfloat16 math is emulated, so expect it "
-                "to be slower than fp32")
+        return (f"--precision {precision} on a CPU without AVX512_BF16 or AMX: bfloat16 math is emulated, so "
+                "expect it to be slower than fp32")
     return None
 
 
@@ -89,3 +89,17 @@ def auto_precision(uses_gpus, cpuinfo="/proc/cpuinfo"):
     if native:
         return "bf16", f"this CPU has {' and '.join(native)}"
     return "fp32", "this CPU has neither AMX nor AVX512_BF16 (bf16 would be emulated, slower than fp32)"
+
+
+def graph_rewrite_unavailable(uses_gpus, cpuinfo="/proc/cpuinfo"):
+    """Returns why TensorFlow's oneDNN bfloat16 rewrite (--precision bf16-amp) would leave the model
+    float32 on these devices, with the fix, or None where it applies: it rewrites CPU ops only, and
+    only on CPUs with AVX-512 (TF 2.15's IsBF16SupportedByOneDNNOnThisCPU)."""
+    if uses_gpus:
+        return "TensorFlow's oneDNN rewrite runs on CPUs only; on GPUs use --precision bf16"
+    _, flags = _cpuinfo(cpuinfo)
+    if "avx512f" not in flags:
+        return ("this CPU has no AVX-512, where TensorFlow's oneDNN rewrite leaves the model float32; use "
+                "--precision bf16 or fp32")
+    return None
+

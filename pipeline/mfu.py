@@ -7,6 +7,7 @@ import logging
 
 import tensorflow as tf
 
+from models import math_precision
 from models.flops import model_flops_per_image
 from pipeline import peak as peak_lib
 
@@ -26,7 +27,7 @@ def gpu_names(devices):
 
 def peak_for(precision, devices, probe=True):
     """Returns the Peak that a run on `devices` (pipeline.distribution's names) is read against."""
-    return peak_lib.machine_peak(precision, devices, gpu_names(devices), probe=probe)
+    return peak_lib.machine_peak(math_precision(precision), devices, gpu_names(devices), probe=probe)
 
 
 def run_figures(keras_model, precision, devices, probe=True):

@@ -11,6 +11,7 @@ import tensorflow as tf
 from acquisition import storage
 from hooks.loss_watch import DivergenceError
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
+from models import GRAPH_REWRITE_PRECISIONS
 from models.optimizers import precision
 from pipeline import determinism, ema as ema_lib, model_dir as model_dir_lib, training_record
 from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
@@ -19,7 +20,7 @@ from pipeline.errors import FlagError, TrainingError, UsageError
 from pipeline.estimator import build_estimator, build_run_config, latest_global_step
 from pipeline.finish import finish
 from pipeline.logs import configure_logging
-from pipeline.machine import auto_precision
+from pipeline.machine import auto_precision, graph_rewrite_unavailable
 from pipeline.run_output import finished_results, print_header
 from pipeline.run_setup import cluster_plan, ensure_writable_dir, local_plan, prepare, warn_about
 from pipeline.settings import Settings
@@ -58,9 +59,12 @@ def run(task, args):
 def _resolved_precision(settings):
     """Returns `settings` with --precision auto resolved (see pipeline.machine.auto_precision): the
     precision picked, and `precision_requested` and `precision_reason` saying how."""
+    uses_gpus = bool(tf.config.list_physical_devices("GPU")) and settings.cpu_replicas is None and settings.gpus != 0
+    unavailable = settings.precision in GRAPH_REWRITE_PRECISIONS and graph_rewrite_unavailable(uses_gpus)
+    if unavailable:
+        raise FlagError(f"--precision {settings.precision}: {unavailable}")
     if settings.precision != "auto":
         return settings.replace(precision_requested=settings.precision, precision_reason=None)
-    uses_gpus = bool(tf.config.list_physical_devices("GPU")) and settings.cpu_replicas is None and settings.gpus != 0
     picked, why = auto_precision(uses_gpus)
     return settings.replace(precision=picked, precision_requested="auto", precision_reason=why)
 

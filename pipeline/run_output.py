@@ -64,7 +64,9 @@ def _describe_augment(args):
 
 def _describe_precision(args):
     described = {"fp32": "fp32", "bf16": "bf16 (float32 variables, bfloat16 math, float32 softmax and loss)",
-                 "fp16": "fp16 (float32 variables, float16 math, dynamic loss scaling)"}[args.precision]
+                 "fp16": "fp16 (float32 variables, float16 math, dynamic loss scaling)",
+                 "bf16-amp": "bf16-amp (a float32 model; TensorFlow's oneDNN rewrite runs its eligible ops in "
+                             "bfloat16)"}[args.precision]
     if getattr(args, "precision_requested", None) == "auto":
         described += f", picked by --precision auto: {args.precision_reason}"
     extras = (["XLA"] if args.xla else []) + [f"{n} {kind}-op threads" for kind, n in

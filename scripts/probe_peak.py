@@ -7,18 +7,21 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from models import PRECISIONS  # noqa: E402
+from models import GRAPH_REWRITE_PRECISIONS, PRECISIONS  # noqa: E402
 from pipeline.cli import run_command  # noqa: E402
 from pipeline.flag_types import positive_float, positive_int  # noqa: E402
+
+
+TYPES = [name for name in PRECISIONS if name not in GRAPH_REWRITE_PRECISIONS]  # the types a peak is probed in
 
 
 def precisions(text):
     """argparse type: comma-separated precisions."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in PRECISIONS]
+    unknown = [name for name in names if name not in TYPES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown precision {', '.join(unknown) or text!r}; use "
-                                         f"{', '.join(PRECISIONS)}")
+                                         f"{', '.join(TYPES)}")
     return names
 
 
@@ -26,7 +29,7 @@ def build_parser():
     """Returns the parser: the precisions to probe and the time each may take."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--precision", type=precisions, default=["fp32"],
-                        help="comma-separated, from: " + ", ".join(PRECISIONS))
+                        help="comma-separated, from: " + ", ".join(TYPES))
     parser.add_argument("--seconds", type=positive_float, default=6.0, help="time budget per precision")
     parser.add_argument("--repeats", type=positive_int, default=3, help="probes per precision; the best counts")
     return parser

@@ -24,7 +24,9 @@ def add_device_flags(parser):
     devices.add_argument("--precision", choices=tuple(PRECISIONS) + ("auto",), default="fp32",
                          help="'fp32'; or mixed precision, variables in float32 and math in 'bf16' (CPUs with "
                               "AVX512_BF16 or AMX, GPUs from compute capability 8.0) or 'fp16' (GPUs, with "
-                              "dynamic loss scaling); the softmax and the loss stay float32. 'auto' picks bf16 "
+                              "dynamic loss scaling); the softmax and the loss stay float32. 'bf16-amp': a float32 "
+                              "model whose eligible ops TensorFlow's oneDNN graph rewrite runs in bfloat16 (CPUs "
+                              "with AVX-512; see docs/benchmarks.md for what each measured). 'auto' picks bf16 "
                               "where the devices compute it natively, fp32 elsewhere, and the header says why (not "
                               "the default: on the Fashion sample bf16 tested below fp32, docs/benchmarks.md)")
     devices.add_argument("--xla", action="store_true",

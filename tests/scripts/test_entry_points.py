@@ -36,6 +36,7 @@ BAD_FLAGS = {
     "make_oct_sample.py": ["--out", "x", "--test-per-class", "0"],
     "probe_peak.py": ["--precision", "fp64"],
     "compare_runs.py": ["--csv"],  # no DIR
+    "measure_generalisation.py": ["--task", "fashion", "--output", "x", "--seeds", "1"],
 }
 
 
