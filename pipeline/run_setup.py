@@ -153,6 +153,7 @@ def warn_about(setup):
         log.warning("%s keeps no record of the images trained before step %d (a run of an earlier version): "
                     "counted as %d steps of this run's %d-image global batch", setup.settings.model_dir,
                     setup.start_step, setup.start_step, setup.global_batch)
-    warning = precision_warning(setup.settings.precision, setup.plan.devices[0].startswith("/gpu"))
-    if warning:
+    warnings = (precision_warning(setup.settings.precision, setup.plan.devices[0].startswith("/gpu")),
+                evaluation_report.calibration_warning(setup.settings, setup.data))
+    for warning in filter(None, warnings):
         log.warning(warning)

@@ -17,7 +17,7 @@ from pipeline.errors import FlagError
 from pipeline.flags import build_parser
 from pipeline.roles import run
 from pipeline.tasks.oct import TASK
-from pipeline.evaluation_report import check_calibration
+from pipeline.evaluation_report import calibration_warning, check_calibration
 from reporting import calibration
 from reporting.clinical import at_specificity
 from serving.calibrated import CALIBRATION_FILE
@@ -133,3 +133,13 @@ def test_bad_calibration_flags_are_one_line_and_exit_2(tmp_path, argv, fragment)
                              "--model-dir", str(tmp_path / "m"), *argv], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and fragment in assert_clean_failure(result)
     assert not glob.glob(str(tmp_path / "m" / "*.index"))  # nothing trained
+
+
+@pytest.mark.parametrize("calibrate, images, warned", [("temperature", 10, True), ("temperature", 29, True),
+                                                       ("temperature", 30, False), ("none", 10, False)])
+def test_a_temperature_fitted_on_few_validation_images_is_warned_about(calibrate, images, warned):
+    warning = calibration_warning(types.SimpleNamespace(calibrate=calibrate),
+                                  types.SimpleNamespace(num_validation_examples=images))
+    assert (warning is not None) == warned
+    if warned:
+        assert f"only {images} validation images" in warning and "--validation-fraction" in warning
