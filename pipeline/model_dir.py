@@ -85,6 +85,7 @@ def remove_leftovers(model_dir):
         from serving.export import is_complete
         found += [path for path in storage.glob(storage.join(model_dir, "export", "[0-9]*")) if not is_complete(path)]
     found += rotated_out_checkpoint_files(model_dir)
+    found += forget_checkpoint_cut_before_its_meta_graph(model_dir)
     for path in found:
         storage.remove_tree(path)
     if found:
@@ -108,6 +109,26 @@ def rotated_out_checkpoint_files(model_dir):
         if match and match.group("prefix") not in listed and int(match.group("step")) < int(newest.group(1)):
             found.append(storage.join(model_dir, name))
     return found
+
+
+def forget_checkpoint_cut_before_its_meta_graph(model_dir):
+    """Returns the files of the newest checkpoint when its save was cut short before its meta graph,
+    after pointing the `checkpoint` file at the one before, which the run then resumes from.
+
+    TensorFlow's Saver writes the data and index, then the `checkpoint` file, then `<prefix>.meta`:
+    a kill in between leaves the newest checkpoint without the .meta its older ones have. Restorable
+    as it is, it would stay the one checkpoint of the run without its graph; forgotten, its steps
+    are trained again, as after a kill just before that save.
+    """
+    state = tf.train.get_checkpoint_state(model_dir)
+    newest = state and state.model_checkpoint_path
+    older = [p for p in (state.all_model_checkpoint_paths if state else []) if p != newest]
+    if not newest or storage.exists(newest + ".meta") or not any(storage.exists(p + ".meta") for p in older):
+        return []
+    tf.compat.v1.train.update_checkpoint_state(model_dir, os.path.basename(older[-1]),
+                                               all_model_checkpoint_paths=[os.path.basename(p) for p in older])
+    name = os.path.basename(newest)
+    return [storage.join(model_dir, f) for f in storage.listdir(model_dir) if f.startswith(name + ".")]
 
 
 def read_checkpoint(prefix):

@@ -192,6 +192,20 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
     assert (model_dir / "model.ckpt-10.index").exists()  # listed: kept for the Saver's own rotation
 
 
+def test_a_checkpoint_cut_before_its_meta_graph_is_trained_again(two_checkpoints):
+    # A kill between the Saver's writing of the `checkpoint` file and of the newest checkpoint's .meta.
+    model_dir, train = two_checkpoints
+    os.remove(model_dir / "model.ckpt-20.meta")
+    result = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["start_global_step"] == 10 and results["global_step"] == 30  # steps 11-20 trained again
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    assert state.model_checkpoint_path.endswith("model.ckpt-30")
+    assert all(os.path.exists(p + ".meta") for p in state.all_model_checkpoint_paths)
+    assert not [f for f in os.listdir(model_dir) if f.endswith(".damaged")]
+
+
 def limit_file_size(limit):
     """A child's preexec: files larger than `limit` bytes cannot be written (EFBIG), as on a full disk."""
     def apply():
