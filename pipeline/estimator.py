@@ -7,9 +7,9 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 from hooks.scores import add_scores_to_collection
-from models import GRAPH_REWRITE_PRECISIONS
 from hooks.stop import add_stop_agreement
 from input_fns import augmentation, mixing as mixing_lib
+from models import GRAPH_REWRITE_PRECISIONS
 from pipeline.batching import batch_sizes_for_replicas
 from pipeline import ema as ema_lib, mfu as mfu_lib, model_dir as model_dir_lib
 from pipeline.mixing import mixing_of

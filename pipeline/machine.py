@@ -5,6 +5,9 @@ import platform
 
 import tensorflow as tf
 
+from models import GRAPH_REWRITE_PRECISIONS
+from pipeline.errors import FlagError
+
 # Instruction sets that decide how fast float32, bfloat16 and float16 math runs on a CPU.
 NOTABLE_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
 
@@ -103,3 +106,21 @@ def graph_rewrite_unavailable(uses_gpus, cpuinfo="/proc/cpuinfo"):
                 "--precision bf16 or fp32")
     return None
 
+
+def _uses_gpus(settings):
+    """Returns whether the run trains on GPUs: some are visible and no flag keeps it on the CPU."""
+    return bool(tf.config.list_physical_devices("GPU")) and settings.cpu_replicas is None and settings.gpus != 0
+
+
+def resolved_precision(settings):
+    """Returns `settings` with --precision auto resolved (see auto_precision): the precision picked, and
+    `precision_requested` and `precision_reason` saying how. Raises FlagError (exit 2) for bf16-amp
+    where the rewrite would leave the model float32 (see graph_rewrite_unavailable)."""
+    if settings.precision in GRAPH_REWRITE_PRECISIONS:
+        unavailable = graph_rewrite_unavailable(_uses_gpus(settings))
+        if unavailable:
+            raise FlagError(f"--precision {settings.precision}: {unavailable}")
+    if settings.precision != "auto":
+        return settings.replace(precision_requested=settings.precision, precision_reason=None)
+    picked, why = auto_precision(_uses_gpus(settings))
+    return settings.replace(precision=picked, precision_requested="auto", precision_reason=why)

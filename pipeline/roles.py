@@ -11,7 +11,6 @@ import tensorflow as tf
 from acquisition import storage
 from hooks.loss_watch import DivergenceError
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
-from models import GRAPH_REWRITE_PRECISIONS
 from models.optimizers import precision
 from pipeline import determinism, ema as ema_lib, model_dir as model_dir_lib, training_record
 from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
@@ -20,7 +19,7 @@ from pipeline.errors import FlagError, TrainingError, UsageError
 from pipeline.estimator import build_estimator, build_run_config, latest_global_step
 from pipeline.finish import finish
 from pipeline.logs import configure_logging
-from pipeline.machine import auto_precision, graph_rewrite_unavailable
+from pipeline.machine import resolved_precision
 from pipeline.run_output import finished_results, print_header
 from pipeline.run_setup import cluster_plan, ensure_writable_dir, local_plan, prepare, warn_about
 from pipeline.settings import Settings
@@ -44,7 +43,7 @@ def run(task, args):
     cannot work.
     """
     configure_logging(args.verbose)
-    settings = _resolved_precision(Settings.from_args(args))
+    settings = resolved_precision(Settings.from_args(args))
     ensure_writable_dir(settings.model_dir)
     cluster = resolve_cluster(settings)
     if cluster is not None and settings.eval_only:
@@ -54,19 +53,6 @@ def run(task, args):
     ema_lib.check(settings, role in (run_local, run_chief))  # the roles that write the model dir read it
     with StopSignals() as stop, precision(settings.precision), determinism.turned_on(settings):
         return role(task, settings, cluster, stop)
-
-
-def _resolved_precision(settings):
-    """Returns `settings` with --precision auto resolved (see pipeline.machine.auto_precision): the
-    precision picked, and `precision_requested` and `precision_reason` saying how."""
-    uses_gpus = bool(tf.config.list_physical_devices("GPU")) and settings.cpu_replicas is None and settings.gpus != 0
-    unavailable = settings.precision in GRAPH_REWRITE_PRECISIONS and graph_rewrite_unavailable(uses_gpus)
-    if unavailable:
-        raise FlagError(f"--precision {settings.precision}: {unavailable}")
-    if settings.precision != "auto":
-        return settings.replace(precision_requested=settings.precision, precision_reason=None)
-    picked, why = auto_precision(uses_gpus)
-    return settings.replace(precision=picked, precision_requested="auto", precision_reason=why)
 
 
 def run_local(task, settings, cluster, stop):
