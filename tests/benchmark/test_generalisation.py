@@ -6,6 +6,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -88,6 +89,37 @@ def test_a_failed_run_names_its_last_line_and_its_log(tmp_path):
     with pytest.raises(TrainingError, match=r"exited 3: train.py: error: no data \(log: .*run.log\)"):
         generalisation._run([sys.executable, "-c", "import sys; print('noise'); "
                              "print('train.py: error: no data', file=sys.stderr); sys.exit(3)"], log)
+
+
+CHILD = """
+import os, sys, time
+from cluster.lifeline import follow_launcher
+assert follow_launcher() is not None
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(120)
+"""
+PARENT = """
+import sys
+from benchmark import generalisation
+generalisation._run([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
+"""
+
+
+def test_a_run_ends_when_the_measurement_is_killed(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD, str(pid_file), str(tmp_path / "run.log")],
+                              cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert parent.poll() is None and time.monotonic() < deadline, (tmp_path / "run.log").read_text()
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    parent.kill()
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{child}") and "zombie" not in open(f"/proc/{child}/status").read():
+        assert time.monotonic() < deadline, "the run outlived the measurement that started it"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("argv, fragment", [
