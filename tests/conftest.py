@@ -38,6 +38,13 @@ def assert_clean_failure(result, *fragments):
     return last
 
 
+def write_cpuinfo(tmp_path, flags):
+    """Writes a one-CPU /proc/cpuinfo with `flags` (beside fpu sse2 avx2) under `tmp_path`; returns its path."""
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu sse2 avx2 {flags}\n\n")
+    return str(path)
+
+
 def alive(pid):
     """Returns whether process `pid` runs (a zombie, ended but not yet reaped, does not)."""
     try:

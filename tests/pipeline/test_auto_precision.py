@@ -9,19 +9,14 @@ from pipeline.flags import build_parser
 from pipeline.machine import auto_precision
 from pipeline.roles import run
 from pipeline.tasks.fashion import TASK
-
-
-def cpuinfo(tmp_path, flags):
-    path = tmp_path / "cpuinfo"
-    path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu sse2 avx2 {flags}\n\n")
-    return str(path)
+from tests.conftest import write_cpuinfo
 
 
 @pytest.mark.parametrize("flags, expected", [("avx512f amx_tile amx_bf16 avx512_bf16", "bf16"),
                                              ("avx512f avx512_bf16", "bf16"),
                                              ("avx512f avx512_vnni", "fp32"), ("", "fp32")])
 def test_auto_picks_bf16_only_where_the_cpu_computes_it_natively(tmp_path, flags, expected):
-    picked, why = auto_precision(uses_gpus=False, cpuinfo=cpuinfo(tmp_path, flags))
+    picked, why = auto_precision(uses_gpus=False, cpuinfo=write_cpuinfo(tmp_path, flags))
     assert picked == expected
     assert ("amx_bf16" in why) == ("amx_bf16" in flags) and ("neither" in why) == (expected == "fp32")
 

@@ -15,15 +15,10 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 from models.optimizers import ONEDNN_BF16_REWRITE, precision
 from pipeline.estimator import session_config
 from pipeline.machine import graph_rewrite_unavailable
+from tests.conftest import write_cpuinfo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ON = rewriter_config_pb2.RewriterConfig.ON
-
-
-def cpuinfo(tmp_path, flags):
-    path = tmp_path / "cpuinfo"
-    path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu sse2 avx2 {flags}\n\n")
-    return str(path)
 
 
 def test_the_sessions_config_carries_the_rewrite_only_for_bf16_amp():
@@ -49,7 +44,7 @@ def test_tf_functions_get_the_rewrite_only_while_the_precision_is_entered():
                                                        (False, "avx512f", None),
                                                        (False, "avx512f avx512_bf16 amx_bf16", None)])
 def test_the_rewrite_is_refused_where_it_would_leave_the_model_float32(tmp_path, uses_gpus, flags, refused):
-    reason = graph_rewrite_unavailable(uses_gpus, cpuinfo(tmp_path, flags))
+    reason = graph_rewrite_unavailable(uses_gpus, write_cpuinfo(tmp_path, flags))
     assert (reason is None) == (refused is None)
     if refused:
         assert refused in reason and "--precision bf16" in reason
