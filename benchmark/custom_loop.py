@@ -89,8 +89,8 @@ def measure_custom_loop(task, task_args, plan, batch_size, warm_up_steps, timed_
         if i >= warm_up_steps:
             step_times.append(time.perf_counter() - wall)
             cpu_times.append(time.process_time() - cpu)
-    span = time.perf_counter() - span_start
-    return step_figures(step_times, global_batch, cpu_times, span), time.perf_counter() - start
+    figures = step_figures(step_times, global_batch, cpu_times, span_start, time.perf_counter())
+    return figures, time.perf_counter() - start
 
 
 def measure_limit(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -115,5 +115,5 @@ def measure_limit(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
         float(loop(features, labels, tf.constant(per_call)))  # waits for the call's last step
         step_times += [(time.perf_counter() - wall) / per_call] * per_call
         cpu_times += [(time.process_time() - cpu) / per_call] * per_call
-    span = time.perf_counter() - span_start
-    return step_figures(step_times, global_batch, cpu_times, span), time.perf_counter() - start
+    figures = step_figures(step_times, global_batch, cpu_times, span_start, time.perf_counter())
+    return figures, time.perf_counter() - start

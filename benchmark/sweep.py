@@ -102,7 +102,8 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
         span = SpanHook(warm_up_steps)
         start = time.perf_counter()
         estimator.train(data.train_input_fn, hooks=[hook] + run_loop_hooks + [span], max_steps=steps)
-        return step_figures(hook.step_times, global_batch, hook.cpu_times, span.seconds), time.perf_counter() - start
+        figures = step_figures(hook.step_times, global_batch, hook.cpu_times, span.started, span.stopped)
+        return figures, time.perf_counter() - start
 
 
 def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps):
@@ -118,7 +119,7 @@ def measure_keras(task, task_args, plan, batch_size, warm_up_steps, timed_steps)
     start = time.perf_counter()
     model.fit(data.train_input_fn(), steps_per_epoch=warm_up_steps + timed_steps, epochs=1, verbose=0,
               callbacks=[timer])
-    return (step_figures(timer.step_times, global_batch, timer.cpu_times, timer.span_end - timer.span_start),
+    return (step_figures(timer.step_times, global_batch, timer.cpu_times, timer.span_start, timer.span_end),
             time.perf_counter() - start)
 
 
@@ -135,7 +136,7 @@ def measure_input(input_fn, batch_size, warm_up_steps, timed_steps):
         next(iterator)
         step_times.append(time.perf_counter() - wall)
         cpu_times.append(time.process_time() - cpu)
-    return (step_figures(step_times, batch_size, cpu_times, time.perf_counter() - span_start),
+    return (step_figures(step_times, batch_size, cpu_times, span_start, time.perf_counter()),
             time.perf_counter() - start)
 
 
@@ -244,6 +245,8 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         "images_per_sec_span": figures["images_per_sec_span"],
         "step_time_mean": figures["step_time_mean"],
         "cpu_seconds_per_image": figures["cpu_seconds_per_image"],
+        "span_unix_start": figures["span_unix"][0],
+        "span_unix_end": figures["span_unix"][1],
         "total_seconds": seconds,
         # Derived: one epoch of the published training set at the measured rate (when there is one).
         "epoch_seconds": (task.full_train_examples / figures["images_per_sec"]

@@ -7,7 +7,7 @@ import tensorflow as tf
 from hooks.examples_per_second import throughput
 
 
-def step_figures(step_times, global_batch, cpu_times, span_seconds):
+def step_figures(step_times, global_batch, cpu_times, span_start, span_end):
     """Returns hooks.examples_per_second.throughput's figures (over the steps' own windows) and:
 
     images_per_sec_span: images over the wall time from the first timed step's start
@@ -15,11 +15,16 @@ def step_figures(step_times, global_batch, cpu_times, span_seconds):
     next call): the honest rate, and the one engines are compared with the limit by;
     images_per_sec_median: the global batch over the median step window, which a step
     slowed down by another process hardly moves (on a shared machine, a steadier
-    comparison of engines that time single steps; the limit times calls of several).
+    comparison of engines that time single steps; the limit times calls of several);
+    span_unix: the timed span's start and end in seconds since the epoch, by which other
+    records of the same process (oneDNN's verbose log, benchmark.kernels) find its steps.
+    `span_start` and `span_end` are time.perf_counter() readings.
     """
     figures = throughput(step_times, global_batch, cpu_times)
     figures["images_per_sec_median"] = global_batch / statistics.median(step_times)
-    figures["images_per_sec_span"] = global_batch * len(step_times) / span_seconds
+    figures["images_per_sec_span"] = global_batch * len(step_times) / (span_end - span_start)
+    to_unix = time.time() - time.perf_counter()
+    figures["span_unix"] = (span_start + to_unix, span_end + to_unix)
     return figures
 
 
@@ -39,8 +44,3 @@ class SpanHook(tf.estimator.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         self.stopped = self._clock()
-
-    @property
-    def seconds(self):
-        """Returns the timed span in seconds."""
-        return self.stopped - self.started

@@ -37,6 +37,7 @@ BAD_FLAGS = {
     "probe_peak.py": ["--precision", "fp64"],
     "compare_runs.py": ["--csv"],  # no DIR
     "measure_generalisation.py": ["--task", "fashion", "--output", "x", "--seeds", "1"],
+    "profile_kernels.py": ["--task", "fashion", "--gpus", "1"],
 }
 
 

@@ -1,0 +1,107 @@
+"""scripts/profile_kernels.py: oneDNN's verbose lines read into kernels per timed step, their FLOPs
+against hand counts, and a real benchmark run whose log is cut to its timed steps."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmark.kernels import parse_execution, problem_flops, read_executions, step_kernels
+from tests.conftest import ROOT
+
+# Lines as TensorFlow 2.15's oneDNN 3.2 prints them with ONEDNN_VERBOSE=1 ONEDNN_VERBOSE_TIMESTAMP=1.
+CONV = ("onednn_verbose,1795535056934.937012,exec,cpu,convolution,brgconv:avx512_core_bf16,forward_training,"
+        "src_bf16::blocked:acdb::f0 wei_bf16:a:blocked:AcdB64a2b::f0 bia_bf16:a:blocked:a::f0 "
+        "dst_bf16::blocked:acdb::f0,attr-scratchpad:user attr-post-ops:eltwise_relu ,alg:convolution_direct,"
+        "mb64_ic32oc64_ih13oh11kh3sh1dh0ph0_iw13ow11kw3sw1dw0pw0,3.7981")
+REORDER = ("onednn_verbose,1795535056929.781006,exec,cpu,reorder,jit:uni,undef,src_f32::blocked:cdba::f0 "
+           "dst_bf16:p:blocked:AcdB16a2b::f0,,,32x1x3x3,0.0371094")
+FPMATH_CONV = ("onednn_verbose,1795535056935.0,exec,cpu,convolution,brgconv:avx512_core_amx,backward_data,"
+               "src_f32::blocked:acdb::f0 wei_f32::blocked:AcdB64a::f0 dst_f32::blocked:acdb::f0,"
+               "attr-fpmath:bf16 attr-scratchpad:user ,alg:convolution_direct,"
+               "mb64_ic32oc64_ih13oh11kh3sh1dh0ph0_iw13ow11kw3sw1dw0pw0,1.5")
+GEMM = ("onednn_verbose,1795535057000.545898,exec,cpu,gemm_api,,undef,src_f32::blocked:ab:f0 "
+        "wei_f32::blocked:ba:f0 dst_f32::blocked:ab:f0,,,64x10:10x64,0.0090332")
+
+
+def test_an_exec_line_is_read_field_by_field():
+    conv = parse_execution(CONV)
+    assert (conv.unix_ms, conv.primitive, conv.implementation, conv.propagation, conv.types, conv.fpmath,
+            conv.ms) == (1795535056934.937012, "convolution", "brgconv:avx512_core_bf16", "forward_training",
+                         "bf16", "", 3.7981)
+    assert parse_execution(REORDER).types == "f32->bf16"  # a converting reorder says so
+    assert parse_execution(FPMATH_CONV).fpmath == "bf16"
+    gemm = parse_execution(GEMM)
+    assert (gemm.implementation, gemm.problem) == ("-", "64x10:10x64")
+    for other in ("onednn_verbose,info,oneDNN v3.2.1 (commit N/A)",
+                  CONV.replace(",1795535056934.937012,", ","),  # no timestamp: not this tool's log
+                  "benchmark: fashion, training ...", CONV.rsplit(",", 1)[0] + ",slow"):
+        assert parse_execution(other) is None
+    assert len(read_executions([CONV, "noise\n", GEMM + "\n"])) == 2
+
+
+def test_flops_match_hand_counts():
+    assert problem_flops("convolution", "mb64_ic32oc64_ih13oh11kh3sh1dh0ph0_iw13ow11kw3sw1dw0pw0") == \
+        2 * 64 * 64 * 11 * 11 * 32 * 3 * 3
+    # groups: each output sees ic / g input channels
+    assert problem_flops("convolution", "mb2_g4ic8oc8_ih5oh5kh3sh1dh0ph1_iw5ow5kw3sw1dw0pw1") == 2 * 2 * 8 * 25 * 2 * 9
+    assert problem_flops("convolution", "mb1_ic2oc3_id4od2kd3sd1dd0pd0_ih4oh2kh3sh1dh0ph0_iw4ow2kw3sw1dw0pw0") == \
+        2 * 3 * 8 * 2 * 27
+    assert problem_flops("inner_product", "mb64ic576oc64") == 2 * 64 * 576 * 64
+    assert problem_flops("inner_product", "mb8ic64ih5iw5oc10") == 2 * 8 * 64 * 25 * 10
+    assert problem_flops("matmul", "576x64:64x64") == 2 * 576 * 64 * 64
+    assert problem_flops("matmul", "2x3x4:2x4x5") == 2 * 2 * 3 * 4 * 5
+    assert problem_flops("gemm_api", "64x10:10x64") == 2 * 64 * 10 * 64
+    assert problem_flops("pooling", "mb64ic32_ih26oh13kh2sh2dh0ph0_iw26ow13kw2sw2dw0pw0") is None
+
+
+def test_kernels_are_counted_per_step_inside_the_span_and_read_against_their_types_peak():
+    def line(ms_since, primitive_line, ms):
+        fields = primitive_line.split(",")
+        fields[1], fields[-1] = f"{1_000_000 + ms_since:.3f}", str(ms)
+        return ",".join(fields)
+    executions = read_executions([line(-5, CONV, 100.0),  # a warm-up step: outside
+                                  line(1, CONV, 2.0), line(3, CONV, 4.0), line(4, FPMATH_CONV, 1.0),
+                                  line(5, REORDER, 0.5), line(20, CONV, 100.0)])  # after the span
+    kernels = step_kernels(executions, (1000.0, 1000.010), steps=2, peaks={"fp32": 1e11, "bf16": 1e12})
+    by_kind = {(k.implementation, k.types): k for k in kernels}
+    assert [k.ms_per_step for k in kernels] == [3.0, 0.5, 0.25]  # longest first
+    conv = by_kind["brgconv:avx512_core_bf16", "bf16"]
+    flops = 2 * 64 * 64 * 11 * 11 * 32 * 9
+    assert conv.calls_per_step == 1 and conv.flops_per_step == flops
+    assert conv.fraction_of_peak == pytest.approx(flops / 0.003 / 1e12)
+    assert conv.ms_at_peak == pytest.approx(1000 * flops / 1e12)
+    # an f32 kernel allowed to compute in bf16 is read against the bf16 peak
+    assert by_kind["brgconv:avx512_core_amx", "f32"].peak == 1e12
+    reorder = by_kind["jit:uni", "f32->bf16"]
+    assert reorder.flops_per_second is None and reorder.fraction_of_peak is None
+
+
+def test_a_real_benchmark_run_is_cut_to_its_timed_steps(tmp_path):
+    out = tmp_path / "profile"
+    batch, timed = 16, 3
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "profile_kernels.py"), "--task", "fashion", "--synthetic",
+         "--data", "synthetic", "--cpu-replicas", "1", "--engines", "estimator", "--batch-size", str(batch),
+         "--repeats", "1", "--warm-up-steps", "2", "--timed-steps", str(timed), "--output", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "onednn_verbose," not in done.stdout and "### estimator, fp32, batch 16" in done.stdout
+    assert (out / "kernels.md").read_text() in done.stdout
+    row = json.loads((out / "results.json").read_text())["rows"][0]
+    with open(out / "onednn_verbose.log") as log:
+        executions = read_executions(log)
+    kernels = step_kernels(executions, (row["span_unix_start"], row["span_unix_end"]), timed, {})
+    convolutions = {}
+    for k in kernels:
+        if k.primitive == "convolution":
+            convolutions[k.propagation] = convolutions.get(k.propagation, 0) + k.calls_per_step
+    # three convolutions; the first one's input (the image) gets no gradient
+    assert convolutions == {"forward_training": 3, "backward_weights": 3, "backward_data": 2}
+    forward = sum(k.flops_per_step for k in kernels
+                  if k.primitive == "convolution" and k.propagation == "forward_training")
+    assert forward == 2 * batch * (26 * 26 * 32 * 1 * 9 + 11 * 11 * 64 * 32 * 9 + 3 * 3 * 64 * 64 * 9)
+    # the warm-up steps (and the graph's first runs) were logged too, and left out
+    all_forward = sum(1 for e in executions if e.primitive == "convolution" and e.propagation == "forward_training")
+    assert all_forward >= 3 * (timed + 2)
