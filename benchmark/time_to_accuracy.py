@@ -71,7 +71,7 @@ def measure_time_to_accuracy(task, task_args, plan, config, target, seed, time_b
 
         def over_budget():
             return time_budget is not None and time.perf_counter() - started > time_budget
-        estimator, _ = estimator_lib.build_estimator(setup, cadence, figures=False)
+        estimator, _ = estimator_lib.build_estimator(setup, cadence, figures=False, saves_when_due=True)
         validation = TimedValidation(estimator, setup.data.validation_input_fn, cadence, model_dir, 0,
                                      BestKeeper(model_dir), EarlyStopping(stop_at_accuracy=target),
                                      stop_requested=over_budget, max_steps=setup.max_steps, started=started)

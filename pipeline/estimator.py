@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from hooks.checkpoint_saver import CadenceCheckpointSaverHook, CheckpointCadence
 from hooks.scores import add_scores_to_collection
 from hooks.stop import add_stop_agreement
 from input_fns import augmentation, mixing as mixing_lib
@@ -18,17 +19,25 @@ from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
 
 
-def build_estimator(setup, cadence=None, figures=True, probe_peak=True):
+def build_estimator(setup, cadence=None, figures=True, probe_peak=True, saves_when_due=False):
     """Returns (the Estimator of `setup`'s model, (its FLOPs per image, the devices' peak)), the
     model checked to fit the model dir's checkpoint; without `figures`, (the Estimator, None) and
     no MFU header lines (the benchmark's time to accuracy). With a validation `cadence`, checkpoints
     come at least as often as its evaluations. Without `probe_peak` an unknown peak is not probed (a
-    cluster's workers leave it to the chief)."""
+    cluster's workers leave it to the chief). With `saves_when_due` (one machine), checkpoints come every
+    --checkpoint-steps global steps counted from step 0 and at each step the cadence makes due
+    (hooks.checkpoint_saver); otherwise every --checkpoint-steps, at most the cadence's interval, counted
+    from the step training started at."""
     settings = setup.settings
     if settings.seed is not None:
         tf.keras.utils.set_random_seed(settings.seed)
-    checkpoint_steps = cadence.checkpoint_steps(setup.global_batch, settings.checkpoint_steps) if cadence \
-        else settings.checkpoint_steps  # each evaluation needs a checkpoint of its step
+    checkpoints = None
+    if saves_when_due:
+        checkpoints = CheckpointCadence(settings.checkpoint_steps, cadence.due if cadence else None)
+        checkpoint_steps = settings.checkpoint_steps
+    else:  # each evaluation needs a checkpoint at or after its step
+        checkpoint_steps = cadence.checkpoint_steps(setup.global_batch, settings.checkpoint_steps) if cadence \
+            else settings.checkpoint_steps
     config = build_run_config(
         settings.model_dir, setup.plan, checkpoint_steps, settings.summary_steps, settings.keep_checkpoints,
         settings.seed, session_config(settings.xla, settings.intra_op_threads, settings.inter_op_threads,
@@ -41,7 +50,8 @@ def build_estimator(setup, cadence=None, figures=True, probe_peak=True):
         print(mfu_lib.header_lines(*run_figures), flush=True)
     model_dir_lib.check_fits(settings.model_dir, keras_model)
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
-                                     settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema)
+                                     settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema,
+                                     checkpoints=checkpoints)
     return estimator, run_figures
 
 
@@ -91,7 +101,7 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
 
 
 def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), augment_seed=0, mixing=None,
-                         ema=None):
+                         ema=None, checkpoints=None):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     Each evaluation leaves each replica's probabilities, labels and file names (the
@@ -113,6 +123,9 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
 
     `ema` (a decay, or None) keeps a moving average of the weights that evaluations and exports read
     (see pipeline.ema); the Estimator's `moving_average` is then its ema.MovingAverage.
+
+    `checkpoints` (a hooks.checkpoint_saver.CheckpointCadence, or None for the Estimator's own saver
+    every save_checkpoints_steps since training started) is when training saves checkpoints.
     """
     with model_dir_lib.warm_start_lock(run_config.model_dir):
         estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
@@ -140,6 +153,8 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
             spec = _with_saver_without_duplicates(spec, keep)
+            if checkpoints is not None:
+                spec = _with_checkpoint_saver(spec, run_config, checkpoints)
             if synchronous_multi_worker():  # a stop signal ends every trainer after the same step
                 spec = spec._replace(train_op=add_stop_agreement(spec.train_op))
         if mode == tf.estimator.ModeKeys.EVAL:
@@ -201,6 +216,18 @@ def _with_saver_without_duplicates(spec, keep):
     if saver is None:
         return spec
     return spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
+
+
+def _with_checkpoint_saver(spec, run_config, checkpoints):
+    """Returns the training EstimatorSpec `spec` with a CadenceCheckpointSaverHook among its chief hooks,
+    which the Estimator then uses in place of its own. The hook saves with the spec's Saver when the
+    model_fn made one, else with the one the Estimator puts in the SAVERS collection, as the
+    Estimator's own hook would (under a distribution the Estimator's scaffold takes the first
+    replica's Saver: the same one)."""
+    scaffold = spec.scaffold if spec.scaffold is not None and spec.scaffold.saver is not None else None
+    hook = CadenceCheckpointSaverHook(run_config.model_dir, checkpoints, scaffold=scaffold,
+                                      save_graph_def=run_config.checkpoint_save_graph_def)
+    return spec._replace(training_chief_hooks=tuple(spec.training_chief_hooks) + (hook,))
 
 
 def saver_without_duplicates(keep):

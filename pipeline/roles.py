@@ -65,7 +65,7 @@ def run_local(task, settings, cluster, stop):
             return finished
         cadence = _cadence(setup)
         _announce(setup, cadence)
-        estimator, figures = build_estimator(setup, cadence)
+        estimator, figures = build_estimator(setup, cadence, saves_when_due=True)
         validation = _validation(setup, estimator, cadence, stop)
         hooks = build_training_hooks(setup, stop_hook(stop.requested, stop), validation).adding(
             listeners=[validation] if validation else [])

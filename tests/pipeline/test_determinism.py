@@ -44,7 +44,9 @@ def test_a_run_killed_with_sigkill_and_resumed_equals_a_straight_run(fashion_dat
                "--model-dir", str(killed), "--deterministic", "--warm-up-steps", "0", "--log-steps", "100", *common,
                "--max-steps", "60"]
     with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as process:
-        while tf.train.latest_checkpoint(str(killed)) != str(killed / "model.ckpt-30") and process.poll() is None:
+        # The Saver writes the meta graph last: a kill before it would forget checkpoint 30 (model_dir's
+        # forget_checkpoint_cut_before_its_meta_graph) and the resume would start from scratch.
+        while not (killed / "model.ckpt-30.meta").exists() and process.poll() is None:
             time.sleep(0.02)
         process.kill()  # at a step between the checkpoints of 30 and 60
         assert process.wait() == -signal.SIGKILL, process.stderr.read().decode()[-2000:]

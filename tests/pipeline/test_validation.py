@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from acquisition import class_folders
+from hooks.checkpoint_saver import CadenceTimer, CheckpointCadence
 from pipeline.validation.best import BEST_DIR, BEST_EXPORT_DIR, BestKeeper
 from pipeline.validation.cadence import Cadence
 from pipeline.validation.early_stopping import EarlyStopping
@@ -288,3 +289,32 @@ def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
     assert task_data.num_validation_examples == len(files) and not listing.exists()  # not before training
     task_data.train_input_fn()  # the Estimator builds training's input once every check has passed
     assert listing.read_text().splitlines() == files
+
+
+def test_the_checkpoint_timer_keeps_to_step_numbers_and_the_cadences_due_steps():
+    timer = CadenceTimer(CheckpointCadence(10, due=lambda step, last: step // 7 > last // 7))
+    assert timer.should_trigger_for_step(25)  # the first check of a session always saves
+    timer.update_last_triggered_step(25)  # resumed at 25: the next multiple of 10 is 30, not 35
+    triggered = []
+    for step in range(26, 50):
+        if timer.should_trigger_for_step(step):
+            timer.update_last_triggered_step(step)
+            triggered.append(step)
+    assert triggered == [28, 30, 35, 40, 42, 49]  # multiples of 10 and of the cadence's 7
+    assert not timer.should_trigger_for_step(49) and not timer.should_trigger_for_step(48)
+
+
+def test_epoch_evaluations_fall_on_the_epochs_ends_after_a_resume_with_another_batch(fashion_data_dir, tmp_path):
+    """718 training images: at 32 a step the first epoch ends at step 23, so a run to step 20 evaluates
+    only at its end. Resumed at 64 a step (2 replicas), the epochs end at steps 22 (640 + 2 x 64 >= 718)
+    and 33 (640 + 13 x 64 >= 1,436): evaluated there, each on a checkpoint of its own step. (The
+    Estimator's own saver counted from the resumed step: evaluations at 32 and 40.)"""
+    model_dir = str(tmp_path / "model")
+    common = ["--data-dir", fashion_data_dir, "--model-dir", model_dir, "--batch-size", "32", "--lr-scaling", "none",
+              "--eval-every-epochs", "1", "--warm-up-steps", "1", "--bootstrap-resamples", "10"]
+    run(fashion.TASK, build_parser(fashion.TASK).parse_args(common + ["--max-steps", "20"]))
+    results = run(fashion.TASK, build_parser(fashion.TASK).parse_args(
+        common + ["--cpu-replicas", "2", "--max-steps", "40"]))
+    assert [e["step"] for e in results["evaluations"]] == [20, 22, 33, 40]
+    saved = {int(name.split("-")[1].split(".")[0]) for name in os.listdir(model_dir) if name.endswith(".index")}
+    assert {22, 33, 40} <= saved and not saved & {32}
