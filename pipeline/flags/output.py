@@ -12,7 +12,8 @@ def add_output_flags(parser, task):
                         help="checkpoints, TensorBoard summaries and results.json; "
                              "a run with an existing model dir resumes from its latest checkpoint")
     output.add_argument("--checkpoint-steps", type=positive_int, default=500,
-                        help="save a checkpoint every N global steps (and at the end)")
+                        help="save a checkpoint at every multiple of N global steps, counted from step 0 "
+                             "across resumes (and at the end, and at each step a validation is due)")
     output.add_argument("--keep-checkpoints", type=positive_int, default=5,
                         help="number of most recent checkpoints kept")
     output.add_argument("--summary-steps", type=positive_int, default=100,
