@@ -1,13 +1,13 @@
 """Early stopping: what counts as an improvement (--min-delta), the stop read back from the record
 after a kill, the validation a killed run never made, and the flags refused where nothing can stop."""
-import subprocess
-import sys
+import types
 
+from pipeline.cli import train_main
 from pipeline.validation import early_stopping
 from pipeline.flags import build_parser
 from pipeline.roles import run
 from pipeline.tasks import fashion
-from tests.conftest import ROOT, assert_clean_failure
+from tests.conftest import assert_clean_failure
 from tests.pipeline.test_validation import fake_checkpoint, listener, train_to
 
 
@@ -75,12 +75,12 @@ def test_a_real_flat_run_stops_after_patience_evaluations(fashion_data_dir, tmp_
                                          "min_delta": 0.0}
 
 
-def refused(*flags):
-    return subprocess.run([sys.executable, f"{ROOT}/scripts/train_fashion.py", *flags], capture_output=True, text=True,
-                          timeout=120)
+def test_early_stopping_with_nothing_to_watch_is_refused_before_training(fashion_data_dir, tmp_path, capsys):
+    def refused(*flags):  # train_fashion.py's command line, in this process: a refusal needs no new TensorFlow
+        code = train_main(fashion.TASK, list(flags))
+        captured = capsys.readouterr()
+        return types.SimpleNamespace(returncode=code, stdout=captured.out, stderr=captured.err)
 
-
-def test_early_stopping_with_nothing_to_watch_is_refused_before_training(fashion_data_dir, tmp_path):
     no_split = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "a"), "--validation-fraction",
                        "0", "--patience", "2", "--max-steps", "5")
     assert no_split.returncode == 2

@@ -315,6 +315,7 @@ def test_epoch_evaluations_fall_on_the_epochs_ends_after_a_resume_with_another_b
     run(fashion.TASK, build_parser(fashion.TASK).parse_args(common + ["--max-steps", "20"]))
     results = run(fashion.TASK, build_parser(fashion.TASK).parse_args(
         common + ["--cpu-replicas", "2", "--max-steps", "40"]))
+    assert results["train_examples"] == 718
     assert [e["step"] for e in results["evaluations"]] == [20, 22, 33, 40]
     saved = {int(name.split("-")[1].split(".")[0]) for name in os.listdir(model_dir) if name.endswith(".index")}
     assert {22, 33, 40} <= saved and not saved & {32}
