@@ -79,10 +79,10 @@ def build_benchmark_parser():
 
 def main(argv=None):
     """Runs the benchmark command line; returns the exit code."""
-    return run_command(build_benchmark_parser(), lambda parsed: _benchmark(*parsed), argv, parse=_parse)
+    return run_command(build_benchmark_parser(), lambda parsed: _benchmark(*parsed), argv, parse=parse_args)
 
 
-def _parse(parser, argv):
+def parse_args(parser, argv):
     """Returns (sweep args, task, the task's args, input-only variants or None)."""
     args, task, task_args = parse_tool_args(parser, argv)
     variants = None
@@ -124,11 +124,13 @@ def _check_time_to_accuracy(parser, args, task_args):
 def _benchmark(args, task, task_args, variants):
     import tensorflow as tf  # only once the arguments are known good
     from benchmark import report as report_lib, sweep
+    from cluster.lifeline import follow_launcher
     from benchmark.tiny_model import TinyModelTask
     from pipeline.logs import configure_logging
     from pipeline.machine import describe_cpu, describe_gpus
 
     configure_logging(task_args.verbose)
+    follow_launcher()  # started by a tool that holds a lifeline (profile_kernels.py): end with it
     if args.tiny_model:
         task = TinyModelTask(task)
     use_gpus = args.gpus is not None

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from benchmark import paired
-from cluster.lifeline import LIFELINE_VARIABLE
+from cluster.lifeline import held_lifeline
 from pipeline.errors import TrainingError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,14 +61,8 @@ def _run(command, log_path):
     """Runs `command` with its output in `log_path`; raises TrainingError naming the log on failure.
     The run holds the read end of a lifeline (cluster.lifeline, which every job follows): if this
     process dies, kill -9 included, the run checkpoints and ends rather than train on unwatched."""
-    lifeline, held = os.pipe()
-    try:
-        with open(log_path, "w") as log:
-            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, pass_fds=(lifeline,),
-                                   env=dict(os.environ, **{LIFELINE_VARIABLE: str(lifeline)}))
-    finally:
-        os.close(lifeline)
-        os.close(held)
+    with held_lifeline() as (env, lifeline), open(log_path, "w") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, pass_fds=(lifeline,), env=env)
     if code:
         with open(log_path) as log:
             last = (log.read().strip().splitlines() or ["(no output)"])[-1]

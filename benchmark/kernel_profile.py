@@ -5,7 +5,8 @@ import os
 import subprocess
 import sys
 
-from benchmark import cli as benchmark_cli
+from benchmark import cli as benchmark_cli, kernels
+from cluster.lifeline import held_lifeline
 from pipeline.cli import run_command
 from pipeline.errors import UsageError
 
@@ -31,7 +32,7 @@ def build_parser():
 def _parse(parser, argv):
     """Returns (the benchmark's args, the argv to run it with); refuses what has no oneDNN kernels to show."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = benchmark_cli._parse(parser, argv)[0]  # noqa: SLF001 - the benchmark's own checks, exit 2
+    args = benchmark_cli.parse_args(parser, argv)[0]  # the benchmark's own checks, exit 2
     if args.gpus:
         parser.error("argument --gpus: oneDNN's log covers the CPU's kernels only; use --cpu-replicas")
     if args.input_only or args.target_accuracy is not None:
@@ -42,11 +43,10 @@ def _parse(parser, argv):
 
 def _run_benchmark(argv, log_path):
     """Runs the benchmark with the verbose log on: its own lines to stdout, oneDNN's to `log_path`.
-    Returns its exit code."""
-    from benchmark.kernels import VERBOSE_ENVIRONMENT  # noqa: PLC0415
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **VERBOSE_ENVIRONMENT)
-    with open(log_path, "w") as log, subprocess.Popen([sys.executable, BENCHMARK, *argv], env=env,
-                                                      stdout=subprocess.PIPE, text=True) as child:
+    Returns its exit code. The benchmark holds this process's lifeline: it ends if this one is killed."""
+    with held_lifeline() as (env, lifeline), open(log_path, "w") as log, subprocess.Popen(
+            [sys.executable, BENCHMARK, *argv], env=dict(env, PYTHONUNBUFFERED="1", **kernels.VERBOSE_ENVIRONMENT),
+            pass_fds=(lifeline,), stdout=subprocess.PIPE, text=True) as child:
         try:
             for line in child.stdout:
                 (log if line.startswith("onednn_verbose,") else sys.stdout).write(line)
@@ -58,7 +58,6 @@ def _run_benchmark(argv, log_path):
 
 def profile(parsed):
     """Runs the benchmark, writes kernels.md and prints it; returns the exit code."""
-    from benchmark import kernels  # noqa: PLC0415
     from pipeline.machine import describe_cpu  # noqa: PLC0415
     from pipeline.peak import machine_peak  # noqa: PLC0415
     args, argv = parsed

@@ -159,7 +159,7 @@ def row_report(row, kernels):
 
 def report(rows, executions, peaks, header):
     """Returns the markdown report of every benchmark row: its kernels per timed step."""
-    lines = [f"# oneDNN kernels per timed step", "", header, "",
+    lines = ["# oneDNN kernels per timed step", "", header, "",
              "Peaks read against: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" if v else f"{p} unknown"
                                                 for p, v in sorted(peaks.items())), ""]
     for row in rows:

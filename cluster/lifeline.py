@@ -12,14 +12,28 @@ Not a parent-death signal (prctl PR_SET_PDEATHSIG): the kernel sends that again
 each time the task is handed on to another of the dying launcher's threads, and
 a second SIGTERM stops a job at once, without its checkpoint.
 """
-import signal
+import contextlib
 import os
+import signal
 import threading
 import time
 
 LIFELINE_VARIABLE = "LOCAL_CLUSTER_LIFELINE_FD"
 GRACE_VARIABLE = "LOCAL_CLUSTER_GRACE_SECS"
 LAUNCHER_LOST_EXIT = 137  # as if killed by SIGKILL after the grace period, which the launcher would have sent
+
+
+@contextlib.contextmanager
+def held_lifeline():
+    """Holds a lifeline for one child started inside the block (a tool's training run or benchmark, not
+    a cluster: the launcher keeps its own); yields (the child's environment, the descriptor to pass it
+    with pass_fds). A child that follows it (follow_launcher) ends when this process dies."""
+    lifeline, held = os.pipe()
+    try:
+        yield dict(os.environ, **{LIFELINE_VARIABLE: str(lifeline)}), lifeline
+    finally:
+        os.close(lifeline)
+        os.close(held)
 
 
 def follow_launcher(environ=None):

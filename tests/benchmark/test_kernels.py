@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -105,3 +106,22 @@ def test_a_real_benchmark_run_is_cut_to_its_timed_steps(tmp_path):
     # the warm-up steps (and the graph's first runs) were logged too, and left out
     all_forward = sum(1 for e in executions if e.primitive == "convolution" and e.propagation == "forward_training")
     assert all_forward >= 3 * (timed + 2)
+
+
+def test_the_benchmark_ends_when_the_profiler_is_killed(tmp_path):
+    profiler = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "scripts", "profile_kernels.py"), "--task", "fashion", "--synthetic",
+         "--data", "synthetic", "--cpu-replicas", "1", "--engines", "estimator", "--batch-size", "8", "--repeats",
+         "1", "--timed-steps", "1000000", "--output", str(tmp_path / "profile")],  # never ends by itself
+        stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert "benchmark: fashion" in profiler.stdout.readline()  # the benchmark runs, under the profiler
+        with open(f"/proc/{profiler.pid}/task/{profiler.pid}/children") as f:
+            benchmark = int(f.read().split()[0])
+    finally:
+        profiler.kill()
+        profiler.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{benchmark}") and "zombie" not in open(f"/proc/{benchmark}/status").read():
+        assert time.monotonic() < deadline, "the benchmark outlived the profiler that started it"
+        time.sleep(0.05)
