@@ -2,6 +2,7 @@
 starts, so the same process can train on 1 replica and mirror over 2."""
 import os
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -52,6 +53,14 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def assert_ends(pid, seconds, message):
+    """Asserts that process `pid` stops running within `seconds` (polling `alive`)."""
+    deadline = time.monotonic() + seconds
+    while alive(pid):
+        assert time.monotonic() < deadline, message
+        time.sleep(0.05)
 
 
 def pytest_configure(config):

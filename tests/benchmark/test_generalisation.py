@@ -12,8 +12,7 @@ import pytest
 
 from benchmark import generalisation, paired
 from pipeline.errors import TrainingError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.conftest import ROOT, assert_ends
 
 
 @pytest.mark.parametrize("probability", [0.9, 0.975, 0.995])
@@ -116,10 +115,7 @@ def test_a_run_ends_when_the_measurement_is_killed(tmp_path):
     child = int(pid_file.read_text())
     parent.kill()
     parent.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while os.path.exists(f"/proc/{child}") and "zombie" not in open(f"/proc/{child}/status").read():
-        assert time.monotonic() < deadline, "the run outlived the measurement that started it"
-        time.sleep(0.05)
+    assert_ends(child, 30, "the run outlived the measurement that started it")
 
 
 @pytest.mark.parametrize("argv, fragment", [

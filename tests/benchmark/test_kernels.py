@@ -4,12 +4,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from benchmark.kernels import parse_execution, problem_flops, read_executions, step_kernels
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_ends
 
 # Lines as TensorFlow 2.15's oneDNN 3.2 prints them with ONEDNN_VERBOSE=1 ONEDNN_VERBOSE_TIMESTAMP=1.
 CONV = ("onednn_verbose,1795535056934.937012,exec,cpu,convolution,brgconv:avx512_core_bf16,forward_training,"
@@ -121,7 +120,4 @@ def test_the_benchmark_ends_when_the_profiler_is_killed(tmp_path):
     finally:
         profiler.kill()
         profiler.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while os.path.exists(f"/proc/{benchmark}") and "zombie" not in open(f"/proc/{benchmark}/status").read():
-        assert time.monotonic() < deadline, "the benchmark outlived the profiler that started it"
-        time.sleep(0.05)
+    assert_ends(benchmark, 30, "the benchmark outlived the profiler that started it")
