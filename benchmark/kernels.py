@@ -90,6 +90,7 @@ class KernelFigures:
     ms_per_step: float
     flops_per_step: Optional[float]
     peak: Optional[float]  # FLOP/s of the type it computes in
+    problem: str = ""  # the problem's shape, when the kernel is one layer's
 
     @property
     def flops_per_second(self):
@@ -113,20 +114,22 @@ def compute_type(execution):
     return "bf16" if execution.types == "bf16" or execution.fpmath in ("bf16", "any") else "fp32"
 
 
-def step_kernels(executions, span_unix, steps, peaks):
+def step_kernels(executions, span_unix, steps, peaks, by_layer=False):
     """Returns the KernelFigures of the executions inside `span_unix` (seconds since the epoch),
-    per step over `steps`, the longest first; `peaks` maps 'fp32'/'bf16' to FLOP/s (or None)."""
+    per step over `steps`, the longest first; `peaks` maps 'fp32'/'bf16' to FLOP/s (or None).
+    By layer: only the kernels with a FLOP count, one per problem shape as well."""
     start_ms, end_ms = 1000 * span_unix[0], 1000 * span_unix[1]
     groups = collections.defaultdict(list)
     for e in executions:
-        if start_ms <= e.unix_ms <= end_ms:
-            groups[(e.primitive, e.propagation, e.implementation, e.types, compute_type(e))].append(e)
+        if start_ms <= e.unix_ms <= end_ms and (not by_layer or problem_flops(e.primitive, e.problem)):
+            problem = e.problem if by_layer else ""
+            groups[(e.primitive, e.propagation, e.implementation, e.types, compute_type(e), problem)].append(e)
     kernels = []
-    for (primitive, propagation, implementation, types, computes), members in groups.items():
+    for (primitive, propagation, implementation, types, computes, problem), members in groups.items():
         flops = [problem_flops(e.primitive, e.problem) for e in members]
         kernels.append(KernelFigures(
             primitive, propagation, implementation, types, len(members) / steps, sum(e.ms for e in members) / steps,
-            sum(flops) / steps if None not in flops else None, peaks.get(computes)))
+            sum(flops) / steps if None not in flops else None, peaks.get(computes), problem))
     return sorted(kernels, key=lambda k: -k.ms_per_step)
 
 
@@ -134,8 +137,16 @@ def _number(value, digits=2):
     return "" if value is None else f"{value:,.{digits}f}"
 
 
-def row_report(row, kernels):
-    """Returns the markdown lines of one benchmark row's kernels: a table and what it adds up to."""
+def _figures(k, step_ms):
+    """Returns the table cells every kernel has: calls, time, share, FLOP/s and how near the peak."""
+    gflops = k.flops_per_second / 1e9 if k.flops_per_second else None
+    return (f"{k.calls_per_step:g} | {k.ms_per_step:.3f} | {100 * k.ms_per_step / step_ms:.1f}% | "
+            f"{_number(gflops, 1)} | {_number(k.fraction_of_peak)} | {_number(k.ms_at_peak, 3)} |")
+
+
+def row_report(row, kernels, layers):
+    """Returns the markdown lines of one benchmark row's kernels: a table of kernels, what they add up
+    to, and a table of the `layers` (the same kernels with a FLOP count, one per problem shape)."""
     step_ms = 1000 * row["global_batch_size"] / row["images_per_sec_span"]
     in_onednn = sum(k.ms_per_step for k in kernels)
     counted = [k for k in kernels if k.ms_at_peak is not None]
@@ -149,11 +160,14 @@ def row_report(row, kernels):
              f"over the whole step (the MFU by oneDNN's own count of what it computed).", "",
              "| primitive | pass | implementation | type | calls/step | ms/step | share of step | GFLOP/s | "
              "of peak | ms at peak |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for k in kernels:
-        gflops = k.flops_per_second / 1e9 if k.flops_per_second else None
-        lines.append(f"| {k.primitive} | {k.propagation} | {k.implementation} | {k.types} | {k.calls_per_step:g} | "
-                     f"{k.ms_per_step:.3f} | {100 * k.ms_per_step / step_ms:.1f}% | {_number(gflops, 1)} | "
-                     f"{_number(k.fraction_of_peak)} | {_number(k.ms_at_peak, 3)} |")
+    lines += [f"| {k.primitive} | {k.propagation} | {k.implementation} | {k.types} | {_figures(k, step_ms)}"
+              for k in kernels]
+    lines += ["", "Layer by layer (each problem shape a pass computes: layers of one shape share a row, "
+              "their calls counted; the longest first):", "",
+              "| primitive | pass | problem | implementation | type | calls/step | ms/step | share of step | "
+              "GFLOP/s | of peak | ms at peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {k.primitive} | {k.propagation} | `{k.problem}` | {k.implementation} | {k.types} | "
+              f"{_figures(k, step_ms)}" for k in layers]
     return lines
 
 
@@ -163,8 +177,9 @@ def report(rows, executions, peaks, header):
              "Peaks read against: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" if v else f"{p} unknown"
                                                 for p, v in sorted(peaks.items())), ""]
     for row in rows:
-        kernels = step_kernels(executions, (row["span_unix_start"], row["span_unix_end"]), row["timed_steps"], peaks)
-        lines += (row_report(row, kernels) if kernels else
+        span, steps = (row["span_unix_start"], row["span_unix_end"]), row["timed_steps"]
+        kernels = step_kernels(executions, span, steps, peaks)
+        lines += (row_report(row, kernels, step_kernels(executions, span, steps, peaks, by_layer=True)) if kernels else
                   [f"### {row['engine']}, {row['precision']}, batch {row['global_batch_size']}", "",
                    "oneDNN logged no kernel in its timed steps."]) + [""]
     return "\n".join(lines)

@@ -78,6 +78,21 @@ def test_kernels_are_counted_per_step_inside_the_span_and_read_against_their_typ
     assert reorder.flops_per_second is None and reorder.fraction_of_peak is None
 
 
+def test_layers_are_kernels_split_by_problem_shape_with_only_those_that_compute():
+    first_layer = CONV.replace("mb64_ic32oc64_ih13oh11", "mb64_ic1oc32_ih28oh26").replace("iw13ow11", "iw28ow26")
+    executions = read_executions([CONV.replace(",3.7981", ",4.0"), first_layer.replace(",3.7981", ",1.0"),
+                                  CONV.replace(",3.7981", ",2.0"), REORDER])
+    span, peaks = (0, 2e12), {"bf16": 1e12}
+    layers = step_kernels(executions, span, steps=1, peaks=peaks, by_layer=True)
+    assert [(k.problem.split("_")[1], k.calls_per_step, k.ms_per_step) for k in layers] == \
+        [("ic32oc64", 2, 6.0), ("ic1oc32", 1, 1.0)]  # the reorder computes nothing: not a layer
+    assert layers[1].flops_per_step == 2 * 64 * 32 * 26 * 26 * 1 * 9
+    # the layers add up to the kernels they split
+    kernel = step_kernels(executions, span, steps=1, peaks=peaks)[0]
+    assert (kernel.problem, kernel.ms_per_step, kernel.flops_per_step) == \
+        ("", 7.0, sum(k.flops_per_step for k in layers))
+
+
 def test_a_real_benchmark_run_is_cut_to_its_timed_steps(tmp_path):
     out = tmp_path / "profile"
     batch, timed = 16, 3
@@ -88,7 +103,11 @@ def test_a_real_benchmark_run_is_cut_to_its_timed_steps(tmp_path):
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "onednn_verbose," not in done.stdout and "### estimator, fp32, batch 16" in done.stdout
-    assert (out / "kernels.md").read_text() in done.stdout
+    text = (out / "kernels.md").read_text()
+    assert text in done.stdout
+    # the layer table names each of the three convolutions' shapes
+    for shape in ("mb16_ic1oc32_ih28oh26", "mb16_ic32oc64_ih13oh11", "mb16_ic64oc64_ih5oh3"):
+        assert f"| convolution | backward_weights | `{shape}" in text
     row = json.loads((out / "results.json").read_text())["rows"][0]
     with open(out / "onednn_verbose.log") as log:
         executions = read_executions(log)
