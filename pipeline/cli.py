@@ -45,7 +45,8 @@ def run_command(parser, work, argv=None, parse=None):
         message, code = _io_failure(e.errno, e.strerror or str(e), e.filename, args), 1
         _show_traceback(e)
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, told apart below
-        message, code = out_of_memory_message(e, args) or _tensorflow_failure(e, args), 1
+        # A full disk is a ResourceExhaustedError too: the file's failure is read first.
+        message, code = _tensorflow_failure(e, args) or out_of_memory_message(e, args), 1
         if message is None:
             raise
         _show_traceback(e)
@@ -89,9 +90,10 @@ def _tensorflow_failure(error, args):
         return None
     model_dir = getattr(args, "model_dir", None)
     for line in error.message.splitlines():
-        number = next((n for words, n in _TF_IO_WORDS.items() if words in line), None)
-        if number is not None:
-            return _io_failure(number, line.strip(), None, args)
+        words = next((words for words in _TF_IO_WORDS if words in line), None)
+        if words is not None:
+            path = _PATH.search(line)
+            return _io_failure(_TF_IO_WORDS[words], words, path.group(0) if path else None, args)
     # Saver.restore's words for a checkpoint of another graph: other shapes, or other variables
     # (a loss-scaling optimizer's under --precision fp16, say).
     if any(words in error.message for words in _MISMATCH):
@@ -133,6 +135,7 @@ _IO_ADVICE = {
     errno.ENOTDIR: "a part of that path is a file, not a folder: pass another {flag}",
     errno.EISDIR: "that path is a folder where a file is needed: pass another {flag}",
     errno.EIO: "the disk reported an input/output error: check the disk, or pass another {flag}",
+    errno.EMFILE: "the process has too many files open: raise its limit (ulimit -n) and run again",
 }
 _WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}  # failures only a write meets
 # TensorFlow's errors on a URL's file system, by class, mapped to the errno whose advice fits.
@@ -141,7 +144,10 @@ _TF_ERROR_NUMBERS = {"PermissionDeniedError": errno.EACCES, "UnauthenticatedErro
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\",;)]+")
 # TensorFlow's file errors carry no errno: their words, mapped to one.
 _TF_IO_WORDS = {"No space left on device": errno.ENOSPC, "File too large": errno.EFBIG,
-                "Disk quota exceeded": errno.EDQUOT, "Read-only file system": errno.EROFS}
+                "Disk quota exceeded": errno.EDQUOT, "Read-only file system": errno.EROFS,
+                "Too many open files": errno.EMFILE}
+# The local file a TensorFlow file error names, where it names one (not a URL's path).
+_PATH = re.compile(r"(?<![\w:/.])/[^\s;,'\"]+")
 
 
 def _io_failure(error_number, what, filename, args):

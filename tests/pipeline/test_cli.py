@@ -74,3 +74,24 @@ def test_a_failure_on_a_url_names_the_bucket_the_cause_and_the_advice_of_its_err
                            "(Error executing an HTTP request: HTTP response code 403 with body '...': no permission"), line
     assert "you have no permission there: fix the permissions" in line and "it resumes from the latest whole " \
         "checkpoint in /runs/m" in line and "\n" not in line
+
+
+@pytest.mark.parametrize("words,advice", [
+    ("No space left on device", "a write failed: No space left on device (/runs/m/model.ckpt-40_temp/part-00000-of-"
+                                "00001.data-00000-of-00001.tempstate1); the disk is full: free some space on it, or "
+                                "pass another --model-dir; then run the same command: it resumes"),
+    ("Too many open files", "a file operation failed: Too many open files (/runs/m/events.out.tfevents.1); the "
+                            "process has too many files open: raise its limit (ulimit -n) and run again"),
+])
+def test_a_file_error_tensorflow_raises_as_resources_exhausted_is_not_called_out_of_memory(capsys, words, advice):
+    import tensorflow as tf
+    path = ("/runs/m/model.ckpt-40_temp/part-00000-of-00001.data-00000-of-00001.tempstate1"
+            if words.startswith("No space") else "/runs/m/events.out.tfevents.1")
+    # TensorFlow maps ENOSPC, EDQUOT and EMFILE to RESOURCE_EXHAUSTED, the class of running out of memory
+    parser, work = fail_with(tf.errors.ResourceExhaustedError(
+        None, None, f"Graph execution error:\n\nDetected at node 'save/SaveV2' defined at (most recent call last):\n"
+                    f"  File \"job.py\", line 1\n{path}; {words}\n\t [[{{{{node save/SaveV2}}}}]]"))
+    assert run_command(parser, work, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"job.py: error: {advice}"), line
+    assert "memory" not in line and "--batch-size" not in line and "\n" not in line

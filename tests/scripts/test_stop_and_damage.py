@@ -101,13 +101,37 @@ def two_checkpoints(two_checkpoints_made_once, fashion_data_dir, tmp_path):
     """A model dir of its own with checkpoints at steps 10 and 20, and the command that trains it
     to 30: a copy of one trained once, its checkpoint state and results naming the copy, as two
     runs there would have written them (the checkpoint state holds absolute paths)."""
-    model_dir = tmp_path / "m"
-    shutil.copytree(two_checkpoints_made_once, model_dir)
+    model_dir = copy_model_dir(two_checkpoints_made_once, tmp_path / "m")
+    return model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30")
+
+
+def copy_model_dir(source, model_dir):
+    """Returns `model_dir`, a copy of `source` whose checkpoint state and results name the copy."""
+    shutil.copytree(source, model_dir)
     for name in ("checkpoint", "results.json"):
         text = (model_dir / name).read_text()
-        assert str(two_checkpoints_made_once) in text, text
-        (model_dir / name).write_text(text.replace(str(two_checkpoints_made_once), str(model_dir)))
-    return model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30")
+        assert str(source) in text, text
+        (model_dir / name).write_text(text.replace(str(source), str(model_dir)))
+    return model_dir
+
+
+@pytest.fixture()
+def two_checkpoints_on_a_small_disk(two_checkpoints_made_once, fashion_data_dir, tmp_path):
+    """Like two_checkpoints, on a file system of its own (a tmpfs mounted for the test) with 300 KB left
+    after the copy: less than the run's next graph file or checkpoint. Yields the model dir, the command
+    and the mount point."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root (as .ci/run has)")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    pages = sum(-(-os.path.getsize(os.path.join(folder, f)) // 4096) for folder, _, files in
+                os.walk(two_checkpoints_made_once) for f in files)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={pages * 4096 + 300_000}", "tmpfs", str(mount)], check=True)
+    try:
+        model_dir = copy_model_dir(two_checkpoints_made_once, mount / "m")
+        yield model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30"), mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
 
 def truncate_data(prefix):
@@ -223,6 +247,23 @@ def test_a_full_disk_is_one_line_loses_nothing_and_its_leftovers_go(two_checkpoi
     assert_clean_failure(full, "a write failed:", "File too large", "run the same command: it resumes")
     assert {f: (model_dir / f).read_bytes() for f in before} == before  # every checkpoint and result intact
     assert any("_temp" in f or ".tmp" in f for f in os.listdir(model_dir)), what  # half-written leftovers
+    again = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not any("_temp" in f or ".tmp" in f for f in os.listdir(model_dir))
+    assert json.loads((model_dir / "results.json").read_text())["global_step"] == 30
+
+
+def test_a_disk_that_fills_up_is_one_line_naming_it_not_memory_and_loses_nothing(two_checkpoints_on_a_small_disk):
+    model_dir, train, mount = two_checkpoints_on_a_small_disk
+    before = {f: (model_dir / f).read_bytes() for f in os.listdir(model_dir)
+              if f.startswith(("model.ckpt-", "results.json", "checkpoint"))}
+    full = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    # TensorFlow raises ENOSPC as a ResourceExhaustedError, the class it raises for memory too
+    assert_clean_failure(full, "a write failed: No space left on device (", "the disk is full",
+                         "pass another --model-dir", "run the same command: it resumes")
+    assert "memory" not in full.stderr
+    assert {f: (model_dir / f).read_bytes() for f in before} == before  # every checkpoint and result intact
+    subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)  # space freed
     again = subprocess.run(train, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert not any("_temp" in f or ".tmp" in f for f in os.listdir(model_dir))
