@@ -7,6 +7,7 @@ import benchmark
 from models import PRECISIONS
 from pipeline.cli import run_command, set_tensorflow_environment
 from pipeline.flag_types import fraction, positive_float, positive_int
+from pipeline.flags.devices import MAX_CPU_REPLICAS
 from pipeline.tasks.registry import TASKS, parse_tool_args, tool_parser
 
 
@@ -92,6 +93,9 @@ def parse_args(parser, argv):
             variants = choice_list(known)(args.variants or ",".join(known))
         except argparse.ArgumentTypeError as e:
             parser.error(f"argument --variants: {e}")
+    if args.cpu_replicas and max(args.cpu_replicas) > MAX_CPU_REPLICAS:
+        parser.error(f"argument --cpu-replicas: at most {MAX_CPU_REPLICAS} logical CPU devices, got "
+                     f"{max(args.cpu_replicas)}")
     if args.input_only and args.tiny_model:
         parser.error("argument --tiny-model: --input-only measures no model; use one or the other")
     if args.target_accuracy is None:

@@ -4,6 +4,9 @@ from pipeline.flag_types import int_in_range, non_negative_int, positive_int
 
 
 STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
+# Logical CPU devices test the multi-replica path; each is a device of its own in TensorFlow, and
+# a thousand of them took 12 GB and a quarter of an hour to set up, deaf to stop signals.
+MAX_CPU_REPLICAS = 64
 
 
 def add_device_flags(parser):
@@ -12,9 +15,9 @@ def add_device_flags(parser):
     devices.add_argument("--gpus", type=non_negative_int, default=None,
                          help="mirror training over the first N GPUs (NCCL all-reduce); "
                               "default: every visible GPU, or the CPU when there is none")
-    devices.add_argument("--cpu-replicas", type=positive_int, default=None,
-                         help="mirror training over N logical CPU devices instead of GPUs "
-                              "(tests the multi-replica path without a GPU)")
+    devices.add_argument("--cpu-replicas", type=int_in_range(1, MAX_CPU_REPLICAS), default=None,
+                         help=f"mirror training over N logical CPU devices instead of GPUs, up to "
+                              f"{MAX_CPU_REPLICAS} (tests the multi-replica path without a GPU)")
 
     devices.add_argument("--strategy", choices=STRATEGIES, default="mirrored",
                          help="one machine: 'mirrored' (a copy of the variables on each replica) or "

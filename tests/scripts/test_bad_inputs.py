@@ -221,6 +221,11 @@ BAD_FLAGS = {
                                      "--augment: flip=vertical is not allowed for this job: an upside-down B-scan"),
     "benchmark-zero-timed-steps": ("benchmark.py", ["--task", "fashion", "--timed-steps", "0"],
                                    "--timed-steps: must be greater than 0"),
+    # a thousand logical devices took 12 GB and a quarter of an hour to set up, deaf to SIGTERM
+    "too-many-cpu-replicas": ("train_fashion.py", ["--synthetic", "--cpu-replicas", "1000"],
+                              "--cpu-replicas: must be from 1 to 64, got 1000"),
+    "benchmark-too-many-cpu-replicas": ("benchmark.py", ["--task", "fashion", "--cpu-replicas", "2,65"],
+                                        "--cpu-replicas: at most 64 logical CPU devices, got 65"),
 }
 
 
