@@ -18,10 +18,13 @@ from typing import Dict, Tuple
 
 from acquisition import storage
 from acquisition.errors import InputDataError
-from acquisition.image_checks import FolderScan
+from acquisition.image_checks import FolderScan, has_line_break, shown_path
 from acquisition.image_formats import check_image, is_image_name
 
 SPLITS = ("train", "test")
+# The model dir lists each split's files one a line, and an export its class names: a name over two
+# lines would come back as two.
+_LINE_BREAK_IN_NAME = "has a line break in its name, which the model dir's split files cannot list (rename it)"
 _SPLIT_FOLDERS = frozenset({"train", "test", "validation", "val"})  # lowercased; validation is not used
 
 
@@ -73,6 +76,7 @@ def _scan(folder, class_names, channels, workers):
     for f, check in zip(files, checks):
         digest.update(f"{f}\0{check.size}\0{check.mtime_ns}\n".encode())
     problems = {f: c.problem for f, c in zip(files, checks) if c.problem}
+    problems.update({f: _LINE_BREAK_IN_NAME for f in files if has_line_break(f)})
     gray = all(c.gray for c in checks if not c.problem)
     return FolderScan(files, labels, problems, tuple(class_names), digest.hexdigest()), gray, ignored
 
@@ -98,6 +102,11 @@ def scan_class_folders(data_dir, channels=None, workers=4):
         folders = {s: storage.join(data_dir, top[s]) for s in SPLITS}
     else:
         class_names, folders = tuple(top.values()), {"all": data_dir}
+    broken = next((n for n in class_names if has_line_break(n)), None)
+    if broken is not None:
+        raise InputDataError(f"class folder {shown_path(storage.join(folders.get('train', data_dir), broken))} has "
+                             "a line break in its name, which the export's list of class names cannot hold; "
+                             "rename it")
     if len(class_names) < 2:
         raise InputDataError(f"{folders.get('train', data_dir)} holds {len(class_names)} class folder(s); "
                              "a classifier needs at least 2 (one folder of images per class)")

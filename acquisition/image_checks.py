@@ -56,6 +56,17 @@ class FolderScan:
         return [f for f, _ in kept], [l for _, l in kept]
 
 
+def has_line_break(name):
+    """Returns whether `name` holds a character that splits lines (a newline, a carriage return, or
+    another that str.splitlines splits at): the files that list names one a line cannot hold it."""
+    return len(f"a{name}a".splitlines()) > 1
+
+
+def shown_path(path):
+    """Returns `path` as a one-line error shows it: quoted and escaped if it holds a line break."""
+    return repr(path) if has_line_break(path) else path
+
+
 def check_bad_files(scan, on_bad_image):
     """Raises InputDataError naming the first bad file of `scan` and its problem when
     `on_bad_image` is 'fail'; with 'skip' such files are left out, and nothing is raised."""
@@ -64,7 +75,7 @@ def check_bad_files(scan, on_bad_image):
     if scan.problems and on_bad_image == "fail":
         first = scan.bad_files[0]
         more = f" (and {len(scan.problems) - 1} more bad files)" if len(scan.problems) > 1 else ""
-        raise InputDataError(f"{first} {scan.problems[first]}{more}; remove or convert it, "
+        raise InputDataError(f"{shown_path(first)} {scan.problems[first]}{more}; remove or convert it, "
                              "or pass --on-bad-image=skip to leave such files out")
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from acquisition import class_folders
 from acquisition.errors import InputDataError
+from acquisition.image_checks import check_bad_files
 from tests.images_data import draw_shape, encode, make_shapes_folder
 
 
@@ -47,6 +48,30 @@ def test_folders_a_classifier_cannot_learn_from_are_one_line(tmp_path, layout, m
     with pytest.raises(InputDataError, match=message) as raised:
         class_folders.scan_class_folders(str(tmp_path))
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("line_break", ["\n", "\r", "\u2028"])
+def test_a_class_folder_whose_name_breaks_a_line_is_refused_in_one_line(tmp_path, line_break):
+    # an export lists its class names one a line: 'a\nb' would come back as the classes 'a' and 'b'
+    for name in (f"a{line_break}b", "c"):
+        write_images(str(tmp_path / name), 3)
+    with pytest.raises(InputDataError, match="has a line break in its name.*rename it") as raised:
+        class_folders.scan_class_folders(str(tmp_path))
+    assert len(str(raised.value).splitlines()) == 1 and repr(f"a{line_break}b")[1:-1] in str(raised.value)
+
+
+def test_an_image_whose_name_breaks_a_line_is_a_bad_file_named_in_one_line(tmp_path):
+    # a split file lists the files one a line: 'img\n3.png' would come back as 'img' and '3.png'
+    for name in ("a", "b"):
+        write_images(str(tmp_path / name), 3)
+    os.rename(tmp_path / "a" / "0001.png", tmp_path / "a" / "img\n1.png")
+    scan = class_folders.scan_class_folders(str(tmp_path)).scans["all"]
+    assert scan.bad_files == [str(tmp_path / "a" / "img\n1.png")] and scan.num_good == 5
+    with pytest.raises(InputDataError, match="has a line break in its name") as raised:
+        check_bad_files(scan, "fail")
+    assert len(str(raised.value).splitlines()) == 1
+    check_bad_files(scan, "skip")  # left out, as other bad files are
+    assert all("\n" not in f for f in scan.good()[0])
 
 
 def test_the_split_is_stratified_seeded_and_disjoint():
