@@ -105,6 +105,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     if check_checkpoint:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
     start_step = estimator_lib.latest_global_step(settings.model_dir)
+    training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
+                                       settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
                                  epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,

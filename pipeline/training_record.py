@@ -18,7 +18,7 @@ from typing import Optional
 from acquisition import storage
 from acquisition.files import write_json_atomically
 from pipeline import results as results_lib
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError, UsageError
 
 log = logging.getLogger(__name__)
 PROGRESS_FILE = "training_progress.json"
@@ -27,11 +27,15 @@ PROGRESS_FILE = "training_progress.json"
 @dataclasses.dataclass
 class Segment:
     """One run's part of training: from `start_step`, having trained `images_at_start`, at `global_batch`,
-    to `max_steps` (None in records of earlier versions)."""
+    to `max_steps`, in `precision`, with or without --deterministic and its `seed` (the last four None
+    in records of earlier versions)."""
     start_step: int
     images_at_start: int
     global_batch: int
     max_steps: Optional[int] = None
+    precision: Optional[str] = None
+    deterministic: Optional[bool] = None
+    seed: Optional[int] = None
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -134,9 +138,29 @@ def plan(segments, start_step, global_batch, num_train_examples, epochs=None, ma
     return Plan(start_step, max(1, start_step + steps_left), images, global_batch, target, assumed)
 
 
-def record_start(model_dir, task_name, record, plan_, data):
-    """Writes this run's segment to the model dir's record, before its first step; returns the path."""
+def check_reproducible(segments, start_step, deterministic, seed, model_dir):
+    """Raises FlagError (exit 2) when a --deterministic run would resume from steps trained otherwise:
+    without --deterministic, or with another seed. Its results would claim a run that no one can
+    reproduce. Steps that an earlier version trained (which kept no record of it) are taken on trust."""
+    if not deterministic or not start_step:
+        return
+    earlier = [s for s in segments if s.start_step < start_step]
+    for segment, end in zip(earlier, [s.start_step for s in earlier[1:]] + [start_step]):
+        steps = f"steps {segment.start_step}-{end} in {model_dir}"
+        if segment.deterministic is False:
+            raise FlagError(f"--deterministic: {steps} were trained without it, so this run could not be "
+                            "reproduced bit for bit; resume without --deterministic, or pass another --model-dir")
+        if segment.deterministic and segment.seed != seed:
+            raise FlagError(f"--seed {seed}: {steps} were trained with --deterministic and seed {segment.seed}; "
+                            f"resume with --seed {segment.seed} (or without --deterministic), or pass another "
+                            "--model-dir")
+
+
+def record_start(model_dir, task_name, record, plan_, data, settings):
+    """Writes this run's segment to the model dir's record, before its first step; returns the path.
+    `settings` says how it trains: its precision, --deterministic and seed."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
-    kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps))
+    kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps,
+                        settings.precision, bool(settings.deterministic), settings.seed))
     return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

@@ -1,10 +1,13 @@
 """Training progress counted in images: --epochs across resumes with another global batch."""
 import json
+import types
 
 import pytest
 
 from pipeline import training_record as progress
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError, UsageError
+
+FP32 = types.SimpleNamespace(precision="fp32", deterministic=False, seed=None)  # how a run trains
 
 
 def test_a_fresh_run_trains_the_epochs_in_whole_steps():
@@ -36,27 +39,30 @@ def test_a_run_whose_epochs_are_done_plans_no_step():
 def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     model_dir, data = str(tmp_path), progress.describe_data(False, 800)
     first = progress.plan([], 0, 32, 800, epochs=2)
-    progress.record_start(model_dir, "fashion", progress.Record([]), first, data)
+    progress.record_start(model_dir, "fashion", progress.Record([]), first, data, FP32)
     record = progress.read(model_dir, "fashion")
     second = progress.plan(record.segments, 30, 64, 800, epochs=2)  # resumed at step 30: 960 images
-    progress.record_start(model_dir, "fashion", record, second, data)
+    progress.record_start(model_dir, "fashion", record, second, data,
+                          types.SimpleNamespace(precision="bf16", deterministic=True, seed=3))
     record = progress.read(model_dir, "fashion")
     assert progress.images_at(record.segments, 20, 16) == (640, False)
     assert progress.images_at(record.segments, 35, 16) == (960 + 5 * 64, False)
     # The checkpoint at 35 was damaged and set aside: a third run resumes from 30 with another batch, and
     # the second run's record, whose later checkpoints are gone, is replaced.
     third = progress.plan(record.segments, 30, 16, 800, epochs=2)
-    progress.record_start(model_dir, "fashion", record, third, data)
+    progress.record_start(model_dir, "fashion", record, third, data, FP32)
     saved = json.loads((tmp_path / progress.PROGRESS_FILE).read_text())
     assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
-                     "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50},
-                              {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70}]}
+                     "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
+                               "precision": "fp32", "deterministic": False, "seed": None},
+                              {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70,
+                               "precision": "fp32", "deterministic": False, "seed": None}]}
 
 
 def test_a_resume_on_other_data_is_refused(tmp_path):
     model_dir = str(tmp_path)
     progress.record_start(model_dir, "fashion", progress.Record([]), progress.plan([], 0, 32, 800, epochs=1),
-                          progress.describe_data(False, 800))
+                          progress.describe_data(False, 800), FP32)
     record = progress.read(model_dir, "fashion")
     progress.check_same_data(record, progress.describe_data(False, 800), model_dir)  # the same data: fine
     with pytest.raises(UsageError, match="trained on real data of 800 training images, and this run's is real "
@@ -73,7 +79,7 @@ def test_a_model_dir_without_a_record_counts_its_steps_at_this_batch():
 
 def test_another_jobs_model_dir_is_refused(tmp_path):
     progress.record_start(str(tmp_path), "fashion", progress.Record([]), progress.plan([], 0, 32, 800, epochs=1),
-                          progress.describe_data(False, 800))
+                          progress.describe_data(False, 800), FP32)
     with pytest.raises(UsageError, match="holds a run of the fashion job, not oct; pass another --model-dir"):
         progress.read(str(tmp_path), "oct")
 
@@ -89,3 +95,23 @@ def test_a_damaged_record_is_one_line_naming_it(tmp_path):
     (tmp_path / progress.PROGRESS_FILE).write_text('{"task": "fash')
     with pytest.raises(UsageError, match=f"cannot read .*{progress.PROGRESS_FILE}"):
         progress.read(str(tmp_path), "fashion")
+
+
+def test_a_deterministic_resume_of_steps_trained_otherwise_is_refused():
+    def segment(start, deterministic, seed):
+        return progress.Segment(start, start * 32, 32, None, "fp32", deterministic, seed)
+    plain, seeded, seeded_3 = segment(0, False, None), segment(0, True, 0), segment(20, True, 3)
+    with pytest.raises(FlagError, match="--deterministic: steps 0-20 in /m were trained without it, so this run "
+                                        "could not be reproduced bit for bit; resume without --deterministic"):
+        progress.check_reproducible([plain], 20, True, 0, "/m")
+    with pytest.raises(FlagError, match="--seed 3: steps 0-20 in /m were trained with --deterministic and seed "
+                                        "0; resume with --seed 0"):
+        progress.check_reproducible([seeded], 20, True, 3, "/m")
+    with pytest.raises(FlagError, match="steps 20-40 in /m were trained with --deterministic and seed 3"):
+        progress.check_reproducible([seeded, seeded_3], 40, True, 0, "/m")
+    progress.check_reproducible([seeded], 20, True, 0, "/m")  # the same seed goes on
+    progress.check_reproducible([plain], 20, False, None, "/m")  # without --deterministic, nothing is claimed
+    progress.check_reproducible([plain], 0, True, 0, "/m")  # from step 0: nothing trained yet
+    # a run killed before its first checkpoint recorded a segment at the step this one resumes from: not history
+    progress.check_reproducible([seeded, segment(20, False, None)], 20, True, 0, "/m")
+    progress.check_reproducible([progress.Segment(0, 0, 32)], 20, True, 0, "/m")  # an earlier version's: on trust
