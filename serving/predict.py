@@ -9,6 +9,7 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from acquisition.errors import InputDataError
 from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name
 from input_fns.decode import PIXELS_SIGNATURE
 from serving import ExportNotFoundError
@@ -134,14 +135,22 @@ def _image_problem(path, predictor):
 def image_paths(paths):
     """Yields the files to classify: each path that is not a folder as given, and the image files
     (see image_formats.is_image_name) and raw pixel files (is_pixels_name) below each folder, walked
-    recursively in sorted order."""
+    recursively in sorted order. Raises InputDataError, after the folders before it, for a folder
+    that holds none."""
     for path in paths:
         if not storage.isdir(path):
             yield path
             continue
+        found = 0
         for parent, dirs, names in storage.walk(path):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            yield from (storage.join(parent, n) for n in sorted(names) if is_image_name(n) or is_pixels_name(n))
+            for name in sorted(names):
+                if is_image_name(name) or is_pixels_name(name):
+                    found += 1
+                    yield storage.join(parent, name)
+        if not found:
+            raise InputDataError(f"no images in the folder {path} (JPEG, PNG, BMP or GIF files, or raw .gray "
+                                 "pixels, at any depth); pass a folder that holds some, or the image files")
 
 
 def _batches(iterable, size):

@@ -4,6 +4,7 @@ import os
 import numpy as np
 import pytest
 
+from acquisition.errors import InputDataError
 from serving import ExportNotFoundError
 from serving.predict import Predictor, classify_files, image_paths, resolve_export_dir
 from tests.images_data import draw_shape, encode
@@ -24,6 +25,20 @@ def test_folders_are_walked_recursively_and_junk_left_out(tmp_path):
         (tmp_path / path).write_bytes(png)
     assert list(image_paths([str(tmp_path / "x"), "given.txt"])) == [
         str(tmp_path / "x" / "1.png"), str(tmp_path / "x" / "deep" / "er" / "2.PNG"), "given.txt"]
+
+
+def test_a_folder_without_images_is_one_line_after_the_folders_before_it(tmp_path):
+    png = encode(draw_shape("circle", 24, np.random.default_rng(0)), "RGB", "PNG")
+    os.makedirs(tmp_path / "x")
+    (tmp_path / "x" / "1.png").write_bytes(png)
+    for folder in ("empty", "junk"):
+        os.makedirs(tmp_path / folder)
+    (tmp_path / "junk" / "a.txt").write_text("notes")
+    for folder in ("empty", "junk"):
+        paths = image_paths([str(tmp_path / "x"), str(tmp_path / folder), str(tmp_path / "x")])
+        assert next(paths) == str(tmp_path / "x" / "1.png")
+        with pytest.raises(InputDataError, match=f"no images in the folder {tmp_path / folder} .*pass a folder"):
+            next(paths)
 
 
 def test_many_files_go_through_in_batches_with_progress(tmp_path):
