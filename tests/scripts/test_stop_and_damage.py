@@ -118,8 +118,7 @@ def copy_model_dir(source, model_dir):
 @pytest.fixture()
 def two_checkpoints_on_a_small_disk(two_checkpoints_made_once, fashion_data_dir, tmp_path):
     """Like two_checkpoints, on a file system of its own (a tmpfs mounted for the test) with 300 KB left
-    after the copy: less than the run's next graph file or checkpoint. Yields the model dir, the command
-    and the mount point."""
+    after the copy: less than the run's next graph file or checkpoint. Yields the model dir and the command."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small file system needs root (as .ci/run has)")
     mount = tmp_path / "small"
@@ -129,7 +128,7 @@ def two_checkpoints_on_a_small_disk(two_checkpoints_made_once, fashion_data_dir,
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={pages * 4096 + 300_000}", "tmpfs", str(mount)], check=True)
     try:
         model_dir = copy_model_dir(two_checkpoints_made_once, mount / "m")
-        yield model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30"), mount
+        yield model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30")
     finally:
         subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
@@ -254,7 +253,7 @@ def test_a_full_disk_is_one_line_loses_nothing_and_its_leftovers_go(two_checkpoi
 
 
 def test_a_disk_that_fills_up_is_one_line_naming_it_not_memory_and_loses_nothing(two_checkpoints_on_a_small_disk):
-    model_dir, train, mount = two_checkpoints_on_a_small_disk
+    model_dir, train = two_checkpoints_on_a_small_disk
     before = {f: (model_dir / f).read_bytes() for f in os.listdir(model_dir)
               if f.startswith(("model.ckpt-", "results.json", "checkpoint"))}
     full = subprocess.run(train, capture_output=True, text=True, timeout=300)
@@ -263,8 +262,4 @@ def test_a_disk_that_fills_up_is_one_line_naming_it_not_memory_and_loses_nothing
                          "pass another --model-dir", "run the same command: it resumes")
     assert "memory" not in full.stderr
     assert {f: (model_dir / f).read_bytes() for f in before} == before  # every checkpoint and result intact
-    subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)  # space freed
-    again = subprocess.run(train, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert not any("_temp" in f or ".tmp" in f for f in os.listdir(model_dir))
-    assert json.loads((model_dir / "results.json").read_text())["global_step"] == 30
+    # (the resume after a full disk, and its removal of the leftovers, are the file-size limit test's)
