@@ -25,7 +25,7 @@ from pipeline.run_setup import prepare
 from pipeline.settings import settings_of
 from pipeline.training_hooks import build_training_hooks, stop_hook
 from pipeline.validation.best import BestKeeper
-from pipeline.validation.cadence import cadence_for
+from pipeline.validation.cadence import Pacing, cadence_for
 from pipeline.validation.early_stopping import EarlyStopping
 from pipeline.validation.listener import ValidationListener
 
@@ -71,10 +71,12 @@ def measure_time_to_accuracy(task, task_args, plan, config, target, seed, time_b
 
         def over_budget():
             return time_budget is not None and time.perf_counter() - started > time_budget
-        estimator, _ = estimator_lib.build_estimator(setup, cadence, figures=False, saves_when_due=True)
+        pacing = Pacing(cadence, setup.max_steps)
+        estimator, _ = estimator_lib.build_estimator(setup, pacing, figures=False, saves_when_due=True)
         validation = TimedValidation(estimator, setup.data.validation_input_fn, cadence, model_dir, 0,
                                      BestKeeper(model_dir), EarlyStopping(stop_at_accuracy=target),
-                                     stop_requested=over_budget, max_steps=setup.max_steps, started=started)
+                                     stop_requested=over_budget, max_steps=setup.max_steps, pacing=pacing,
+                                     started=started)
         hooks = build_training_hooks(setup, stop_hook(over_budget), validation).adding(listeners=[validation])
         diverged = _train(setup, estimator, hooks)
         train_seconds = time.perf_counter() - started

@@ -19,25 +19,25 @@ from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
 
 
-def build_estimator(setup, cadence=None, figures=True, probe_peak=True, saves_when_due=False):
+def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_when_due=False):
     """Returns (the Estimator of `setup`'s model, (its FLOPs per image, the devices' peak)), the
     model checked to fit the model dir's checkpoint; without `figures`, (the Estimator, None) and
-    no MFU header lines (the benchmark's time to accuracy). With a validation `cadence`, checkpoints
-    come at least as often as its evaluations. Without `probe_peak` an unknown peak is not probed (a
-    cluster's workers leave it to the chief). With `saves_when_due` (one machine), checkpoints come every
-    --checkpoint-steps global steps counted from step 0 and at each step the cadence makes due
-    (hooks.checkpoint_saver); otherwise every --checkpoint-steps, at most the cadence's interval, counted
-    from the step training started at."""
+    no MFU header lines (the benchmark's time to accuracy). With a validation `pacing` (a
+    pipeline.validation.cadence.Pacing), checkpoints come for its evaluations. Without `probe_peak` an
+    unknown peak is not probed (a cluster's workers leave it to the chief). With `saves_when_due` (one
+    machine), checkpoints come every --checkpoint-steps global steps counted from step 0 and at each
+    step an evaluation will start at (hooks.checkpoint_saver, Pacing.checkpoint_due); otherwise every
+    --checkpoint-steps, at most the cadence's interval, counted from the step training started at."""
     settings = setup.settings
     if settings.seed is not None:
         tf.keras.utils.set_random_seed(settings.seed)
     checkpoints = None
     if saves_when_due:
-        checkpoints = CheckpointCadence(settings.checkpoint_steps, cadence.due if cadence else None)
+        checkpoints = CheckpointCadence(settings.checkpoint_steps, pacing.checkpoint_due if pacing else None)
         checkpoint_steps = settings.checkpoint_steps
     else:  # each evaluation needs a checkpoint at or after its step
-        checkpoint_steps = cadence.checkpoint_steps(setup.global_batch, settings.checkpoint_steps) if cadence \
-            else settings.checkpoint_steps
+        checkpoint_steps = pacing.cadence.checkpoint_steps(setup.global_batch, settings.checkpoint_steps) \
+            if pacing else settings.checkpoint_steps
     config = build_run_config(
         settings.model_dir, setup.plan, checkpoint_steps, settings.summary_steps, settings.keep_checkpoints,
         settings.seed, session_config(settings.xla, settings.intra_op_threads, settings.inter_op_threads,

@@ -27,7 +27,7 @@ from pipeline.signals import Interrupted, StopSignals
 from pipeline.training_hooks import build_training_hooks, stop_hook
 from pipeline.validation import agreed_stop
 from pipeline.validation.best import BEST_EXPORT_DIR
-from pipeline.validation.cadence import cadence_for
+from pipeline.validation.cadence import Pacing, cadence_for
 from pipeline.validation.listener import build_validation
 from serving.export import export_model
 
@@ -63,10 +63,10 @@ def run_local(task, settings, cluster, stop):
         finished = _already_finished(setup)
         if finished:
             return finished
-        cadence = _cadence(setup)
-        _announce(setup, cadence)
-        estimator, figures = build_estimator(setup, cadence, saves_when_due=True)
-        validation = _validation(setup, estimator, cadence, stop)
+        pacing = _pacing(setup)
+        _announce(setup, pacing)
+        estimator, figures = build_estimator(setup, pacing, saves_when_due=True)
+        validation = _validation(setup, estimator, pacing, stop)
         hooks = build_training_hooks(setup, stop_hook(stop.requested, stop), validation).adding(
             listeners=[validation] if validation else [])
         if settings.eval_only:
@@ -92,10 +92,10 @@ def run_chief(task, settings, cluster, stop):
         finished = _already_finished(setup)
         if finished:
             return finished
-        cadence = _cadence(setup)
-        _announce(setup, cadence)
-        estimator, figures = build_estimator(setup, cadence)
-        validation = _validation(setup, estimator, cadence, stop)
+        pacing = _pacing(setup)
+        _announce(setup, pacing)
+        estimator, figures = build_estimator(setup, pacing)
+        validation = _validation(setup, estimator, pacing, stop)
         stopping = stop_hook(stop.requested, stop)
         hooks = build_training_hooks(setup, stopping, validation).adding(
             watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
@@ -115,9 +115,9 @@ def run_chief(task, settings, cluster, stop):
 def run_worker(task, settings, cluster, stop):
     """A cluster's worker: trains with the chief until it ends (or an agreed stop); returns None."""
     setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
-    cadence = _cadence(setup)
-    _announce(setup, cadence)
-    estimator, _ = build_estimator(setup, cadence, probe_peak=False)
+    pacing = _pacing(setup)
+    _announce(setup, pacing)
+    estimator, _ = build_estimator(setup, pacing, probe_peak=False)
     recheck_model_readiness_every(WORKER_READY_RECHECK_SECS)
 
     def wait_for_chief(step):  # its last line names the chief's checkpoint of the step they stopped after
@@ -190,24 +190,25 @@ def _finished_results(setup):
     return finished_results(setup.settings.model_dir, setup.start_step, setup.max_steps)
 
 
-def _cadence(setup):
-    """Returns the validation's Cadence, or None when there is no validation split."""
+def _pacing(setup):
+    """Returns the Pacing of the validation's cadence (when its evaluations come and may start), or
+    None when there is no validation split."""
     if setup.data.validation_input_fn is None:
         return None
-    return cadence_for(setup.settings, setup.steps, setup.data.num_train_examples)
+    return Pacing(cadence_for(setup.settings, setup.steps, setup.data.num_train_examples), setup.max_steps)
 
 
-def _announce(setup, cadence):
-    print_header(setup, cadence)
+def _announce(setup, pacing):
+    print_header(setup, pacing.cadence if pacing else None)
     warn_about(setup)
 
 
-def _validation(setup, estimator, cadence, stop):
-    """Returns the ValidationListener of a run that validates (a `cadence`), exporting each new best;
+def _validation(setup, estimator, pacing, stop):
+    """Returns the ValidationListener of a run that validates (a `pacing`), exporting each new best;
     else None."""
-    if cadence is None:
+    if pacing is None:
         return None
-    return build_validation(setup, estimator, cadence, stop.requested, _best_export(setup, estimator))
+    return build_validation(setup, estimator, pacing, stop.requested, _best_export(setup, estimator))
 
 
 def _best_export(setup, estimator):

@@ -2,6 +2,7 @@
 auto cadence (every epoch, held back so that evaluation takes at most 5% of training)."""
 import dataclasses
 import math
+import time
 from typing import Callable, Optional
 
 # The auto cadence waits, after an evaluation of E seconds, for AUTO_TRAINING_FACTOR x E seconds of
@@ -41,6 +42,39 @@ class Cadence:
         """Returns the checkpoint cadence that gives each due evaluation a checkpoint in time."""
         every = self.every_steps or math.ceil(self.every_images / global_batch)
         return max(1, min(checkpoint_steps, every))
+
+
+class Pacing:
+    """When an evaluation the cadence makes due may start, shared by the one-machine checkpoint saver
+    and the validation listener so that a checkpoint is saved for an evaluation only when that
+    evaluation will run. An exact cadence never waits. Under the auto cadence, after an evaluation of E
+    seconds the next waits until `clock()` has advanced AUTO_TRAINING_FACTOR x E seconds, and is left out
+    when less training than that is left before `max_steps` (at the rate of the steps since the last),
+    whose evaluation comes anyway; the first of a run does not wait."""
+
+    def __init__(self, cadence, max_steps=None, clock=time.perf_counter):
+        self.cadence, self.clock, self._max_steps = cadence, clock, max_steps
+        self._last_step, self._last_seconds, self._last_end = 0, None, None
+
+    def allows(self, step):
+        """Returns whether an evaluation of `step` may start now."""
+        if not self.cadence.auto or self._last_seconds is None:
+            return True
+        least, trained = AUTO_TRAINING_FACTOR * self._last_seconds, self.clock() - self._last_end
+        left = trained / (step - self._last_step) * (self._max_steps - step) if self._max_steps else least
+        return trained >= least and left >= least
+
+    def evaluated(self, step, started, ended):
+        """Records an evaluation of `step` that ran from clock time `started` to `ended`."""
+        self._last_step, self._last_seconds, self._last_end = step, ended - started, ended
+
+    def checkpoint_due(self, step, last_saved):
+        """Returns whether the checkpoint saver should save at `step` for an evaluation (it saved last at
+        `last_saved`): where the cadence makes one due, and under the auto cadence only at the steps that
+        end an epoch while an evaluation may start, not at every epoch's end."""
+        if not self.cadence.auto:
+            return self.cadence.due(step, last_saved)
+        return self.cadence.due(step, step - 1) and self.allows(step)
 
 
 def cadence_for(settings, steps, num_train_examples):

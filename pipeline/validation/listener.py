@@ -3,13 +3,12 @@ the whole validation split (so the training session and its graph stay up) and r
 evaluation; a new best goes to a BestKeeper (best.py), and early stopping reads the record
 (early_stopping.py)."""
 import logging
-import time
 
 import tensorflow as tf
 
 from acquisition import faults, storage
 from pipeline.validation.best import BestKeeper
-from pipeline.validation.cadence import AUTO_TRAINING_FACTOR
+from pipeline.validation.cadence import Pacing
 from pipeline.validation.early_stopping import EarlyStopping
 from pipeline.validation.record import better, read_record, write_record
 
@@ -25,16 +24,14 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
     makes it first (catch_up). The stop is read from the record, so a run resumed after it (killed
     during the test evaluation, say) trains no further under the same flags.
 
-    Under an auto cadence a due evaluation waits until `clock()` has advanced AUTO_TRAINING_FACTOR
-    times the last evaluation's seconds since it ended, and is left out when less training than that
-    is left before `max_steps`, whose evaluation comes anyway; the first of a run and the final one
-    do not wait. After training, `record` holds the evaluations and the best, `stopped_because` is
+    A due evaluation starts when `pacing` (a pipeline.validation.cadence.Pacing of `cadence`) allows it:
+    under the auto cadence it waits after the last one, or is left to the final step's, which never
+    waits. After training, `record` holds the evaluations and the best, `stopped_because` is
     'target_accuracy', 'patience' or None, and `seconds` the time spent evaluating and exporting.
     """
 
     def __init__(self, estimator, input_fn, cadence, model_dir, start_step, keeper,
-                 early_stopping=EarlyStopping(), stop_requested=lambda: False, clock=time.perf_counter,
-                 max_steps=None):
+                 early_stopping=EarlyStopping(), stop_requested=lambda: False, max_steps=None, pacing=None):
         self._estimator, self._input_fn, self._cadence = estimator, input_fn, cadence
         self._model_dir, self._keeper, self.early_stopping = model_dir, keeper, early_stopping
         self._stop_requested = stop_requested
@@ -45,7 +42,8 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         # A run that stopped early at its newest checkpoint, then was killed before it finished its report.
         self.stopped_because = early_stopping.reason(evaluations) if self._last_step == start_step else None
         self.seconds = 0.0
-        self._clock, self._last_seconds, self._last_end, self._max_steps = clock, None, None, max_steps
+        self._max_steps = max_steps
+        self._pacing = pacing or Pacing(cadence, max_steps)
 
     @property
     def last_evaluated_step(self):
@@ -58,19 +56,9 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
 
     def after_save(self, session, global_step_value):
         step = int(global_step_value)
-        if self.due(step) and not self._stop_requested() and self._trained_long_enough(step):
+        if self.due(step) and not self._stop_requested() and self._pacing.allows(step):
             return self.evaluate(step)
         return False
-
-    def _trained_long_enough(self, step):
-        """Returns whether the auto cadence lets an evaluation of `step` start now (always, for the
-        others): enough training since the last, and enough left before the final step's, at the rate
-        of the steps since the last."""
-        if not self._cadence.auto or self._last_seconds is None:
-            return True
-        least, trained = AUTO_TRAINING_FACTOR * self._last_seconds, self._clock() - self._last_end
-        left = trained / (step - self._last_step) * (self._max_steps - step) if self._max_steps else least
-        return trained >= least and left >= least
 
     def catch_up(self, step):
         """Evaluates the checkpoint of `step`, the newest when a run starts, when it is due (or the final
@@ -89,7 +77,7 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
 
     def evaluate(self, step):
         """Evaluates the checkpoint of `step` and keeps it when best; returns whether training should stop."""
-        start = self._clock()
+        start = self._pacing.clock()
         self._last_step = step
         checkpoint = storage.join(self._model_dir, f"model.ckpt-{step}")
         faults.point("validation")
@@ -103,9 +91,9 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         write_record(self._model_dir, self.record)
         self._keeper.remove_superseded(self.record["best"])
         self._log(evaluation, improved)
-        self._last_end = self._clock()
-        self._last_seconds = self._last_end - start
-        self.seconds += self._last_seconds
+        end = self._pacing.clock()
+        self._pacing.evaluated(step, start, end)
+        self.seconds += end - start
         self.stopped_because = self.early_stopping.reason(self.record["evaluations"])
         if self.stopped_because:
             log.info("stopping at step %d: %s", step, self.early_stopping.describe_stop(self.stopped_because))
@@ -118,13 +106,13 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
                  best["step"], " (new best, exported)" if improved and best.get("export_dir") else "")
 
 
-def build_validation(setup, estimator, cadence, stop_requested, export=None):
-    """Returns the ValidationListener of `setup` (a RunSetup with a validation split) evaluating at
-    `cadence` until `stop_requested()`: the best kept in <model dir>/best and exported with
-    `export(checkpoint)` (None: not exported), early stopping as the settings say."""
+def build_validation(setup, estimator, pacing, stop_requested, export=None):
+    """Returns the ValidationListener of `setup` (a RunSetup with a validation split) evaluating when
+    `pacing` (a Pacing of the cadence) allows until `stop_requested()`: the best kept in <model dir>/best
+    and exported with `export(checkpoint)` (None: not exported), early stopping as the settings say."""
     settings = setup.settings
     return ValidationListener(
-        estimator, setup.data.validation_input_fn, cadence, settings.model_dir, setup.start_step,
+        estimator, setup.data.validation_input_fn, pacing.cadence, settings.model_dir, setup.start_step,
         BestKeeper(settings.model_dir, export),
         EarlyStopping(settings.stop_at_accuracy, settings.patience, settings.min_delta),
-        stop_requested=stop_requested, max_steps=setup.max_steps)
+        stop_requested=stop_requested, max_steps=setup.max_steps, pacing=pacing)

@@ -12,7 +12,7 @@ import tensorflow as tf
 from acquisition import class_folders
 from hooks.checkpoint_saver import CadenceTimer, CheckpointCadence
 from pipeline.validation.best import BEST_DIR, BEST_EXPORT_DIR, BestKeeper
-from pipeline.validation.cadence import Cadence
+from pipeline.validation.cadence import Cadence, Pacing
 from pipeline.validation.early_stopping import EarlyStopping
 from pipeline.validation.listener import EVAL_NAME, ValidationListener
 from pipeline.validation.record import VALIDATION_FILE
@@ -167,8 +167,8 @@ def test_the_auto_cadence_waits_19_times_an_evaluation_of_training_and_an_exact_
         estimator.evaluate = slow_evaluate
         cadence = Cadence(every_steps=None, every_images=10, images_at=lambda step: step, auto=auto,
                                      epochs=1.0)
-        watcher = ValidationListener(estimator, None, cadence, folder, 0, BestKeeper(folder), clock=clock,
-                                     max_steps=max_steps)
+        watcher = ValidationListener(estimator, None, cadence, folder, 0, BestKeeper(folder), max_steps=max_steps,
+                                     pacing=Pacing(cadence, max_steps, clock))
         for step in range(10, max_steps, 10):  # an epoch (10 images) of training takes 5 s
             clock.now += 5.0
             fake_checkpoint(folder, step)
@@ -184,6 +184,42 @@ def test_the_auto_cadence_waits_19_times_an_evaluation_of_training_and_an_exact_
     # With less than 38 s left after step 90 (12.5 s), the evaluation there is left to the final step's.
     assert evaluated_steps(True, str(tmp_path / "short"), max_steps=115)[0] == [10, 115]
     assert evaluated_steps(False, str(tmp_path / "exact"))[0] == list(range(10, 125, 10)) + [125]
+
+
+def test_under_the_auto_cadence_a_checkpoint_is_saved_at_an_epochs_end_only_for_an_evaluation(tmp_path):
+    """The one-machine saver and the listener share a Pacing: an epoch's end that the auto cadence holds
+    back gets no checkpoint (it got one each before), and each that is evaluated gets its own."""
+    def run(auto, folder, max_steps=265):
+        clock, estimator = FakeClock(), ScriptedEstimator([(0.5, 1.0)] * 40)
+        evaluate = estimator.evaluate
+
+        def slow_evaluate(*args, **kwargs):  # each evaluation takes 2 s
+            clock.now += 2.0
+            return evaluate(*args, **kwargs)
+        estimator.evaluate = slow_evaluate
+        os.makedirs(folder)
+        cadence = Cadence(every_steps=None, every_images=10, images_at=lambda step: step, auto=auto, epochs=1.0)
+        pacing = Pacing(cadence, max_steps, clock)
+        timer = CadenceTimer(CheckpointCadence(50, due=pacing.checkpoint_due))
+        watcher = ValidationListener(estimator, None, cadence, folder, 0, BestKeeper(folder), max_steps=max_steps,
+                                     pacing=pacing)
+        saved = []
+        for step in range(1, max_steps):  # a step takes 0.5 s: an epoch (10 steps) 5 s
+            clock.now += 0.5
+            if timer.should_trigger_for_step(step):
+                timer.update_last_triggered_step(step)
+                saved.append(step)
+                fake_checkpoint(folder, step)
+                watcher.after_save(None, step)
+        return saved, [e["step"] for e in watcher.record["evaluations"]]
+
+    saved, evaluated = run(True, str(tmp_path / "auto"))
+    # The session's first step, the multiples of 50, and the epochs' ends evaluated: 10, then 90 (19 x 2 s
+    # after 10's evaluation ended), then 170; not 250, too near the final step's; never 20-80 or 100-160.
+    assert evaluated == [10, 90, 170]
+    assert saved == [1, 10, 50, 90, 100, 150, 170, 200, 250]
+    saved, evaluated = run(False, str(tmp_path / "exact"))
+    assert evaluated == list(range(10, 265, 10)) and saved == sorted({1, 50, 100, 150, 200, 250} | set(evaluated))
 
 
 def test_a_resumed_run_never_replaces_the_best_with_a_worse_model(tmp_path):
@@ -319,3 +355,18 @@ def test_epoch_evaluations_fall_on_the_epochs_ends_after_a_resume_with_another_b
     assert [e["step"] for e in results["evaluations"]] == [20, 22, 33, 40]
     saved = {int(name.split("-")[1].split(".")[0]) for name in os.listdir(model_dir) if name.endswith(".index")}
     assert {22, 33, 40} <= saved and not saved & {32}
+
+
+def test_the_auto_cadence_saves_a_checkpoint_only_for_the_evaluations_it_makes(fashion_data_dir, tmp_path):
+    """10 epochs of 23 steps: the auto cadence evaluates the first epoch's end, then holds the next ones
+    back (19 x an evaluation's seconds of training, longer than the run) until the final step. Each of
+    its evaluations has a checkpoint of its own, and no epoch's end that it held back gets one: the
+    saves are the session's first (step 0) and the evaluated steps (they were every epoch's end)."""
+    model_dir = str(tmp_path / "model")
+    results = run(fashion.TASK, build_parser(fashion.TASK).parse_args(
+        ["--data-dir", fashion_data_dir, "--model-dir", model_dir, "--batch-size", "32", "--lr-scaling", "none",
+         "--epochs", "10", "--warm-up-steps", "1", "--bootstrap-resamples", "10"]))
+    evaluated = [e["step"] for e in results["evaluations"]]
+    assert results["global_step"] == 225 and evaluated[0] == 23 and evaluated[-1] == 225
+    assert all(step % 23 == 0 for step in evaluated[:-1])
+    assert results["checkpoints_saved"] == len(evaluated) + 1
