@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 # the test NLL in 5 seeds of 5; on 48 and 82 (generated shapes, Fashion) it lowered it in every seed.
 FEW_CALIBRATION_IMAGES = 30
 EVAL_SUMMARY_DIR = "eval"  # where the Estimator writes its evaluation's summaries
+EVAL_ONLY_DIR = "eval_only"  # an --eval-only run's report files, beside the training run's
 EXAMPLES_PER_KIND = 8  # right and wrong test images shown with their heatmaps in TensorBoard
 # The report's evaluation of the validation split: TensorBoard's eval_report_validation, apart from
 # the validations during training (eval_validation), which it would repeat at the tested step.
@@ -134,11 +135,21 @@ def _groups(task, collector):
     return groups, task.group_pattern
 
 
+def report_dir(args):
+    """Returns the folder of the report files: the model dir; under --eval-only its EVAL_ONLY_DIR, so
+    that the training run's report, the one results.json's 'clinical' holds, stays as it was."""
+    if not args.eval_only:
+        return args.model_dir
+    folder = storage.join(args.model_dir, EVAL_ONLY_DIR)
+    storage.makedirs(folder)
+    return folder
+
+
 def write_report(task, args, data, collector, model_dir, step, export_dir=None, estimator=None,
                  checkpoint_path=None):
     """Returns results.json's per-class figures ('confusion_matrix', 'per_class'), 'clinical' and
     'test_examples', from the scores `collector` gathered (and, with --calibrate temperature, the
-    scaled export's 'export_dir'); writes the report files into `model_dir` and the plots to its
+    scaled export's 'export_dir'); writes the report files into report_dir(args) and the plots to its
     TensorBoard evaluation folder at global step `step`, with heatmaps of up to 8 right and 8 wrong
     test images from the export (see write_examples). `estimator` evaluates the validation split
     with the tested checkpoint, `checkpoint_path` (None: the latest), when the report needs it."""
@@ -159,7 +170,7 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None, 
             results["export_dir"] = export_dir = export_with_temperature(
                 estimator, data.serving_input_fn, data.class_names, storage.join(model_dir, BEST_EXPORT_DIR),
                 scaling["temperature"], checkpoint_path)
-    pngs = report_files.write_report_files(model_dir, report, probabilities, labels, keys)
+    pngs = report_files.write_report_files(report_dir(args), report, probabilities, labels, keys)
     write_images(storage.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
     results.update(classification_report(labels, probabilities.argmax(axis=1), data.class_names))
     results["clinical"] = report
@@ -243,9 +254,9 @@ def _calibration_line(figures):
             + (f"; temperature {scaling['temperature']:.3f}, fitted on the validation split" if scaling else ""))
 
 
-def print_headline(results, model_dir):
+def print_headline(results, folder):
     """Prints the clinical report's accuracy, referral and calibration figures with their intervals, if results
-    has one."""
+    has one, and the path of its report.md in `folder`."""
     report = results.get("clinical")
     if not report:
         return
@@ -260,5 +271,5 @@ def print_headline(results, model_dir):
                      f"{_interval(referral['specificity']) if referral['specificity'] else 'n/a'}, AUC {auc}")
     if report.get("calibration"):
         lines.append(_calibration_line(report["calibration"]))
-    lines.append(f"           {storage.join(model_dir, report_files.REPORT_MD)}")
+    lines.append(f"           {storage.join(folder, report_files.REPORT_MD)}")
     print("\n".join(lines), flush=True)

@@ -62,13 +62,13 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     extra.update(tta.results_fields(views, view_figures))
     if data.serving_input_fn:
         extra["export_dir"] = _export_dir(setup, estimator, best, eval_step)
-    if args.tflite and extra.get("export_dir"):  # the exports for devices, measured against the SavedModel
-        extra["tflite"] = convert_and_evaluate(extra["export_dir"], data.train_input_fn, data.eval_input_fn,
-                                               args.tflite, args.tflite_tolerance, describe_cpu())
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
         extra.update(evaluation_report.write_report(setup.task, args, data, scores, args.model_dir,
                                                     results.eval_step, extra.get("export_dir"), estimator,
                                                     best and best["checkpoint"]))
+    if args.tflite and extra.get("export_dir"):  # the served export (calibrated, if asked), for devices
+        extra["tflite"] = convert_and_evaluate(extra["export_dir"], data.train_input_fn, data.eval_input_fn,
+                                               args.tflite, args.tflite_tolerance, describe_cpu())
     extra.update(data.report)
     extra["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     if args.eval_only:  # the training run's results.json stays as it was
@@ -78,19 +78,22 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
         hparams.write_hparams(args.model_dir, results.as_dict())  # after results.json: a failure here loses no figure
     written = results.as_dict()
     print_summary(written, path)
-    evaluation_report.print_headline(written, args.model_dir)
+    evaluation_report.print_headline(written, evaluation_report.report_dir(args))
     return written
 
 
 def _export_dir(setup, estimator, best, eval_step):
-    """Returns the export of the model tested: the best's, made when it was found; under --eval-only
-    the one the training run recorded; else a new export of the tested checkpoint."""
+    """Returns the export of the model tested: under --eval-only the one the training run recorded (its
+    served export: calibrated, with --calibrate); else the best's, made when it was found; else a new
+    export of the tested checkpoint."""
     settings, data = setup.settings, setup.data
+    recorded = settings.eval_only and results_lib.recorded_export(settings.model_dir, eval_step)
+    if recorded:
+        return recorded
     if best and best.get("export_dir"):
         return best["export_dir"]
-    recorded = settings.eval_only and results_lib.recorded_export(settings.model_dir, eval_step)
-    return recorded or export_model(estimator, data.serving_input_fn, data.class_names,
-                                    storage.join(settings.model_dir, BEST_EXPORT_DIR), best and best["checkpoint"])
+    return export_model(estimator, data.serving_input_fn, data.class_names,
+                        storage.join(settings.model_dir, BEST_EXPORT_DIR), best and best["checkpoint"])
 
 
 def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step):

@@ -143,3 +143,36 @@ def test_a_temperature_fitted_on_few_validation_images_is_warned_about(calibrate
     assert (warning is not None) == warned
     if warned:
         assert f"only {images} validation images" in warning and "--validation-fraction" in warning
+
+
+
+def tflite_and_export_probabilities(tflite_file, export_dir):
+    """Returns the probabilities of the .tflite file and of the export's pixels signature for the same
+    three random images."""
+    import tensorflow as tf
+    from input_fns.decode import PIXELS_SIGNATURE
+    signature = tf.saved_model.load(export_dir).signatures[PIXELS_SIGNATURE]
+    name, spec = next(iter(signature.structured_input_signature[1].items()))
+    images = np.random.default_rng(0).integers(0, 256, (3, *spec.shape[1:]), dtype=np.uint8)
+    runner = tf.lite.Interpreter(model_path=tflite_file).get_signature_runner(PIXELS_SIGNATURE)
+    got = np.concatenate([runner(**{name: image[None]})["probabilities"] for image in images])
+    return got, signature(**{name: tf.constant(images)})["probabilities"].numpy()
+
+
+def test_the_device_files_are_of_the_served_scaled_export(calibrated_run):
+    """--tflite converts the export predict.py serves: under --eval-only the one results.json names (the
+    scaled one; it converted the unscaled best before), and with --calibrate the one made after the fit
+    (it converted the export made before it). Last in this file: --eval-only writes its own report."""
+    results, model_dir, _, test_files = calibrated_run
+    common = ["--data-dir", os.path.dirname(os.path.dirname(os.path.dirname(test_files[0]))), "--model-dir",
+              model_dir, "--image-size", "32", "--weights", "none", "--batch-size", "4", "--validation-fraction",
+              "0.2", "--bootstrap-resamples", "100", "--eval-only", "--tflite", "float32"]
+    recorded = run(TASK, build_parser(TASK).parse_args(common))
+    assert recorded["export_dir"] == results["export_dir"] != results["best"]["export_dir"]
+    assert recorded["tflite"]["dir"].endswith(os.sep + os.path.basename(results["export_dir"]))
+    got, served = tflite_and_export_probabilities(recorded["tflite"]["files"]["float32"]["file"],
+                                                  results["export_dir"])
+    np.testing.assert_allclose(got, served, atol=1e-4)
+    scaled_again = run(TASK, build_parser(TASK).parse_args(common + ["--calibrate", "temperature"]))
+    assert scaled_again["export_dir"] not in (results["export_dir"], results["best"]["export_dir"])
+    assert scaled_again["tflite"]["dir"].endswith(os.sep + os.path.basename(scaled_again["export_dir"]))

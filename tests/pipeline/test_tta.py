@@ -18,6 +18,7 @@ from PIL import Image
 from acquisition.fashion_mnist import CLASS_NAMES, load_split
 from input_fns.decode import PIXELS_SIGNATURE
 from input_fns.views import apply_view
+from pipeline.evaluation_report import EVAL_ONLY_DIR
 from pipeline.flags.tta import CROP_VIEWS
 from tests.conftest import ROOT, assert_clean_failure
 
@@ -123,11 +124,15 @@ def test_eval_only_with_flip_and_crops_averages_seven_views_and_leaves_the_expor
     assert tree_digest(results["export_dir"]) == before
     views = ["identity", "flip", *CROP_VIEWS]
     assert f"the mean of 7 views: {', '.join(views)} (crops of 0.875 of each side)" in result.stdout
-    with open(os.path.join(copy, "report.json")) as f:
+    evaluated = os.path.join(copy, EVAL_ONLY_DIR)  # the training run's report stays, as results.json's
+    for name in ("report.json", "report.md", "test_scores.csv"):
+        assert open(os.path.join(copy, name), "rb").read() == open(os.path.join(model_dir, name), "rb").read()
+    assert os.path.join(evaluated, "report.md") in result.stdout
+    with open(os.path.join(evaluated, "report.json")) as f:
         assert json.load(f)["tta"] == views
     export, images, labels = reference
     averaged = np.mean([export(apply_view(images, view).numpy()) for view in views], axis=0)
-    with open(os.path.join(copy, "test_scores.csv")) as f:
+    with open(os.path.join(evaluated, "test_scores.csv")) as f:
         rows = list(csv.reader(f))[1:]
     scores = np.array([[float(p) for p in row[2:]] for row in rows])
     scored_labels = np.array([CLASS_NAMES.index(row[1]) for row in rows])
