@@ -17,11 +17,13 @@ import sys
 
 from benchmark import paired
 from cluster.lifeline import held_lifeline
-from pipeline.errors import TrainingError
+from pipeline.errors import FlagError, TrainingError
+from pipeline.evaluation_report import EVAL_ONLY_DIR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METRICS = (("accuracy", True), ("nll", False), ("ece", False))  # (name, higher is better)
 COMMON_FLAGS = ("--deterministic", "--calibrate", "temperature", "--bootstrap-resamples", "100")
+PLAN_FILE = "measurement.json"  # the flags the runs under --output train with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +71,29 @@ def _run(command, log_path):
         raise TrainingError(f"{' '.join(command[1:3])} ... exited {code}: {last} (log: {log_path})")
 
 
+def claim_output(output, job_argv, arms):
+    """Writes the flags this measurement trains with into `output`/PLAN_FILE, or checks them against the
+    ones there: kept reports and model dirs are reused by arm and seed, so a measurement made with
+    other flags must not go on in the same folder. Raises FlagError (exit 2) when they differ."""
+    plan = {"job_flags": list(job_argv), "arms": {arm.name: list(arm.flags) for arm in arms.values()}}
+    path = os.path.join(output, PLAN_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            earlier = json.load(f)
+        if earlier != plan:
+            if earlier.get("job_flags") != plan["job_flags"]:
+                changed = f"the job's flags were '{' '.join(earlier.get('job_flags', []))}', now '{' '.join(job_argv)}'"
+            else:
+                changed = f"the arms' flags were {earlier.get('arms')}, now {plan['arms']}"
+            raise FlagError(f"--output {output} holds a measurement made with other flags: {changed}; pass another "
+                            "--output, or the same flags to go on with it")
+        return
+    os.makedirs(output, exist_ok=True)
+    with open(path + ".partial", "w") as f:
+        json.dump(plan, f, indent=2)
+    os.replace(path + ".partial", path)
+
+
 def run_arm(script, job_argv, arm, seed, output):
     """Returns the report.json of `arm` at `seed` (kept under `output`/reports; a kept one is reused,
     so an interrupted measurement goes on where it stopped)."""
@@ -86,7 +111,8 @@ def run_arm(script, job_argv, arm, seed, output):
     os.makedirs(os.path.join(output, "logs"), exist_ok=True)
     _run(command, os.path.join(output, "logs", f"{arm.name}-seed{seed}.log"))
     os.makedirs(os.path.dirname(kept), exist_ok=True)
-    shutil.copyfile(os.path.join(model_dir, "report.json"), kept + ".partial")
+    written = os.path.join(model_dir, EVAL_ONLY_DIR) if arm.kind == "evaluate" else model_dir
+    shutil.copyfile(os.path.join(written, "report.json"), kept + ".partial")
     os.replace(kept + ".partial", kept)
     with open(kept) as f:
         return json.load(f)

@@ -44,11 +44,15 @@ VALIDATION_EVAL_NAME = "report_validation"
 
 
 def check_positive_classes(args, class_names):
-    """Raises FlagError (exit 2) when --positive-classes names a class the data does not have."""
+    """Raises FlagError (exit 2) when --positive-classes names a class the data does not have, or every
+    class (a referral decision then has no negatives to measure)."""
     unknown = [n for n in args.positive_classes or () if n not in (class_names or ())]
     if unknown:
         raise FlagError(f"--positive-classes names {', '.join(unknown)}, not a class of this data; "
                         f"the classes are {', '.join(class_names or ())}")
+    if args.positive_classes and class_names and set(args.positive_classes) == set(class_names):
+        raise FlagError("--positive-classes names every class, leaving no negatives to refer against; name "
+                        "some of them, or 'none' for no referral decision")
 
 
 def calibration_warning(args, data):

@@ -107,6 +107,9 @@ def name_list(text):
     names = tuple(n.strip() for n in text.split(","))
     if not text.strip() or not all(names):
         raise argparse.ArgumentTypeError(f"expected comma-separated names such as CNV,DME, got {text!r}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"names {', '.join(repeated)} twice; give each name once")
     return names
 
 

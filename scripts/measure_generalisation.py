@@ -23,8 +23,10 @@ def seed_list(text):
         seeds = list(range(int(first), int(last) + 1)) if last else [int(s) for s in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected FIRST-LAST or comma-separated seeds, got {text!r}") from None
-    if len(seeds) < 2 or min(seeds) < 0:
-        raise argparse.ArgumentTypeError(f"expected two or more seeds from 0, got {text!r}")
+    if len(set(seeds)) < 2 or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"expected two or more different seeds from 0, got {text!r}")
+    if len(set(seeds)) < len(seeds):
+        raise argparse.ArgumentTypeError(f"a seed repeats in {text!r}: give each seed once")
     return seeds
 
 
@@ -68,7 +70,7 @@ def measure(parsed):
     arms = generalisation.build_arms(args.ema_decay, args.label_smoothing, args.mixup, args.cutmix, args.tta)
     header = (f"{args.name or task.name}: `{' '.join(['scripts/measure_generalisation.py', *sys.argv[1:]])}`; "
               f"seeds {','.join(map(str, args.seeds))}; {describe_cpu()}")
-    os.makedirs(args.output, exist_ok=True)
+    generalisation.claim_output(args.output, job_argv, arms)
     rows = generalisation.measure(f"train_{task.name}.py", job_argv, arms, args.seeds, args.output,
                                   progress=lambda line: print(line, flush=True))
     print(generalisation.write_outputs(rows, generalisation.summarise(rows, arms), arms, args.output, header))

@@ -29,6 +29,9 @@ def add_output_flags(parser, task):
     return output
 
 
+MIN_RESAMPLES = 10
+
+
 def add_report_flags(parser, task):
     """Adds the test-report group, with `task`'s positive classes; returns it."""
     d = task.defaults
@@ -46,8 +49,10 @@ def add_report_flags(parser, task):
                         help="temperature: fit one temperature on the validation split by minimising its NLL, "
                              "report the test split's probabilities scaled by it, and export the model again "
                              "serving them")
-    report.add_argument("--bootstrap-resamples", type=positive_int, default=1000,
-                        help="resamples of the percentile bootstrap behind the report's 95%% intervals")
+    report.add_argument("--bootstrap-resamples", type=int_in_range(MIN_RESAMPLES, 1_000_000), default=1000,
+                        help=f"resamples of the percentile bootstrap behind the report's 95%% intervals (at least "
+                             f"{MIN_RESAMPLES}: fewer put the interval's ends on one or two resamples, which can "
+                             "leave out the figure itself)")
     report.add_argument("--bootstrap-seed", type=int_in_range(0, 2 ** 31 - 1), default=0,
                         help="seed of the bootstrap's resampling")
     add_tta_flag(report, task)

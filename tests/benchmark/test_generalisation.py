@@ -11,7 +11,7 @@ import time
 import pytest
 
 from benchmark import generalisation, paired
-from pipeline.errors import TrainingError
+from pipeline.errors import FlagError, TrainingError
 from tests.conftest import ROOT, assert_ends
 
 
@@ -83,6 +83,41 @@ def test_a_kept_report_is_reused_and_the_temperature_arm_reads_the_baselines(tmp
     assert [(r["arm"], r["nll"]) for r in rows] == [("baseline", 0.6), ("temperature", 0.5)]
 
 
+FAKE_JOB = """
+import json, os, sys
+model_dir = sys.argv[sys.argv.index("--model-dir") + 1]
+folder = os.path.join(model_dir, "eval_only") if "--eval-only" in sys.argv else model_dir
+os.makedirs(folder, exist_ok=True)
+accuracy = 0.5 if "--eval-only" in sys.argv else 0.8
+scaling = {"test_nll": {"before": 0.6, "after": 0.5}, "test_ece": {"before": 0.1, "after": 0.03}}
+with open(os.path.join(folder, "report.json"), "w") as f:
+    json.dump({"accuracy": {"value": accuracy}, "calibration": {"temperature": scaling}}, f)
+"""
+
+
+def test_the_tta_arm_reads_the_report_its_eval_only_run_writes_beside_the_baselines(tmp_path, monkeypatch):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train_fake.py").write_text(FAKE_JOB)
+    monkeypatch.setattr(generalisation, "ROOT", str(tmp_path))
+    arms = generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")
+    rows = generalisation.measure("train_fake.py", [], {k: arms[k] for k in ("baseline", "tta")}, [1],
+                                  str(tmp_path / "out"), progress=lambda line: None)
+    assert [(r["arm"], r["accuracy"]) for r in rows] == [("baseline", 0.8), ("tta", 0.5)]
+    assert json.loads((tmp_path / "out" / "reports" / "baseline-seed1.json").read_text())["accuracy"]["value"] == 0.8
+
+
+def test_an_output_folder_goes_on_only_with_the_flags_it_was_begun_with(tmp_path):
+    arms = generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")
+    generalisation.claim_output(str(tmp_path), ["--max-steps", "20"], arms)
+    generalisation.claim_output(str(tmp_path), ["--max-steps", "20"], arms)  # the same: goes on
+    with pytest.raises(FlagError, match="made with other flags: the job's flags were '--max-steps 20', now "
+                                        "'--max-steps 400'; pass another --output"):
+        generalisation.claim_output(str(tmp_path), ["--max-steps", "400"], arms)
+    with pytest.raises(FlagError, match="the arms' flags were"):
+        generalisation.claim_output(str(tmp_path), ["--max-steps", "20"],
+                                    generalisation.build_arms(0.9, 0.1, 0.2, 1.0, "flip"))
+
+
 def test_a_failed_run_names_its_last_line_and_its_log(tmp_path):
     log = str(tmp_path / "run.log")
     with pytest.raises(TrainingError, match=r"exited 3: train.py: error: no data \(log: .*run.log\)"):
@@ -121,7 +156,9 @@ def test_a_run_ends_when_the_measurement_is_killed(tmp_path):
 @pytest.mark.parametrize("argv, fragment", [
     (["--seed", "3"], "argument --seed: the measurement sets it for each run"),
     (["--ema=0.9"], "argument --ema: the measurement sets it"),
-    (["--seeds", "4"], "argument --seeds: expected two or more seeds"),
+    (["--seeds", "4"], "argument --seeds: expected two or more different seeds"),
+    (["--seeds", "1,1"], "argument --seeds: expected two or more different seeds"),
+    (["--seeds", "1,2,1"], "argument --seeds: a seed repeats in '1,2,1'"),
     (["--epochs", "-1"], "--epochs"),  # the job's own parser checks the job's flags
 ])
 def test_the_command_line_refuses_in_one_line_with_exit_2(argv, fragment, tmp_path):

@@ -8,11 +8,14 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline.errors import FlagError
+from pipeline.evaluation_report import check_positive_classes
 from pipeline.flags import build_parser
 from pipeline.roles import run
 from pipeline.tasks.oct import TASK
@@ -136,6 +139,8 @@ def script(name, *argv):
 @pytest.mark.parametrize("flag, value, fragment", [
     ("--at-specificity", "1.5", "must be from 0 to 1"),
     ("--positive-classes", "CNV,", "expected comma-separated names"),
+    ("--positive-classes", "CNV,DME,CNV", "names CNV twice; give each name once"),
+    ("--bootstrap-resamples", "2", "must be from 10 to 1000000, got 2"),
 ])
 def test_bad_report_flags_are_refused_at_once(tmp_path, flag, value, fragment):
     result = script("train_oct.py", "--synthetic", "--model-dir", str(tmp_path / "m"), flag, value)
@@ -150,6 +155,12 @@ def test_a_referral_class_the_data_lacks_is_a_flag_error(oct_sample, tmp_path):
     assert result.returncode == 2
     assert "--positive-classes names AMD, not a class of this data" in assert_clean_failure(result)
     assert not glob.glob(str(tmp_path / "m" / "*.index"))  # nothing trained
+
+
+def test_naming_every_class_positive_is_a_flag_error():
+    check_positive_classes(types.SimpleNamespace(positive_classes=("CNV", "DME")), OCT_CLASSES)
+    with pytest.raises(FlagError, match="names every class, leaving no negatives"):
+        check_positive_classes(types.SimpleNamespace(positive_classes=tuple(reversed(OCT_CLASSES))), OCT_CLASSES)
 
 
 def test_predict_refuses_an_unknown_explained_class(oct_run, tmp_path):
