@@ -1,7 +1,9 @@
 """The benchmark's command line: sweep flags here, the job's flags (--data-dir, --image-size,
 --warm-up-steps, ...) passed on to the job's own parser."""
 import argparse
+import datetime
 import os
+import tempfile
 
 import benchmark
 from models import PRECISIONS
@@ -74,7 +76,9 @@ def build_benchmark_parser():
                         help="with --target-accuracy: seconds after which a configuration stops, not reached")
     parser.add_argument("--timed-steps", type=positive_int, default=20, help="timed steps of each measurement")
     parser.add_argument("--repeats", type=positive_int, default=3, help="times the whole sweep runs, interleaved")
-    parser.add_argument("--output", default=os.path.join("runs", "benchmark"), help="folder for the outputs")
+    parser.add_argument("--output", default=None,
+                        help="folder for the outputs (default: runs/benchmark/<UTC date and time>); checked before "
+                             "the first measurement: a folder that holds an earlier benchmark's results is refused")
     return parser
 
 
@@ -105,8 +109,29 @@ def parse_args(parser, argv):
         args.data = args.data or list(benchmark.DATA_SOURCES)
     else:
         _check_time_to_accuracy(parser, args, task_args)
+    args.output = args.output or os.path.join(
+        "runs", "benchmark", datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    _check_output(parser, args.output)
     set_tensorflow_environment(task_args)  # --xla
     return args, task, task_args, variants
+
+
+def _check_output(parser, folder):
+    """Makes the output folder before anything is measured, so that a sweep never ends unable to write:
+    exit 2 for a file or a folder holding an earlier benchmark's results (they would be overwritten and its
+    plots left beside the new report), exit 1 for one that cannot be made or written."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        parser.error(f"argument --output: {folder} is a file; pass a folder")
+    if os.path.exists(os.path.join(folder, "results.json")):
+        parser.error(f"argument --output: {folder} holds an earlier benchmark's results (results.json); pass "
+                     "another --output, or move them away")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        parser.exit(1, f"{parser.prog}: error: cannot write the outputs to --output {folder}: {e.strerror or e}; "
+                       "pass another --output\n")
 
 
 def _check_time_to_accuracy(parser, args, task_args):

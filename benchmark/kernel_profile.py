@@ -33,6 +33,8 @@ def _parse(parser, argv):
     """Returns (the benchmark's args, the argv to run it with); refuses what has no oneDNN kernels to show."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = benchmark_cli.parse_args(parser, argv)[0]  # the benchmark's own checks, exit 2
+    if args.output not in argv:  # the default folder, named by the time: the benchmark writes into this one
+        argv += ["--output", args.output]
     if args.gpus:
         parser.error("argument --gpus: oneDNN's log covers the CPU's kernels only; use --cpu-replicas")
     if args.input_only or args.target_accuracy is not None:

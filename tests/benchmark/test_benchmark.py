@@ -95,6 +95,23 @@ def test_bad_sweep_flags_are_refused(capsys):
     assert "--input-only measures no model" in capsys.readouterr().err
 
 
+def test_an_output_it_could_not_write_or_would_overwrite_is_refused_before_any_measurement(tmp_path, capsys):
+    """A sweep that ran for hours then failed to write its outputs lost them all; one into an earlier
+    benchmark's folder overwrote its results and left its plots beside the new report."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "results.json").write_text("{}")
+    cases = [(tmp_path / "file", 2, "is a file; pass a folder"),
+             (tmp_path / "earlier", 2, "holds an earlier benchmark's results (results.json); pass another --output"),
+             (tmp_path / "file" / "under", 1, "cannot write the outputs to --output")]
+    for folder, code, fragment in cases:
+        with pytest.raises(SystemExit) as exit_info:  # the sweep would take minutes: it never starts
+            main(["--task", "fashion", "--synthetic", "--repeats", "1", "--output", str(folder)])
+        assert exit_info.value.code == code
+        assert fragment in capsys.readouterr().err.strip().splitlines()[-1]
+    assert (tmp_path / "earlier" / "results.json").read_text() == "{}"
+
+
 def test_scaling_efficiency_and_ratios_come_from_the_same_run():
     def row(engine, data, replicas, rate, precision="fp32"):
         return {"mode": "train", "engine": engine, "data": data, "precision": precision, "replicas": replicas,
