@@ -58,15 +58,26 @@ def load_predictor(path):
         return load_tflite_predictor(path)
     export_dir = resolve_export_dir(path)
     signatures = tf.saved_model.load(export_dir).signatures
-    text = storage.read_text(storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE))
-    class_names = [line.strip() for line in text.splitlines() if line.strip()]
+    names_path = storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE)
+    class_names = [line.strip() for line in storage.read_text(names_path).splitlines() if line.strip()]
     # serving_default takes file contents: 'jpeg_bytes' (the OCT job) or 'image_bytes' (the others)
+    outputs = signatures["serving_default"].structured_outputs
+    probabilities = outputs[PROBABILITIES] if PROBABILITIES in outputs else next(iter(outputs.values()))
+    check_class_count(class_names, int(probabilities.shape[-1]), names_path, export_dir)
     predictor = Predictor(export_dir, class_names, _classifier(signatures["serving_default"], class_names))
     if PIXELS_SIGNATURE in signatures:
         pixels = signatures[PIXELS_SIGNATURE]
         predictor.pixels_shape = tuple(_input_spec(pixels)[1].shape[1:])
         predictor.classify_pixels = _classifier(pixels, class_names)
     return predictor
+
+
+def check_class_count(class_names, outputs, names_path, model_path):
+    """Raises ExportNotFoundError when `names_path` names another number of classes than the model at
+    `model_path` has `outputs`: every probability would be shown under another class's name."""
+    if len(class_names) != outputs:
+        raise ExportNotFoundError(f"{names_path} names {len(class_names)} classes but the model at {model_path} "
+                                  f"has {outputs} outputs: use the class_names.txt of the run that made the model")
 
 
 def _input_spec(signature):

@@ -250,7 +250,7 @@ def load_tflite_predictor(path):
     """Returns a serving.predict.Predictor over the .tflite file at `path` (its class names read from the
     class_names.txt beside it): image files are decoded and resized here as the export's serving_default
     decodes them (input_fns.decode), then fed as pixels."""
-    from serving.predict import Predictor  # that module imports this one only when given a .tflite file
+    from serving.predict import Predictor, check_class_count  # it imports this module only for a .tflite file
     if not storage.isfile(path):
         raise ExportNotFoundError(f"no TFLite model at {path}: pass a .tflite file a run wrote (--tflite) into "
                                   f"<model dir>/export/{TFLITE_DIR}/<timestamp>/")
@@ -259,8 +259,12 @@ def load_tflite_predictor(path):
         raise ExportNotFoundError(f"no {CLASS_NAMES_FILE} beside {path}: the class names the model's outputs "
                                   "stand for (copy it from the export's assets.extra)")
     class_names = [line.strip() for line in storage.read_text(names_path).splitlines() if line.strip()]
-    runner, name = signature_runner(storage.read_bytes(path))
+    model = storage.read_bytes(path)
+    check_whole_model(model, path)
+    runner, name = signature_runner(model)
     shape = tuple(int(n) for n in runner.get_input_details()[name]["shape"][1:])
+    outputs = int(runner.get_output_details()[PROBABILITIES]["shape"][-1])
+    check_class_count(class_names, outputs, names_path, path)
 
     def classify_pixels(batch):
         probabilities = runner(**{name: np.asarray(batch, np.uint8)})[PROBABILITIES]
@@ -270,3 +274,19 @@ def load_tflite_predictor(path):
         return classify_pixels(decode_to_pixels(contents, shape))
 
     return Predictor(path, class_names, classify, shape, classify_pixels)
+
+
+def check_whole_model(model, path):
+    """Raises ExportNotFoundError unless the bytes `model` (read from `path`) are a whole TFLite FlatBuffer:
+    TensorFlow's interpreter reads them unchecked, and a truncated file crashed the process."""
+    from tensorflow.lite.tools import flatbuffer_utils
+    if model[4:8] != b"TFL3":
+        raise ExportNotFoundError(f"{path} is not a TFLite model (it lacks the TFL3 mark): pass a .tflite file a "
+                                  "run wrote (--tflite)")
+    try:
+        flatbuffer_utils.convert_bytearray_to_object(bytearray(model))
+    except Exception as e:  # noqa: BLE001 - struct.error, IndexError, ValueError: reads past the end
+        raise ExportNotFoundError(f"{path} is not a whole TFLite model ({len(model):,} bytes, cut short or damaged: "
+                                  f"{type(e).__name__}); copy it again, or convert it again with --eval-only "
+                                  "--tflite on its model dir") from None
+

@@ -4,6 +4,7 @@ SavedModel run by the test itself, predict.py answers from a .tflite as from the
 job's pixels signature converts too."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -147,6 +148,39 @@ def test_predict_refuses_a_tflite_file_without_its_class_names(fashion_run, tmp_
         lone.write_bytes(f.read())
     result = script("predict.py", "--model", str(lone), str(tmp_path))
     assert_clean_failure(result, "no class_names.txt beside", str(lone))
+
+
+def test_predict_refuses_a_damaged_tflite_file_in_one_line(fashion_run, tmp_path):
+    """TensorFlow's interpreter reads a .tflite unchecked: a truncated file crashed predict.py (SIGSEGV)."""
+    with open(fashion_run[0]["tflite"]["files"]["float32"]["file"], "rb") as f:
+        whole = f.read()
+    shutil.copy(os.path.join(fashion_run[0]["tflite"]["dir"], "class_names.txt"), tmp_path)
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "image.png")
+    for name, data, fragment in [("cut.tflite", whole[:5000], "is not a whole TFLite model (5,000 bytes"),
+                                 ("end.tflite", whole[:-1], "is not a whole TFLite model"),
+                                 ("tiny.tflite", whole[:100], "is not a whole TFLite model"),
+                                 ("text.tflite", b"not a model\n", "is not a TFLite model (it lacks the TFL3 mark)")]:
+        (tmp_path / name).write_bytes(data)
+        result = script("predict.py", "--model", str(tmp_path / name), str(tmp_path / "image.png"))
+        assert result.returncode == 1, (name, result.returncode, result.stderr[-500:])
+        assert_clean_failure(result, fragment, str(tmp_path / name))
+
+
+def test_predict_refuses_class_names_that_do_not_match_the_model(fashion_run, tmp_path):
+    """Class names from another run beside a .tflite raised an IndexError; in an export, three names for ten
+    outputs showed three probabilities under the wrong names, exit 0."""
+    (tmp_path / "lite").mkdir()
+    shutil.copy(fashion_run[0]["tflite"]["files"]["float32"]["file"], tmp_path / "lite")
+    (tmp_path / "lite" / "class_names.txt").write_text("a\nb\nc\n")
+    export = tmp_path / "export"
+    shutil.copytree(fashion_run[0]["export_dir"], export)
+    (export / "assets.extra" / "class_names.txt").write_text("a\nb\nc\n")
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "image.png")
+    for model, names in [(tmp_path / "lite" / "float32.tflite", tmp_path / "lite" / "class_names.txt"),
+                         (export, export / "assets.extra" / "class_names.txt")]:
+        result = script("predict.py", "--model", str(model), str(tmp_path / "image.png"))
+        assert result.returncode == 1
+        assert_clean_failure(result, f"{names} names 3 classes but the model at {model} has 10 outputs")
 
 
 @pytest.mark.parametrize("value", ["int4", "float32,float32", "float32,", "fp16"])
