@@ -1,4 +1,5 @@
 """The inspect_input command line: the task's own data flags, plus what to look at."""
+import argparse
 import json
 import os
 
@@ -16,9 +17,19 @@ def build_inspect_parser():
     parser.add_argument("--workers", type=positive_int, default=1,
                         help="input pipelines (cluster workers) the files are shared between")
     parser.add_argument("--worker-index", type=int, default=0, help="which worker's share to read (from 0)")
-    parser.add_argument("--sheet", default=None, help="write a PNG contact sheet of the first batch here")
+    parser.add_argument("--sheet", type=png_path, default=None,
+                        help="write a PNG contact sheet of the first batch to this .png file")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser
+
+
+def png_path(text):
+    """argparse type: a path ending in .png that is not a folder."""
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"expected a file name ending in .png, got {text!r}")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name ending in .png")
+    return text
 
 
 def main(argv=None):

@@ -61,6 +61,8 @@ def find_runs(folders):
     runs = []
     for folder in folders:
         folder = folder.rstrip("/") or "/"
+        if posixpath.basename(folder) == RESULTS_FILE and not tf.io.gfile.isdir(folder):
+            folder = posixpath.dirname(folder) or "."  # the results file itself: its run's folder
         if tf.io.gfile.exists(posixpath.join(folder, RESULTS_FILE)):
             runs.append((folder, _read(folder)))
             continue
@@ -84,10 +86,13 @@ def _read(folder):
     path = posixpath.join(folder, RESULTS_FILE)
     try:
         with tf.io.gfile.GFile(path) as f:
-            return json.load(f)
+            results = json.load(f)
     except ValueError as e:
         raise RunsError(f"{path} is not valid JSON ({e}): the run that wrote it did not finish; "
                         "leave it out or run it again") from None
+    if not isinstance(results, dict):
+        raise RunsError(f"{path} holds a JSON {type(results).__name__}, not a run's results: leave it out")
+    return results
 
 
 def table_rows(runs):

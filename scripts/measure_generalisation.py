@@ -45,7 +45,8 @@ def build_parser():
     parser.add_argument("--label-smoothing", type=open_fraction, default=0.1, help="that arm's --label-smoothing")
     parser.add_argument("--mixup", type=positive_float, default=0.2, help="the mixing arm's --mixup")
     parser.add_argument("--cutmix", type=positive_float, default=1.0, help="the mixing arm's --cutmix")
-    parser.add_argument("--tta", choices=("flip", "flip,crops"), default="flip", help="the TTA arm's views")
+    parser.add_argument("--tta", choices=("flip", "flip,crops"), default="flip", metavar="flip|flip,crops",
+                        help="the TTA arm's views: 'flip' or 'flip,crops'")
     parser.allow_abbrev = False  # the job's --seed is not this tool's --seeds
     return parser
 

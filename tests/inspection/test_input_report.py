@@ -45,3 +45,16 @@ def test_a_worker_reads_through_its_input_context():
     assert input_report.input_context(1, 0) is None
     context = input_report.input_context(3, 2)
     assert (context.num_input_pipelines, context.input_pipeline_id) == (3, 2)
+
+
+@pytest.mark.parametrize("sheet, fragment", [("sheet", "expected a file name ending in .png, got"),
+                                             ("sheet.txt", "expected a file name ending in .png, got"),
+                                             ("folder.png", "is a folder; give a file name ending in .png")])
+def test_a_sheet_path_it_would_not_write_as_given_is_refused(tmp_path, capsys, sheet, fragment):
+    """It wrote sheet.png when told 'sheet' (and said 'sheet'), and a .txt path ended in a traceback."""
+    from inspection.cli import main
+    (tmp_path / "folder.png").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--task", "fashion", "--synthetic", "--sheet", str(tmp_path / sheet)])
+    assert exit_info.value.code == 2 and fragment in capsys.readouterr().err.strip().splitlines()[-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.png"]

@@ -90,3 +90,15 @@ def test_a_folder_without_runs_and_a_half_written_results_file_are_named(tmp_pat
     (tmp_path / "half" / "results.json").write_text('{"task": ')
     with pytest.raises(RunsError, match="is not valid JSON"):
         compare.find_runs([str(tmp_path / "half")])
+
+
+def test_a_results_file_given_itself_is_its_run_and_one_holding_no_object_is_named(tmp_path):
+    """It said an existing results.json 'does not exist', and one holding a list raised an AttributeError."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text('{"task": "fashion"}')
+    assert compare.find_runs([str(tmp_path / "run" / "results.json")]) == [(str(tmp_path / "run"),
+                                                                            {"task": "fashion"})]
+    (tmp_path / "list").mkdir()
+    (tmp_path / "list" / "results.json").write_text("[1, 2]")
+    with pytest.raises(RunsError, match="results.json holds a JSON list, not a run's results"):
+        compare.find_runs([str(tmp_path / "list")])
