@@ -40,11 +40,16 @@ def resolve_export_dir(path):
     URL, exports still being copied (without their completion marker) are passed over."""
     if storage.isfile(storage.join(path, "saved_model.pb")) and is_complete(path):
         return path
-    versions = sorted((d for d in storage.listdir(path) if d.isdigit() and is_complete(storage.join(path, d))),
+    versions = sorted((d for d in storage.listdir(path) if d.isdigit() and is_complete(storage.join(path, d))
+                       and storage.isfile(storage.join(path, d, "saved_model.pb"))),
                       key=int) if storage.isdir(path) else []
     if not versions and storage.isdir(storage.join(path, "export")):
         return resolve_export_dir(storage.join(path, "export"))
     if not versions:
+        lite = sorted(storage.glob(storage.join(path, "*.tflite")) + storage.glob(storage.join(path, "*", "*.tflite")))
+        if lite:
+            raise ExportNotFoundError(f"{path} holds TFLite files, not a SavedModel: pass one of them to --model, "
+                                      f"e.g. {lite[-1]}")
         raise ExportNotFoundError(f"no exported model at {path}: pass --model with a training run's model dir or "
                                   "the export folder it printed (<model dir>/export/<timestamp>)")
     return storage.join(path, versions[-1])

@@ -166,6 +166,16 @@ def test_predict_refuses_a_damaged_tflite_file_in_one_line(fashion_run, tmp_path
         assert_clean_failure(result, fragment, str(tmp_path / name))
 
 
+def test_predict_given_the_tflite_folder_names_a_file_in_it(fashion_run, tmp_path):
+    """It took the numbered folder of .tflite files for an export: 'SavedModel file does not exist'."""
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "image.png")
+    folder = os.path.dirname(fashion_run[0]["tflite"]["dir"])
+    result = script("predict.py", "--model", folder, str(tmp_path / "image.png"))
+    assert result.returncode == 1
+    assert_clean_failure(result, f"{folder} holds TFLite files, not a SavedModel: pass one of them to --model, "
+                                 f"e.g. {fashion_run[0]['tflite']['dir']}")
+
+
 def test_predict_refuses_class_names_that_do_not_match_the_model(fashion_run, tmp_path):
     """Class names from another run beside a .tflite raised an IndexError; in an export, three names for ten
     outputs showed three probabilities under the wrong names, exit 0."""
