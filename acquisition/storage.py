@@ -180,11 +180,12 @@ def copy_tree(source, target, last=None):
     return target
 
 
-def walk(path):
+def walk(path, follow_links=False):
     """Yields (folder, subfolder names, file names) below `path`, as os.walk does (top down: a
-    caller may prune the subfolder names)."""
+    caller may prune the subfolder names); `follow_links` walks into linked folders too (a caller
+    that asks prunes the ones it has seen: a link may point up the tree)."""
     if not is_url(path):
-        yield from os.walk(path)
+        yield from os.walk(path, followlinks=follow_links)
         return
     for parent, dirs, names in _gfile().walk(path):
         yield parent.rstrip("/"), dirs, names

@@ -151,15 +151,15 @@ def _image_problem(path, predictor):
 def image_paths(paths):
     """Yields the files to classify: each path that is not a folder as given, and the image files
     (see image_formats.is_image_name) and raw pixel files (is_pixels_name) below each folder, walked
-    recursively in sorted order. Raises InputDataError, after the folders before it, for a folder
-    that holds none."""
+    recursively in sorted order, linked folders included (each folder once). Raises InputDataError,
+    after the folders before it, for a folder that holds none."""
     for path in paths:
         if not storage.isdir(path):
             yield path
             continue
-        found = 0
-        for parent, dirs, names in storage.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found, seen = 0, {os.path.realpath(path)}
+        for parent, dirs, names in storage.walk(path, follow_links=True):
+            dirs[:] = _unseen(parent, dirs, seen)
             for name in sorted(names):
                 if is_image_name(name) or is_pixels_name(name):
                     found += 1
@@ -167,6 +167,18 @@ def image_paths(paths):
         if not found:
             raise InputDataError(f"no images in the folder {path} (JPEG, PNG, BMP or GIF files, or raw .gray "
                                  "pixels, at any depth); pass a folder that holds some, or the image files")
+
+
+def _unseen(parent, dirs, seen):
+    """Returns the subfolders of `parent` to walk, in name order: not hidden, and not a folder already
+    walked or queued (`seen`, their real paths, which this adds to), as a link up the tree would be."""
+    kept = []
+    for name in sorted(dirs):
+        real = os.path.realpath(os.path.join(parent, name))
+        if not name.startswith(".") and real not in seen:
+            seen.add(real)
+            kept.append(name)
+    return kept
 
 
 def _batches(iterable, size):

@@ -27,6 +27,19 @@ def test_folders_are_walked_recursively_and_junk_left_out(tmp_path):
         str(tmp_path / "x" / "1.png"), str(tmp_path / "x" / "deep" / "er" / "2.PNG"), "given.txt"]
 
 
+def test_linked_folders_are_walked_each_once_and_a_link_up_the_tree_ends(tmp_path):
+    """A linked subfolder was left out without a word; a link to a folder above must not walk forever."""
+    png = encode(draw_shape("circle", 24, np.random.default_rng(0)), "RGB", "PNG")
+    for path in ("other/1.png", "x/2.png"):
+        os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+        (tmp_path / path).write_bytes(png)
+    os.symlink(tmp_path / "other", tmp_path / "x" / "linked")
+    os.symlink(tmp_path / "other", tmp_path / "x" / "same")  # the same folder again: walked once
+    os.symlink(tmp_path / "x", tmp_path / "x" / "up")  # a loop
+    assert list(image_paths([str(tmp_path / "x")])) == [str(tmp_path / "x" / "2.png"),
+                                                         str(tmp_path / "x" / "linked" / "1.png")]
+
+
 def test_a_folder_without_images_is_one_line_after_the_folders_before_it(tmp_path):
     png = encode(draw_shape("circle", 24, np.random.default_rng(0)), "RGB", "PNG")
     os.makedirs(tmp_path / "x")
