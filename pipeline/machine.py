@@ -112,15 +112,36 @@ def _uses_gpus(settings):
     return bool(tf.config.list_physical_devices("GPU")) and settings.cpu_replicas is None and settings.gpus != 0
 
 
-def resolved_precision(settings):
-    """Returns `settings` with --precision auto resolved (see auto_precision): the precision picked, and
-    `precision_requested` and `precision_reason` saying how. Raises FlagError (exit 2) for bf16-amp
-    where the rewrite would leave the model float32 (see graph_rewrite_unavailable)."""
+def bf16_unusable(settings, in_cluster, precision="bf16"):
+    """Returns why `precision` (bf16, the Keras policy, or bf16-amp, the oneDNN rewrite) cannot train or
+    convert this run, or None: in a cluster on CPUs TensorFlow 2.15's distributed runtime runs ReLU on a
+    kernel without bfloat16 ("Value for attr 'T' of bfloat16 is not in the list of allowed values", both
+    ways), and TFLite has no bfloat16 tensors for the bf16 policy's export ("invalid TFLite type";
+    bf16-amp's export is float32)."""
+    if in_cluster and not _uses_gpus(settings):
+        return ("a cluster on CPUs runs TensorFlow 2.15's distributed runtime, whose ReLU kernel has no "
+                "bfloat16 (the tasks fail at their first step)")
+    if precision == "bf16" and getattr(settings, "tflite", None):
+        return ("--tflite converts the export, and TFLite has no bfloat16 tensors for a bf16 export (the export "
+                "of fp32 and bf16-amp is float32)")
+    return None
+
+
+def resolved_precision(settings, in_cluster=False):
+    """Returns `settings` with --precision auto resolved (see auto_precision; fp32 where bf16_unusable
+    says why): the precision picked, and `precision_requested` and `precision_reason` saying how.
+    Raises FlagError (exit 2) for bf16-amp where the rewrite would leave the model float32 (see
+    graph_rewrite_unavailable), and for bf16 where it is unusable (`in_cluster`: a task of a cluster)."""
     if settings.precision in GRAPH_REWRITE_PRECISIONS:
         unavailable = graph_rewrite_unavailable(_uses_gpus(settings))
         if unavailable:
             raise FlagError(f"--precision {settings.precision}: {unavailable}")
+    unusable = bf16_unusable(settings, in_cluster, "bf16" if settings.precision == "auto" else settings.precision)
+    if (settings.precision == "bf16" or settings.precision in GRAPH_REWRITE_PRECISIONS) and unusable:
+        raise FlagError(f"--precision {settings.precision}: {unusable}; use --precision fp32")
     if settings.precision != "auto":
         return settings.replace(precision_requested=settings.precision, precision_reason=None)
     picked, why = auto_precision(_uses_gpus(settings))
+    if picked == "bf16" and unusable:
+        picked, why = "fp32", f"bf16 would be native ({why}), but {unusable}"
     return settings.replace(precision=picked, precision_requested="auto", precision_reason=why)

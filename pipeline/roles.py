@@ -43,9 +43,10 @@ def run(task, args):
     cannot work.
     """
     configure_logging(args.verbose)
-    settings = resolved_precision(Settings.from_args(args))
+    settings = Settings.from_args(args)
     ensure_writable_dir(settings.model_dir)
     cluster = resolve_cluster(settings)
+    settings = resolved_precision(settings, in_cluster=cluster is not None)
     if cluster is not None and settings.eval_only:
         raise FlagError("--eval-only evaluates a trained model dir on one machine; run it without a cluster "
                         "(no TF_CONFIG, no --cluster slurm)")

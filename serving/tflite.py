@@ -14,7 +14,7 @@ import tensorflow as tf
 from acquisition import storage
 from input_fns import FEATURE_KEY
 from input_fns.decode import PIXELS_SIGNATURE, decode_to_pixels
-from serving import ExportNotFoundError
+from serving import ConversionError, ExportNotFoundError
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,14 @@ def _absl_warnings_only():
 def convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tolerance, cpu):
     """Returns _convert_and_evaluate's figures, made without absl's INFO lines."""
     with _absl_warnings_only():
-        return _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tolerance, cpu)
+        try:
+            return _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tolerance, cpu)
+        except Exception as e:  # noqa: BLE001 - the converter's own error class, told apart by its words
+            if "bf16" not in str(e):
+                raise
+            raise ConversionError(f"{export_dir} computes in bfloat16 (trained with --precision bf16), and TFLite "
+                                  "has no bfloat16 tensors: convert a run trained with --precision fp32 or "
+                                  "bf16-amp") from None
 
 
 def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tolerance, cpu):

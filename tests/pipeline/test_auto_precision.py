@@ -45,3 +45,33 @@ def test_an_explicit_precision_is_recorded_as_asked(tmp_path):
                                              "--model-dir", model_dir]))
     written = json.load(open(os.path.join(model_dir, "results.json")))
     assert written["precision"] == written["precision_requested"] == "fp32" and written["precision_reason"] is None
+
+
+def settings_of_flags(*argv):
+    from pipeline.settings import Settings
+    return Settings.from_args(build_parser(TASK).parse_args(["--synthetic", *argv]))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "bf16-amp"])
+def test_bfloat16_in_a_cluster_on_cpus_is_refused_and_auto_picks_fp32_there(precision):
+    """TF 2.15's distributed runtime has no bfloat16 ReLU on CPUs: both ways failed at the first step."""
+    from pipeline.errors import FlagError
+    from pipeline.machine import resolved_precision
+    with pytest.raises(FlagError, match=f"--precision {precision}: a cluster on CPUs .* use --precision fp32"):
+        resolved_precision(settings_of_flags("--precision", precision), in_cluster=True)
+    assert resolved_precision(settings_of_flags("--precision", precision)).precision == precision  # one machine
+    picked = resolved_precision(settings_of_flags("--precision", "auto"), in_cluster=True)
+    assert picked.precision == "fp32" and picked.precision_requested == "auto"
+    assert ("a cluster on CPUs" in picked.precision_reason) == bool(this_cpus_flags() & {"amx_bf16", "avx512_bf16"})
+
+
+def test_the_bf16_policy_with_tflite_is_refused_and_auto_picks_fp32_for_it():
+    """TFLite has no bfloat16 tensors: the converter failed on the bf16 export; bf16-amp's export is float32."""
+    from pipeline.errors import FlagError
+    from pipeline.machine import resolved_precision
+    with pytest.raises(FlagError, match="--precision bf16: --tflite converts the export, and TFLite has no bfloat16"):
+        resolved_precision(settings_of_flags("--precision", "bf16", "--tflite", "float32"))
+    assert resolved_precision(settings_of_flags("--precision", "bf16-amp", "--tflite", "int8")).precision == "bf16-amp"
+    picked = resolved_precision(settings_of_flags("--precision", "auto", "--tflite", "float32"))
+    assert picked.precision == "fp32" and ("--tflite" in picked.precision_reason) == bool(
+        this_cpus_flags() & {"amx_bf16", "avx512_bf16"})

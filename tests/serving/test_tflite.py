@@ -193,6 +193,20 @@ def test_predict_refuses_class_names_that_do_not_match_the_model(fashion_run, tm
         assert_clean_failure(result, f"{names} names 3 classes but the model at {model} has 10 outputs")
 
 
+def test_converting_a_bf16_export_later_is_one_line(tmp_path):
+    """--eval-only --tflite on a model dir trained with --precision bf16: the converter's failure on bfloat16
+    tensors was a traceback."""
+    model_dir = str(tmp_path / "m")
+    trained = script("train_fashion.py", "--synthetic", "--max-steps", "2", "--batch-size", "8", "--precision", "bf16",
+                     "--model-dir", model_dir)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    result = script("train_fashion.py", "--synthetic", "--max-steps", "2", "--batch-size", "8", "--precision", "fp32",
+                    "--model-dir", model_dir, "--eval-only", "--tflite", "float32")
+    assert result.returncode == 1
+    assert_clean_failure(result, "computes in bfloat16 (trained with --precision bf16), and TFLite has no bfloat16 "
+                                 "tensors: convert a run trained with --precision fp32 or bf16-amp")
+
+
 @pytest.mark.parametrize("value", ["int4", "float32,float32", "float32,", "fp16"])
 def test_a_bad_tflite_value_exits_2_in_one_line(tmp_path, value):
     result = script("train_fashion.py", "--synthetic", "--model-dir", str(tmp_path / "m"), "--tflite", value)
