@@ -62,8 +62,13 @@ def load_predictor(path):
         from serving.tflite import load_tflite_predictor
         return load_tflite_predictor(path)
     export_dir = resolve_export_dir(path)
-    signatures = tf.saved_model.load(export_dir).signatures
     names_path = storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE)
+    missing = [name for name in (storage.join("variables", "variables.index"), storage.join("assets.extra", CLASS_NAMES_FILE))
+               if not storage.isfile(storage.join(export_dir, name))]
+    if missing:
+        raise ExportNotFoundError(f"the export {export_dir} lacks {' and '.join(missing)}: it was copied in part; "
+                                  "copy the whole export folder again (or pass the model dir that made it)")
+    signatures = tf.saved_model.load(export_dir).signatures
     class_names = [line.strip() for line in storage.read_text(names_path).splitlines() if line.strip()]
     # serving_default takes file contents: 'jpeg_bytes' (the OCT job) or 'image_bytes' (the others)
     outputs = signatures["serving_default"].structured_outputs

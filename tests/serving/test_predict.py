@@ -138,3 +138,16 @@ def test_gray_files_of_a_pixels_model_are_checked_for_size_and_classified_with_t
     assert ok == {"file": paths[0], "class": "b", "probabilities": {"a": 0.25, "b": 0.75}}
     assert long["error"].startswith("is 785 bytes; a .gray file for this model holds exactly 784: one 28x28 gray ")
     assert image["class"] == "a"
+
+
+def test_an_export_copied_in_part_is_named_in_one_line(tmp_path):
+    """Without its class names it said 'a folder on that path is missing ... create it'; without variables/,
+    TensorFlow's 'Unsuccessful TensorSliceReader constructor'."""
+    from serving import ExportNotFoundError
+    from serving.predict import load_predictor
+    export = tmp_path / "1"
+    (export / "variables").mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(ExportNotFoundError, match=r"lacks variables/variables.index and "
+                                                  r"assets.extra/class_names.txt: it was copied in part"):
+        load_predictor(str(tmp_path))
