@@ -68,6 +68,7 @@ def test_a_target_never_reached_is_reported_as_not_reached(fashion_data_dir, tmp
     assert "| 0 of 1 | not reached |" in report and "not reached (max_steps, best" in report
     assert "Ratios" not in report
     # A time budget ends it too, before any evaluation: still no figure.
+    out = str(tmp_path / "budget")  # a folder holding a benchmark's results is refused
     code = main(["--task", "fashion", "--target-accuracy", "1", "--cpu-replicas", "1", "--batch-size", "16",
                  "--repeats", "1", "--eval-every-steps", "3", "--max-steps", "600", "--time-budget", "0.01",
                  "--output", out, "--data-dir", fashion_data_dir])
