@@ -24,14 +24,14 @@ def add_device_flags(parser):
                               "'central_storage' (variables on the CPU, compute mirrored over the replicas); "
                               "'multi_worker_mirrored' (synchronous) or 'parameter_server' (asynchronous): the "
                               "cluster that TF_CONFIG describes (see scripts/launch_local_cluster.py)")
-    devices.add_argument("--precision", choices=tuple(PRECISIONS) + ("auto",), default="fp32",
-                         help="'fp32'; or mixed precision, variables in float32 and math in 'bf16' (CPUs with "
-                              "AVX512_BF16 or AMX, GPUs from compute capability 8.0) or 'fp16' (GPUs, with "
-                              "dynamic loss scaling); the softmax and the loss stay float32. 'bf16-amp': a float32 "
-                              "model whose eligible ops TensorFlow's oneDNN graph rewrite runs in bfloat16 (CPUs "
-                              "with AVX-512; see docs/benchmarks.md for what each measured). 'auto' picks bf16 "
-                              "where the devices compute it natively, fp32 elsewhere, and the header says why (not "
-                              "the default: on the Fashion sample bf16 tested below fp32, docs/benchmarks.md)")
+    devices.add_argument("--precision", choices=tuple(PRECISIONS) + ("auto",), default="auto",
+                         help="'auto' (the default) picks bf16 where the devices compute it natively (CPUs with "
+                              "AVX512_BF16 or AMX, GPUs from compute capability 8.0), fp32 elsewhere, and the "
+                              "header says which and why; 'fp32'; or mixed precision, variables in float32 and "
+                              "math in 'bf16' or 'fp16' (GPUs, with dynamic loss scaling); the softmax and the "
+                              "loss stay float32. 'bf16-amp': a float32 model whose eligible ops TensorFlow's "
+                              "oneDNN graph rewrite runs in bfloat16 (CPUs with AVX-512). docs/benchmarks.md has "
+                              "what each measured")
     devices.add_argument("--xla", action="store_true",
                          help="compile the training graph with XLA (often faster on GPUs; slower on the CPUs "
                               "measured, see docs/benchmarks.md)")

@@ -56,7 +56,7 @@ def random_or_transform_ops(export_dir):
 def test_the_export_serves_the_same_with_augment_on_and_off(tmp_path):
     args = build_parser(oct_task.TASK).parse_args(
         ["--synthetic", "--image-size", "32", "--weights", "none", "--batch-size", "4", "--max-steps", "2",
-         "--augment", ALL, "--model-dir", str(tmp_path / "m")])
+         "--augment", ALL, "--precision", "fp32", "--model-dir", str(tmp_path / "m")])  # as rebuilt below
     with_augment = run(oct_task.TASK, args)["export_dir"]
     assert random_or_transform_ops(with_augment) == []
     # The same weights exported by an Estimator built without --augment.

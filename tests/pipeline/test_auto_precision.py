@@ -39,10 +39,14 @@ def test_a_run_with_auto_records_what_it_picked_and_why(tmp_path, capsys):
     assert f"picked by --precision auto: {written['precision_reason']}" in header and expected in header
 
 
+def test_auto_is_the_default():
+    assert build_parser(TASK).parse_args([]).precision == "auto"
+
+
 def test_an_explicit_precision_is_recorded_as_asked(tmp_path):
     model_dir = str(tmp_path / "run")
     run(TASK, build_parser(TASK).parse_args(["--synthetic", "--max-steps", "1", "--batch-size", "8",
-                                             "--model-dir", model_dir]))
+                                             "--precision", "fp32", "--model-dir", model_dir]))
     written = json.load(open(os.path.join(model_dir, "results.json")))
     assert written["precision"] == written["precision_requested"] == "fp32" and written["precision_reason"] is None
 

@@ -37,7 +37,8 @@ def test_a_run_whose_throughput_beats_an_injected_peak_warns_and_records_it(fash
         "fp32": {"flops": 1e6, "shape": "injected", "probed_at": "now"}}}))
     monkeypatch.setenv(peak_lib.PEAK_CACHE_ENV, str(cache))
     args = build_parser(TASK).parse_args(["--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "model"),
-                                          "--batch-size", "16", "--max-steps", "4", "--warm-up-steps", "1"])
+                                          "--batch-size", "16", "--max-steps", "4", "--warm-up-steps", "1",
+                                          "--precision", "fp32"])  # the peak injected is fp32's
     with caplog.at_level(logging.WARNING):
         results = run(TASK, args)
     training = 3 * 5588480 - 2 * 26 * 26 * 32 * 9  # no input gradients for the first convolution

@@ -68,7 +68,8 @@ def smoothed_run(fashion_data_dir, tmp_path_factory):
     the model away from uniform probabilities in its 8 steps (at the scaled default's 7.8e-5 it stayed
     so close that the smoothed loss came within 2e-4 of the plain one in one run)."""
     args = fashion_args(fashion_data_dir, tmp_path_factory.mktemp("smoothed") / "m", "--batch-size", "40",
-                        "--max-steps", "8", "--learning-rate", "0.003", "--lr-scaling", "none", *MIXING_FLAGS)
+                        "--max-steps", "8", "--learning-rate", "0.003", "--lr-scaling", "none", *MIXING_FLAGS,
+                        "--precision", "fp32")  # the Estimators built here again are float32
     return args, run(fashion.TASK, args)
 
 
