@@ -142,11 +142,7 @@ def _groups(task, collector):
 def report_dir(args):
     """Returns the folder of the report files: the model dir; under --eval-only its EVAL_ONLY_DIR, so
     that the training run's report, the one results.json's 'clinical' holds, stays as it was."""
-    if not args.eval_only:
-        return args.model_dir
-    folder = storage.join(args.model_dir, EVAL_ONLY_DIR)
-    storage.makedirs(folder)
-    return folder
+    return storage.join(args.model_dir, EVAL_ONLY_DIR) if args.eval_only else args.model_dir
 
 
 def write_report(task, args, data, collector, model_dir, step, export_dir=None, estimator=None,
@@ -174,7 +170,9 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None, 
             results["export_dir"] = export_dir = export_with_temperature(
                 estimator, data.serving_input_fn, data.class_names, storage.join(model_dir, BEST_EXPORT_DIR),
                 scaling["temperature"], checkpoint_path)
-    pngs = report_files.write_report_files(report_dir(args), report, probabilities, labels, keys)
+    folder = report_dir(args)
+    storage.makedirs(folder)
+    pngs = report_files.write_report_files(folder, report, probabilities, labels, keys)
     write_images(storage.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
     results.update(classification_report(labels, probabilities.argmax(axis=1), data.class_names))
     results["clinical"] = report

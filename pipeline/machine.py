@@ -136,12 +136,14 @@ def resolved_precision(settings, in_cluster=False):
         unavailable = graph_rewrite_unavailable(_uses_gpus(settings))
         if unavailable:
             raise FlagError(f"--precision {settings.precision}: {unavailable}")
-    unusable = bf16_unusable(settings, in_cluster, "bf16" if settings.precision == "auto" else settings.precision)
-    if (settings.precision == "bf16" or settings.precision in GRAPH_REWRITE_PRECISIONS) and unusable:
-        raise FlagError(f"--precision {settings.precision}: {unusable}; use --precision fp32")
     if settings.precision != "auto":
+        unusable = (settings.precision == "bf16" or settings.precision in GRAPH_REWRITE_PRECISIONS) and \
+            bf16_unusable(settings, in_cluster, settings.precision)
+        if unusable:
+            raise FlagError(f"--precision {settings.precision}: {unusable}; use --precision fp32")
         return settings.replace(precision_requested=settings.precision, precision_reason=None)
     picked, why = auto_precision(_uses_gpus(settings))
-    if picked == "bf16" and unusable:
+    unusable = picked == "bf16" and bf16_unusable(settings, in_cluster)
+    if unusable:
         picked, why = "fp32", f"bf16 would be native ({why}), but {unusable}"
     return settings.replace(precision=picked, precision_requested="auto", precision_reason=why)

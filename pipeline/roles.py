@@ -44,9 +44,9 @@ def run(task, args):
     """
     configure_logging(args.verbose)
     settings = Settings.from_args(args)
-    ensure_writable_dir(settings.model_dir)
     cluster = resolve_cluster(settings)
-    settings = resolved_precision(settings, in_cluster=cluster is not None)
+    settings = resolved_precision(settings, in_cluster=cluster is not None)  # refused before any folder is made
+    ensure_writable_dir(settings.model_dir)
     if cluster is not None and settings.eval_only:
         raise FlagError("--eval-only evaluates a trained model dir on one machine; run it without a cluster "
                         "(no TF_CONFIG, no --cluster slurm)")

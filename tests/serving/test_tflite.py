@@ -193,6 +193,13 @@ def test_predict_refuses_class_names_that_do_not_match_the_model(fashion_run, tm
         assert_clean_failure(result, f"{names} names 3 classes but the model at {model} has 10 outputs")
 
 
+def test_bf16_with_tflite_is_refused_before_anything_is_made(tmp_path):
+    result = script("train_fashion.py", "--synthetic", "--precision", "bf16", "--tflite", "float32",
+                    "--model-dir", str(tmp_path / "m"))
+    assert result.returncode == 2 and not (tmp_path / "m").exists()
+    assert_clean_failure(result, "--precision bf16: --tflite converts the export, and TFLite has no bfloat16 tensors")
+
+
 def test_converting_a_bf16_export_later_is_one_line(tmp_path):
     """--eval-only --tflite on a model dir trained with --precision bf16: the converter's failure on bfloat16
     tensors was a traceback."""
