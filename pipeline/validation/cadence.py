@@ -53,7 +53,7 @@ class Pacing:
     whose evaluation comes anyway; the first of a run does not wait."""
 
     def __init__(self, cadence, max_steps=None, clock=time.perf_counter):
-        self.cadence, self.clock, self._max_steps = cadence, clock, max_steps
+        self.cadence, self.clock, self.max_steps = cadence, clock, max_steps
         self._last_step, self._last_seconds, self._last_end = 0, None, None
 
     def allows(self, step):
@@ -61,7 +61,7 @@ class Pacing:
         if not self.cadence.auto or self._last_seconds is None:
             return True
         least, trained = AUTO_TRAINING_FACTOR * self._last_seconds, self.clock() - self._last_end
-        left = trained / (step - self._last_step) * (self._max_steps - step) if self._max_steps else least
+        left = trained / (step - self._last_step) * (self.max_steps - step) if self.max_steps else least
         return trained >= least and left >= least
 
     def evaluated(self, step, started, ended):

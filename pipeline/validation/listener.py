@@ -8,7 +8,6 @@ import tensorflow as tf
 
 from acquisition import faults, storage
 from pipeline.validation.best import BestKeeper
-from pipeline.validation.cadence import Pacing
 from pipeline.validation.early_stopping import EarlyStopping
 from pipeline.validation.record import better, read_record, write_record
 
@@ -17,22 +16,22 @@ EVAL_NAME = "validation"  # TensorBoard: <model dir>/eval_validation, beside the
 
 
 class ValidationListener(tf.estimator.CheckpointSaverListener):
-    """Evaluates the checkpoints `cadence` makes due, records each in validation.json, hands a new best
+    """Evaluates the checkpoints `pacing`'s cadence makes due, records each in validation.json, hands a new best
     to `keeper` (a BestKeeper, which copies and exports it) and asks training to stop when
     `early_stopping` (an EarlyStopping) says so: the one training session stops, every replica at the
     same step. A run killed between a checkpoint and its evaluation lost that evaluation: the next run
     makes it first (catch_up). The stop is read from the record, so a run resumed after it (killed
     during the test evaluation, say) trains no further under the same flags.
 
-    A due evaluation starts when `pacing` (a pipeline.validation.cadence.Pacing of `cadence`) allows it:
-    under the auto cadence it waits after the last one, or is left to the final step's, which never
-    waits. After training, `record` holds the evaluations and the best, `stopped_because` is
+    A due evaluation starts when `pacing` (a pipeline.validation.cadence.Pacing, which also holds the
+    run's max_steps) allows it: under the auto cadence it waits after the last one, or is left to the
+    final step's, which never waits. After training, `record` holds the evaluations and the best, `stopped_because` is
     'target_accuracy', 'patience' or None, and `seconds` the time spent evaluating and exporting.
     """
 
-    def __init__(self, estimator, input_fn, cadence, model_dir, start_step, keeper,
-                 early_stopping=EarlyStopping(), stop_requested=lambda: False, max_steps=None, pacing=None):
-        self._estimator, self._input_fn, self._cadence = estimator, input_fn, cadence
+    def __init__(self, estimator, input_fn, pacing, model_dir, start_step, keeper,
+                 early_stopping=EarlyStopping(), stop_requested=lambda: False):
+        self._estimator, self._input_fn, self._pacing = estimator, input_fn, pacing
         self._model_dir, self._keeper, self.early_stopping = model_dir, keeper, early_stopping
         self._stop_requested = stop_requested
         self.record = read_record(model_dir)
@@ -42,8 +41,6 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         # A run that stopped early at its newest checkpoint, then was killed before it finished its report.
         self.stopped_because = early_stopping.reason(evaluations) if self._last_step == start_step else None
         self.seconds = 0.0
-        self._max_steps = max_steps
-        self._pacing = pacing or Pacing(cadence, max_steps)
 
     @property
     def last_evaluated_step(self):
@@ -52,7 +49,7 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
 
     def due(self, step):
         """Returns whether the cadence makes a checkpoint of global `step` due for evaluation."""
-        return step > self._last_step and self._cadence.due(step, self._last_step)
+        return step > self._last_step and self._pacing.cadence.due(step, self._last_step)
 
     def after_save(self, session, global_step_value):
         step = int(global_step_value)
@@ -63,7 +60,7 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
     def catch_up(self, step):
         """Evaluates the checkpoint of `step`, the newest when a run starts, when it is due (or the final
         one) and no evaluation of it was recorded; returns whether training should stop."""
-        final = self._max_steps is not None and step >= self._max_steps
+        final = self._pacing.max_steps is not None and step >= self._pacing.max_steps
         if step and self.stopped_because is None and (self.due(step) or (final and step > self._last_step)):
             log.info("validating the checkpoint of step %d first: the run that wrote it ended before its "
                      "evaluation", step)
@@ -112,7 +109,7 @@ def build_validation(setup, estimator, pacing, stop_requested, export=None):
     and exported with `export(checkpoint)` (None: not exported), early stopping as the settings say."""
     settings = setup.settings
     return ValidationListener(
-        estimator, setup.data.validation_input_fn, pacing.cadence, settings.model_dir, setup.start_step,
+        estimator, setup.data.validation_input_fn, pacing, settings.model_dir, setup.start_step,
         BestKeeper(settings.model_dir, export),
         EarlyStopping(settings.stop_at_accuracy, settings.patience, settings.min_delta),
-        stop_requested=stop_requested, max_steps=setup.max_steps, pacing=pacing)
+        stop_requested=stop_requested)

@@ -112,8 +112,8 @@ def listener(model_dir, figures, start_step=0, exports=None, **stops):
         return path
     cadence = Cadence(every_steps=10, every_images=None, images_at=lambda step: step)
     max_steps = stops.pop("max_steps", None)
-    return ValidationListener(ScriptedEstimator(figures), None, cadence, model_dir, start_step,
-                              BestKeeper(model_dir, export), EarlyStopping(**stops), max_steps=max_steps)
+    return ValidationListener(ScriptedEstimator(figures), None, Pacing(cadence, max_steps), model_dir, start_step,
+                              BestKeeper(model_dir, export), EarlyStopping(**stops))
 
 
 def train_to(listener_, model_dir, steps):
@@ -167,8 +167,7 @@ def test_the_auto_cadence_waits_19_times_an_evaluation_of_training_and_an_exact_
         estimator.evaluate = slow_evaluate
         cadence = Cadence(every_steps=None, every_images=10, images_at=lambda step: step, auto=auto,
                                      epochs=1.0)
-        watcher = ValidationListener(estimator, None, cadence, folder, 0, BestKeeper(folder), max_steps=max_steps,
-                                     pacing=Pacing(cadence, max_steps, clock))
+        watcher = ValidationListener(estimator, None, Pacing(cadence, max_steps, clock), folder, 0, BestKeeper(folder))
         for step in range(10, max_steps, 10):  # an epoch (10 images) of training takes 5 s
             clock.now += 5.0
             fake_checkpoint(folder, step)
@@ -201,8 +200,7 @@ def test_under_the_auto_cadence_a_checkpoint_is_saved_at_an_epochs_end_only_for_
         cadence = Cadence(every_steps=None, every_images=10, images_at=lambda step: step, auto=auto, epochs=1.0)
         pacing = Pacing(cadence, max_steps, clock)
         timer = CadenceTimer(CheckpointCadence(50, due=pacing.checkpoint_due))
-        watcher = ValidationListener(estimator, None, cadence, folder, 0, BestKeeper(folder), max_steps=max_steps,
-                                     pacing=pacing)
+        watcher = ValidationListener(estimator, None, pacing, folder, 0, BestKeeper(folder))
         saved = []
         for step in range(1, max_steps):  # a step takes 0.5 s: an epoch (10 steps) 5 s
             clock.now += 0.5
