@@ -17,7 +17,6 @@ from pipeline import batching, determinism, estimator as estimator_lib, evaluati
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
-from pipeline.mixing import check_mixing
 from pipeline.validation.checks import check_early_stopping, check_validation_split
 
 log = logging.getLogger(__name__)
@@ -128,7 +127,6 @@ def _check_data(settings, data):
     check_validation_split(settings, data)
     evaluation_report.check_calibration(settings, data)
     check_early_stopping(settings, data)
-    check_mixing(settings)
 
 
 def mirrors_evaluation(settings, plan, data):

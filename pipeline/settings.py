@@ -4,6 +4,7 @@ make a new Settings, never by rewriting the old one; nothing below the roles cha
 import types
 
 from pipeline.errors import FlagError
+from pipeline.mixing import check_mixing
 
 
 class FrozenSettingsError(AttributeError):
@@ -33,9 +34,10 @@ class Settings:
 
     def check(self):
         """Raises FlagError for flags that cannot act together, whatever the data: --min-delta without
-        --patience."""
+        --patience, and mixing flags that cannot act (pipeline.mixing.check_mixing)."""
         if "min_delta" in self.explicit_flags and not self._values.get("patience"):
             raise FlagError("--min-delta is the least improvement --patience counts; give --patience N with it")
+        check_mixing(self)
 
     def replace(self, **changes):
         """Returns new Settings with `changes` (a task's recipe, say), checked again."""

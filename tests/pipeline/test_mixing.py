@@ -223,7 +223,7 @@ def test_flags_that_cannot_act_are_refused_in_one_line(flags, fragment, tmp_path
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if ": error: " in line]
     assert code == 2 and len(errors) == 1 and fragment in errors[0], err[-2000:]
-    assert not os.path.exists(tmp_path / "m" / "checkpoint")
+    assert not os.path.exists(tmp_path / "m")  # refused before the data is read or the model dir made
 
 
 def test_class_weights_mix_and_smooth_linearly():
