@@ -14,6 +14,7 @@ COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_repli
            "cpu_seconds_per_image", "total_seconds", "epoch_seconds", "scaling_efficiency", "train_flops_per_image",
            "peak_flops", "peak_source", "mfu", "devices",
            "tensorflow_version", "host_cpus")
+FEW_TIMED_STEPS = 10  # fewer, and one slow step moves a figure
 
 
 def _key(row, *fields):
@@ -165,6 +166,17 @@ def _fmt(value, pattern):
     return "" if value is None else pattern.format(value)
 
 
+def few_steps_caution(rows):
+    """Returns report lines cautioning that figures timed over fewer than FEW_TIMED_STEPS steps (and the
+    ratios between them) move with a single slow step; none when every row timed enough."""
+    timed = [r["timed_steps"] for r in rows if r.get("timed_steps")]
+    if not timed or min(timed) >= FEW_TIMED_STEPS:
+        return []
+    return ["", f"**Caution:** a figure here times only {min(timed)} step(s) (--timed-steps): one slow step "
+                f"moves it and every ratio it is part of. Compare figures timed over {FEW_TIMED_STEPS} steps or "
+                "more (the default is 20)."]
+
+
 def markdown_report(summary, header, rows=()):
     """Returns report.md: the header, a table of configurations and the ratios."""
     lines = [f"# Benchmark: {header}", "",
@@ -181,6 +193,7 @@ def markdown_report(summary, header, rows=()):
             f"| {s['cpu_ms_per_image']:.2f} "
             f"| {_fmt(s['epoch_seconds'], '{:.1f}')} | {_fmt(s['scaling_efficiency'], '{:.2f}')} "
             f"| {_fmt(s.get('mfu'), '{:.2f}')} | {s['repeats']} |")
+    lines += few_steps_caution(rows)
     peaks = sorted({(r["precision"], r["peak_flops"], r["peak_source"]) for r in rows if r.get("peak_flops")})
     if peaks:
         lines += ["", "MFU: images/sec x training FLOPs per image (the forward pass and the trained layers' "

@@ -39,6 +39,7 @@ def test_a_tiny_training_sweep_writes_well_formed_outputs(fashion_data_dir, tmp_
     assert all(float(r["mfu"]) == pytest.approx(float(r["images_per_sec"]) * 16376064 / float(r["peak_flops"]))
                for r in rows)
     assert "| MFU |" in report and "measured fp32 peak" in report
+    assert "**Caution:** a figure here times only 2 step(s) (--timed-steps)" in report
     for png in ("throughput.png", "mfu.png", "time.png"):
         assert (tmp_path / "bench" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -130,6 +131,19 @@ def test_scaling_efficiency_and_ratios_come_from_the_same_run():
     assert found["real / synthetic data, Estimator, fp32, 2 replica(s), batch 32/replica"] == pytest.approx(0.75)
     assert found["bf16 / fp32, estimator, real data, 2 replica(s), batch 32/replica"] == pytest.approx(1.8)
     assert "Estimator / limit, real data, bf16, 2 replica(s), batch 32/replica" not in found  # no bf16 limit run
+
+
+def test_a_report_cautions_against_figures_of_few_timed_steps_only_when_some_are():
+    def rows(*timed_steps):
+        return [{"mode": "train", "engine": "estimator", "data": "real", "precision": "fp32", "replicas": 1,
+                 "per_replica_batch_size": 32, "global_batch_size": 32, "images_per_sec": 100.0 + i,
+                 "cpu_seconds_per_image": 0.001, "epoch_seconds": 10.0, "timed_steps": steps}
+                for i, steps in enumerate(timed_steps)]
+
+    def report(found):
+        return benchmark_report.markdown_report(benchmark_report.summarize(found), "h", found)
+    assert "Caution" not in report(rows(20, 10))
+    assert "times only 1 step(s)" in report(rows(20, 1))
 
 
 def test_the_limit_runs_the_asked_steps_in_one_call_and_the_tiny_model_keeps_the_jobs_input():
