@@ -16,6 +16,7 @@ os.environ.setdefault("PIPELINE_PEAK_CACHE", os.path.join(
 import pytest  # noqa: E402
 
 from pipeline.distribution import split_cpu  # noqa: E402
+from tests.scheduling import longest_first, read_seconds  # noqa: E402
 
 split_cpu(2)
 
@@ -69,6 +70,11 @@ def pytest_configure(config):
         config.addinivalue_line("filterwarnings", rf"ignore::UserWarning:{module}\..*")
         config.addinivalue_line("filterwarnings", rf"ignore::DeprecationWarning:{module}\..*")
     config.addinivalue_line("filterwarnings", "ignore:non-integer arguments to randrange:DeprecationWarning")
+
+
+def pytest_collection_modifyitems(config, items):
+    # The longest files start first (tests/scheduling.py); pytest.ini's --no-loadscope-reorder keeps this order.
+    items[:] = longest_first(items, read_seconds())
 
 
 @pytest.fixture(scope="session")
