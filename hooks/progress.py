@@ -19,6 +19,16 @@ def format_duration(seconds):
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def ending(now, seconds):
+    """Returns ', ending about <time>' for a run that ends `seconds` after the datetime `now`: the time
+    of day within a day, else the date and time; '' beyond the calendar (year 9999)."""
+    try:
+        ends = now + datetime.timedelta(seconds=seconds)
+    except OverflowError:
+        return ""
+    return f", ending about {ends.strftime('%H:%M' if seconds < 86400 else '%Y-%m-%d %H:%M')}"
+
+
 class ProgressHook(StepCountingHook):
     """Every `every_n_steps` global steps (and at the final one) logs
 
@@ -75,6 +85,5 @@ class ProgressHook(StepCountingHook):
         self.lines.append(line)
         log.info(line)
         if first_window and self.global_step < self.max_steps:
-            ends = self._now() + datetime.timedelta(seconds=left)
-            log.info("expected: about %s for the %d steps left, ending about %s", format_duration(left),
-                     self.max_steps - self.global_step, ends.strftime("%H:%M"))
+            log.info("expected: about %s for the %d steps left%s", format_duration(left),
+                     self.max_steps - self.global_step, ending(self._now(), left))

@@ -5,7 +5,7 @@ import logging
 import pytest
 import tensorflow as tf
 
-from hooks.progress import ProgressHook, format_duration
+from hooks.progress import ProgressHook, ending, format_duration
 
 
 @pytest.mark.parametrize("seconds, text", [(0, "0s"), (44.6, "45s"), (725, "12m05s"), (11220, "3h07m")])
@@ -42,3 +42,10 @@ def test_eta_is_the_steps_left_at_the_last_window_rate(caplog):
         "step 40/40 (100.0%): loss 0.2500, 32.0 images/sec, ETA 0s",
     ]
     assert "expected: about 15s for the 30 steps left, ending about 12:00" in caplog.text
+
+
+def test_the_expected_end_is_a_time_within_a_day_a_date_beyond_and_left_out_past_the_calendar():
+    now = datetime.datetime(2026, 1, 1, 12, 0)
+    assert ending(now, 3600) == ", ending about 13:00"
+    assert ending(now, 3 * 86400) == ", ending about 2026-01-04 12:00"
+    assert ending(now, 1e14) == ""  # 3 million years: a --max-steps of 10**12 at 0.1 s a step

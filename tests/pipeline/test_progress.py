@@ -31,6 +31,17 @@ def test_max_steps_stays_exact_whatever_the_images():
     assert (plan.max_steps, plan.images_at_start, plan.images_at_end, plan.target_images) == (25, 736, 864, None)
 
 
+def test_a_run_counting_more_images_than_float64_holds_exactly_is_refused():
+    assert progress.plan([], 0, 2 ** 20, 800, max_steps=2 ** 33).images_at_end == progress.MAX_IMAGES
+    with pytest.raises(FlagError, match=r"^--max-steps 8589934593 plans 9.01e\+15 training images"):
+        progress.plan([], 0, 2 ** 20, 800, max_steps=2 ** 33 + 1)
+    with pytest.raises(FlagError, match=r"^--epochs 1e\+300 plans 8e\+302 training images.*smaller --epochs$"):
+        progress.plan([], 0, 32, 800, epochs=1e300)
+    # Resumed: the images trained before count.
+    with pytest.raises(FlagError, match="--max-steps 8589934592 plans"):
+        progress.plan([progress.Segment(0, 0, 2 ** 20)], 1, 2 ** 20 + 1, 800, max_steps=2 ** 33)
+
+
 def test_a_run_whose_epochs_are_done_plans_no_step():
     plan = progress.plan([progress.Segment(0, 0, 32), progress.Segment(23, 736, 64)], 37, 16, 800, epochs=2)
     assert plan.max_steps == 37 and plan.images_at_start == 1632

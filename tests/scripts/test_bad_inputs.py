@@ -127,6 +127,9 @@ CASES = {
                         ["--batch-size", "must be greater than 0"]),
     "negative-batch-size": ("train_oct.py", None, ["--synthetic", "--batch-size", "-4"], {},
                             ["--batch-size", "must be greater than 0"]),
+    # resumed on its own data (718 training images): the ETA of so many images overflowed (a traceback)
+    "uncountable-epochs": ("train_fashion.py", lambda sample, tmp: sample, ["--epochs", "1e300"], {},
+                           ["--epochs 1e+300 plans 7.18e+302 training images", "pass a smaller --epochs"]),
     "zero-epochs": ("train_fashion.py", None, ["--synthetic", "--epochs", "0"], {},
                     ["--epochs", "must be a finite number greater than 0"]),
     "negative-max-steps": ("train_oct.py", None, ["--synthetic", "--max-steps", "-1"], {},
