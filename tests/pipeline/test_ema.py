@@ -60,6 +60,22 @@ def trained(model_dir, batch_norm, replicas=1, steps=5, decay=DECAY, global_batc
     return estimator
 
 
+@pytest.fixture(scope="module")
+def six_step_run(tmp_path_factory):
+    """Returns a function of (batch_norm, replicas, strategy) that returns (the Estimator, its model dir) of
+    `trained`'s run to step 6 with those settings: trained on the first call, the same afterwards (the
+    tests only read its checkpoints, and evaluate or export into folders of their own)."""
+    runs = {}
+
+    def run(batch_norm, replicas, strategy):
+        key = (batch_norm, replicas, strategy)
+        if key not in runs:
+            model_dir = tmp_path_factory.mktemp("six-steps")
+            runs[key] = trained(model_dir, batch_norm, replicas, steps=6, strategy=strategy), model_dir
+        return runs[key]
+    return run
+
+
 def checkpoint_values(model_dir, step):
     """Returns {key: value} of the checkpoint of `step` in `model_dir`."""
     reader = tf.train.load_checkpoint(f"{model_dir}/model.ckpt-{step}")
@@ -79,10 +95,10 @@ def shadowed_keys(values):
 
 @pytest.mark.parametrize("batch_norm", [False, True], ids=["object-based", "name-based"])
 @pytest.mark.parametrize("replicas,strategy", [(1, "mirrored"), (2, "mirrored"), (2, "central_storage")])
-def test_the_shadows_are_the_moving_average_of_every_checkpointed_step(tmp_path, batch_norm, replicas, strategy):
+def test_the_shadows_are_the_moving_average_of_every_checkpointed_step(six_step_run, batch_norm, replicas, strategy):
     assert checkpoint_format(compiled_model(batch_norm)) == ("saver" if batch_norm else "checkpoint")
-    trained(tmp_path, batch_norm, replicas, steps=5, strategy=strategy)
-    first = checkpoint_values(tmp_path, 0)
+    _, model_dir = six_step_run(batch_norm, replicas, strategy)
+    first = checkpoint_values(model_dir, 0)
     keys = shadowed_keys(first)
     trainable = 4 + (2 if batch_norm else 0)  # conv and out kernels and biases; bn's gamma and beta
     assert len(keys) == trainable, keys
@@ -90,8 +106,8 @@ def test_the_shadows_are_the_moving_average_of_every_checkpointed_step(tmp_path,
     expected = {key: first[key].astype(np.float64) for key in keys}  # the shadows start at the weights
     for key in keys:
         assert np.array_equal(first[ema_lib.shadow_key(key)], first[key])
-    for step in range(1, 6):
-        values = checkpoint_values(tmp_path, step)
+    for step in range(1, 7):  # the last saved at the session's end
+        values = checkpoint_values(model_dir, step)
         assert global_step(values) == step
         for key in keys:
             expected[key] = DECAY * expected[key] + (1 - DECAY) * values[key]
@@ -119,9 +135,10 @@ def keras_model_with(values, batch_norm, key_of):
 
 @pytest.mark.parametrize("batch_norm", [False, True], ids=["object-based", "name-based"])
 @pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
-def test_evaluation_and_the_export_read_the_average_and_raw_weights_evaluates_the_raw(tmp_path, batch_norm, strategy):
-    estimator = trained(tmp_path / "run", batch_norm, replicas=2, steps=6, strategy=strategy)
-    values = checkpoint_values(tmp_path / "run", 6)
+def test_evaluation_and_the_export_read_the_average_and_raw_weights_evaluates_the_raw(six_step_run, tmp_path,
+                                                                                      batch_norm, strategy):
+    estimator, model_dir = six_step_run(batch_norm, 2, strategy)
+    values = checkpoint_values(model_dir, 6)
     averaged = keras_model_with(values, batch_norm, ema_lib.shadow_key).evaluate(
         IMAGES, LABELS, batch_size=8, verbose=0, return_dict=True)
     raw = keras_model_with(values, batch_norm, lambda key: key).evaluate(
@@ -151,10 +168,8 @@ def test_a_resumed_run_continues_the_average_exactly(tmp_path, batch_norm):
         assert np.array_equal(straight[key], resumed[key]), key
 
 
-def test_two_replicas_keep_the_shadows_of_one_at_the_same_global_batch(tmp_path):
-    trained(tmp_path / "one", batch_norm=False, replicas=1, steps=4)
-    trained(tmp_path / "two", batch_norm=False, replicas=2, steps=4)
-    one, two = checkpoint_values(tmp_path / "one", 4), checkpoint_values(tmp_path / "two", 4)
+def test_two_replicas_keep_the_shadows_of_one_at_the_same_global_batch(six_step_run):
+    one, two = (checkpoint_values(six_step_run(False, replicas, "mirrored")[1], 4) for replicas in (1, 2))
     for key in shadowed_keys(one):
         np.testing.assert_allclose(two[key], one[key], rtol=1e-4, atol=1e-6)  # the raw weights agree
         np.testing.assert_allclose(two[ema_lib.shadow_key(key)], one[ema_lib.shadow_key(key)], rtol=1e-4, atol=1e-6)

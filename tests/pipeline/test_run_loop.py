@@ -14,7 +14,8 @@ RESULT_KEYS = {"global_step", "replicas", "per_replica_batch_size", "global_batc
 
 
 def fashion_args(*argv):
-    return build_parser(TASK).parse_args(list(argv))
+    # The report's least resamples: its intervals are not what these tests check.
+    return build_parser(TASK).parse_args(["--bootstrap-resamples", "10", *argv])
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
@@ -35,19 +36,31 @@ def test_short_training_writes_checkpoints_and_results(fashion_data_dir, tmp_pat
     assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-12")
 
 
-def test_a_second_run_resumes_from_the_checkpoint_and_stops_at_max_steps(fashion_data_dir, tmp_path):
-    model_dir = str(tmp_path / "model")
+@pytest.fixture(scope="module")
+def resumed_on_two_replicas(fashion_data_dir, tmp_path_factory):
+    """Returns {'first', 'resumed', 'again': each run's results; 'mode', 'written', 'written_again':
+    results.json's permissions and bytes after the resume and after 'again'} of a run to step 5 on 1 replica
+    at a rate of 1e-3 for 16 images a step, its resume to step 9 on 2, and the same command run again."""
+    model_dir = str(tmp_path_factory.mktemp("resumed") / "model")
+    path = os.path.join(model_dir, "results.json")
     common = ["--data-dir", fashion_data_dir, "--model-dir", model_dir, "--batch-size", "16",
-              "--warm-up-steps", "1"]
-    run(TASK, fashion_args(*common, "--max-steps", "5"))
-    results = run(TASK, fashion_args(*common, "--max-steps", "9", "--cpu-replicas", "2"))
+              "--learning-rate", "1e-3", "--reference-batch-size", "16", "--warm-up-steps", "1"]
+    runs = {"first": run(TASK, fashion_args(*common, "--max-steps", "5")),
+            "resumed": run(TASK, fashion_args(*common, "--max-steps", "9", "--cpu-replicas", "2"))}
+    runs["mode"], runs["written"] = os.stat(path).st_mode & 0o777, open(path, "rb").read()
+    runs["again"] = run(TASK, fashion_args(*common, "--max-steps", "9"))  # finished: nothing to do
+    runs["written_again"] = open(path, "rb").read()
+    return runs
+
+
+def test_a_second_run_resumes_from_the_checkpoint_and_stops_at_max_steps(resumed_on_two_replicas):
+    results = resumed_on_two_replicas["resumed"]
     assert results["start_global_step"] == 5 and results["global_step"] == 9
     assert results["timed_steps"] == 3  # steps 6-9, less one warm-up step
-    written = open(os.path.join(model_dir, "results.json"), "rb").read()
-    assert os.stat(os.path.join(model_dir, "results.json")).st_mode & 0o777 == 0o644  # readable, as files are
-    again = run(TASK, fashion_args(*common, "--max-steps", "9"))  # finished: nothing to do, nothing changes
+    assert resumed_on_two_replicas["mode"] == 0o644  # readable, as files are
+    again = resumed_on_two_replicas["again"]  # finished: nothing to do, nothing changes
     assert again == results and again["train_images_per_sec"] > 0
-    assert open(os.path.join(model_dir, "results.json"), "rb").read() == written
+    assert resumed_on_two_replicas["written_again"] == resumed_on_two_replicas["written"]
 
 
 def test_epochs_set_the_final_step_from_the_global_batch(fashion_data_dir, tmp_path):
@@ -78,7 +91,12 @@ def median_weight_change(model_dir, step_before, step_after):
     after = tf.train.load_checkpoint(os.path.join(model_dir, f"model.ckpt-{step_after}"))
     name = next(n for n in before.get_variable_to_shape_map()
                 if n.startswith("layer_with_weights-3/kernel/.ATTRIBUTES"))  # the 64-unit dense layer
-    return float(np.median(np.abs(after.get_tensor(name) - before.get_tensor(name))))
+    change = np.abs(after.get_tensor(name) - before.get_tensor(name))
+    # Of the weights that moved: one whose input or unit a ReLU kept at 0 for every image so far gets no
+    # gradient and stays put at any rate. In 18 runs these were 32-59% of this kernel at step 1 and 20-47%
+    # at step 6, where the median of all was once 0.0066 (47% unmoved), under the test's 1e-2; of the moved
+    # it was 0.038-0.047 (12 runs), and exactly the rate, 1e-4, at step 1 (where the median of all was 0 in 7).
+    return float(np.median(change[change > 0]))
 
 
 def test_a_resumed_run_applies_the_rate_its_flags_give_and_reports_it(fashion_data_dir, tmp_path):
@@ -99,11 +117,9 @@ def test_a_resumed_run_applies_the_rate_its_flags_give_and_reports_it(fashion_da
     assert rates[4] == pytest.approx(1e-4, rel=1e-6) and rates[5] == rates[6] == pytest.approx(0.1, rel=1e-6)
 
 
-def test_a_resumed_run_on_more_replicas_applies_the_rescaled_rate(fashion_data_dir, tmp_path):
-    common = ["--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "model"), "--batch-size", "16",
-              "--learning-rate", "1e-3", "--reference-batch-size", "16"]
-    assert run(TASK, fashion_args(*common, "--max-steps", "3"))["learning_rate"] == pytest.approx(1e-3, rel=1e-6)
-    resumed = run(TASK, fashion_args(*common, "--max-steps", "6", "--cpu-replicas", "2"))
+def test_a_resumed_run_on_more_replicas_applies_the_rescaled_rate(resumed_on_two_replicas):
+    assert resumed_on_two_replicas["first"]["learning_rate"] == pytest.approx(1e-3, rel=1e-6)
+    resumed = resumed_on_two_replicas["resumed"]
     assert resumed["learning_rate"] == pytest.approx(2e-3, rel=1e-6) and resumed["global_batch_size"] == 32
 
 
