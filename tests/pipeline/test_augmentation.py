@@ -54,13 +54,15 @@ def random_or_transform_ops(export_dir):
 
 
 def test_the_export_serves_the_same_with_augment_on_and_off(tmp_path):
+    # Batch 44: the synthetic test split's 968 scans are evaluated in 22 steps (in 242 at batch 4).
     args = build_parser(oct_task.TASK).parse_args(
-        ["--synthetic", "--image-size", "32", "--weights", "none", "--batch-size", "4", "--max-steps", "2",
-         "--augment", ALL, "--precision", "fp32", "--model-dir", str(tmp_path / "m")])  # as rebuilt below
+        ["--synthetic", "--image-size", "32", "--weights", "none", "--batch-size", "44", "--max-steps", "2",
+         "--bootstrap-resamples", "10", "--augment", ALL, "--precision", "fp32",  # fp32: as rebuilt below
+         "--model-dir", str(tmp_path / "m")])
     with_augment = run(oct_task.TASK, args)["export_dir"]
     assert random_or_transform_ops(with_augment) == []
     # The same weights exported by an Estimator built without --augment.
-    data = oct_task.TASK.prepare_data(args, 4)
+    data = oct_task.TASK.prepare_data(args, args.batch_size)
     plain = estimator_lib.estimator_from_keras(oct_task.TASK.build_model(args, 1e-4),
                                           tf.estimator.RunConfig(model_dir=str(tmp_path / "m")), data.class_names)
     without = export_model(plain, data.serving_input_fn, data.class_names, str(tmp_path / "plain-export"))
@@ -112,6 +114,6 @@ def test_a_resumed_run_draws_what_a_straight_run_draws(tmp_path):
 def test_bf16_on_two_replicas_trains_with_augment(tmp_path):
     results = run(fashion.TASK, build_parser(fashion.TASK).parse_args(
         ["--synthetic", "--precision", "bf16", "--cpu-replicas", "2", "--batch-size", "8", "--max-steps", "3",
-         "--augment", "flip,rotate=10", "--model-dir", str(tmp_path)]))
+         "--augment", "flip,rotate=10", "--bootstrap-resamples", "10", "--model-dir", str(tmp_path)]))
     assert results["global_step"] == 3 and results["augment"] == [["flip", "horizontal"], ["rotate", 10.0]]
     assert np.isfinite(results["eval_loss"])

@@ -2,8 +2,10 @@
 --tta flip, checked against the export run here on the test images and on their mirror images (NumPy's
 flip); --eval-only with flip and crops leaves the export as it was; predict.py --tta flip is the mean of
 predict.py on an image and on its flipped copy; bad or forbidden views are refused in one line."""
+import contextlib
 import csv
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -19,7 +21,9 @@ from acquisition.fashion_mnist import CLASS_NAMES, load_split
 from input_fns.decode import PIXELS_SIGNATURE
 from input_fns.views import apply_view
 from pipeline.evaluation_report import EVAL_ONLY_DIR
+from pipeline.cli import train_main
 from pipeline.flags.tta import CROP_VIEWS
+from pipeline.tasks import fashion
 from tests.conftest import ROOT, assert_clean_failure
 
 # fp32: the crops' reference below differs from the evaluation by the pixels' rounding, which bf16's 8-bit
@@ -60,11 +64,13 @@ def tree_digest(folder):
 def run(fashion_data_dir, tmp_path_factory):
     """(results.json, model dir, stdout) of 40 steps on 2 replicas with --tta flip and a float32 .tflite."""
     model_dir = str(tmp_path_factory.mktemp("fashion-tta"))
-    result = script("train_fashion.py", "--data-dir", fashion_data_dir, "--model-dir", model_dir, *RUN,
-                    "--tta", "flip", "--tflite", "float32")
-    assert result.returncode == 0, result.stderr[-3000:]
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):  # in this process: a subprocess would start TensorFlow again
+        code = train_main(fashion.TASK, ["--data-dir", fashion_data_dir, "--model-dir", model_dir, *RUN,
+                                         "--tta", "flip", "--tflite", "float32"])
+    assert code == 0, stdout.getvalue()[-3000:]
     with open(os.path.join(model_dir, "results.json")) as f:
-        return json.load(f), model_dir, result.stdout
+        return json.load(f), model_dir, stdout.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -116,21 +122,22 @@ def test_header_summary_and_report_name_the_views(run):
 
 
 def test_eval_only_with_flip_and_crops_averages_seven_views_and_leaves_the_export(run, reference, tmp_path,
-                                                                                   fashion_data_dir):
+                                                                                   fashion_data_dir, capsys):
     results, model_dir, _ = run
     copy = str(tmp_path / "copy")
     shutil.copytree(model_dir, copy)  # the other tests read the run's own report files
     before = tree_digest(results["export_dir"])
-    result = script("train_fashion.py", "--data-dir", fashion_data_dir, "--model-dir", copy, *RUN, "--eval-only",
-                    "--tta", "flip,crops")
-    assert result.returncode == 0, result.stderr[-3000:]
+    code = train_main(fashion.TASK, ["--data-dir", fashion_data_dir, "--model-dir", copy, *RUN, "--eval-only",
+                                     "--tta", "flip,crops"])
+    stdout = capsys.readouterr().out
+    assert code == 0, stdout[-3000:]
     assert tree_digest(results["export_dir"]) == before
     views = ["identity", "flip", *CROP_VIEWS]
-    assert f"the mean of 7 views: {', '.join(views)} (crops of 0.875 of each side)" in result.stdout
+    assert f"the mean of 7 views: {', '.join(views)} (crops of 0.875 of each side)" in stdout
     evaluated = os.path.join(copy, EVAL_ONLY_DIR)  # the training run's report stays, as results.json's
     for name in ("report.json", "report.md", "test_scores.csv"):
         assert open(os.path.join(copy, name), "rb").read() == open(os.path.join(model_dir, name), "rb").read()
-    assert os.path.join(evaluated, "report.md") in result.stdout
+    assert os.path.join(evaluated, "report.md") in stdout
     with open(os.path.join(evaluated, "report.json")) as f:
         assert json.load(f)["tta"] == views
     export, images, labels = reference
@@ -143,7 +150,7 @@ def test_eval_only_with_flip_and_crops_averages_seven_views_and_leaves_the_expor
     assert_same_rows(scores, averaged, 2e-3)
     accuracy, loss = figures(scores, scored_labels)
     assert sorted(scored_labels) == sorted(labels) and f"eval:    accuracy {accuracy:.4f}, loss {loss:.4f}" \
-        in result.stdout
+        in stdout
 
 
 def write_pngs(images, folder):

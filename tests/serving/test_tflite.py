@@ -15,7 +15,9 @@ from PIL import Image
 
 from acquisition.fashion_mnist import CLASS_NAMES, load_split
 from input_fns.decode import PIXELS_SIGNATURE, decode_and_resize
+from pipeline.cli import train_main
 from pipeline.flag_types import tflite_kinds
+from pipeline.tasks import fashion, oct as oct_task
 from serving import tflite
 from serving.predict import classify_files, load_predictor
 from tests.conftest import ROOT, assert_clean_failure
@@ -204,11 +206,11 @@ def test_converting_a_bf16_export_later_is_one_line(tmp_path):
     """--eval-only --tflite on a model dir trained with --precision bf16: the converter's failure on bfloat16
     tensors was a traceback."""
     model_dir = str(tmp_path / "m")
-    trained = script("train_fashion.py", "--synthetic", "--max-steps", "2", "--batch-size", "8", "--precision", "bf16",
-                     "--model-dir", model_dir)
-    assert trained.returncode == 0, trained.stderr[-2000:]
-    result = script("train_fashion.py", "--synthetic", "--max-steps", "2", "--batch-size", "8", "--precision", "fp32",
-                    "--model-dir", model_dir, "--eval-only", "--tflite", "float32")
+    # Batch 250: each run evaluates the 10,000 synthetic test images (before converting) in 40 steps.
+    synthetic = ["--synthetic", "--max-steps", "2", "--batch-size", "250", "--bootstrap-resamples", "10"]
+    assert train_main(fashion.TASK, [*synthetic, "--precision", "bf16", "--model-dir", model_dir]) == 0
+    result = script("train_fashion.py", *synthetic, "--precision", "fp32", "--model-dir", model_dir, "--eval-only",
+                    "--tflite", "float32")
     assert result.returncode == 1
     assert_clean_failure(result, "computes in bfloat16 (trained with --precision bf16), and TFLite has no bfloat16 "
                                  "tensors: convert a run trained with --precision fp32 or bf16-amp")
@@ -257,11 +259,10 @@ def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_
 
 def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path):
     model_dir = str(tmp_path / "oct")
-    result = script("train_oct.py", "--data-dir", os.path.dirname(oct_tree), "--model-dir", model_dir,
-                    "--max-steps", "4", "--image-size", "32", "--weights", "none", "--batch-size", "8",
-                    "--warm-up-steps", "1", "--bootstrap-resamples", "10", "--on-bad-image", "skip",
-                    "--tflite", "float32,int8")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert train_main(oct_task.TASK, ["--data-dir", os.path.dirname(oct_tree), "--model-dir", model_dir,
+                                 "--max-steps", "4", "--image-size", "32", "--weights", "none", "--batch-size", "8",
+                                 "--warm-up-steps", "1", "--bootstrap-resamples", "10", "--on-bad-image", "skip",
+                                 "--tflite", "float32,int8"]) == 0
     with open(os.path.join(model_dir, "results.json")) as f:
         results = json.load(f)
     record = results["tflite"]
