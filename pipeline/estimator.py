@@ -157,6 +157,10 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
                 spec = _with_checkpoint_saver(spec, run_config, checkpoints)
             if synchronous_multi_worker():  # a stop signal ends every trainer after the same step
                 spec = spec._replace(train_op=add_stop_agreement(spec.train_op))
+            if spec.scaffold is not None and spec.scaffold.saver is not None:
+                # The `checkpoint` file names checkpoints by name, as the Estimator's own Saver does: a model
+                # dir moved or copied (renamed, rsynced from a cluster) resumes from its own.
+                spec.scaffold.saver._save_relative_paths = True
         if mode == tf.estimator.ModeKeys.EVAL:
             spec = _evaluation_spec(spec, probabilities, labels, keys, class_names)
         if mode == tf.estimator.ModeKeys.PREDICT and class_names:

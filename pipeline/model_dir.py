@@ -179,16 +179,34 @@ def candidate_checkpoints(model_dir):
     prefixes = {}
     state = tf.train.get_checkpoint_state(model_dir)
     if state:
-        # get_checkpoint_state has already joined relative paths to model_dir (itself maybe relative).
+        # A model dir's checkpoints are its own files: a path the state names elsewhere was recorded before the
+        # model dir was moved (see point_state_here).
         for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
             match = re.search(r"-(\d+)$", path)
             if match:
-                prefixes[path] = int(match.group(1))
+                prefixes[storage.join(model_dir, os.path.basename(path))] = int(match.group(1))
     for name in storage.listdir(model_dir):
         match = _CHECKPOINT.match(name)
         if match:
             prefixes[storage.join(model_dir, match.group("prefix"))] = int(match.group("step"))
     return sorted(prefixes, key=prefixes.get, reverse=True)
+
+
+def point_state_here(model_dir):
+    """Rewrites the `checkpoint` file of `model_dir` with its checkpoints' names alone when it names them
+    in another folder: the absolute paths Savers wrote before relative ones (pipeline.estimator), in a
+    model dir since moved or copied. TensorFlow would find no checkpoint there and train from step 0."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    if not state:
+        return
+    here = storage.absolute(model_dir)
+    paths = list(state.all_model_checkpoint_paths)
+    if all(storage.absolute(os.path.dirname(p)) == here for p in paths + [state.model_checkpoint_path]):
+        return
+    log.warning("%s's checkpoint file names checkpoints in %s: the model dir was moved or copied; it now names "
+                "those here", model_dir, os.path.dirname(state.model_checkpoint_path))
+    tf.compat.v1.train.update_checkpoint_state(model_dir, os.path.basename(state.model_checkpoint_path),
+                                               all_model_checkpoint_paths=[os.path.basename(p) for p in paths])
 
 
 def restorable_checkpoint(model_dir):
@@ -200,6 +218,7 @@ def restorable_checkpoint(model_dir):
     `checkpoint` file is rewritten to point at the one kept. Raises UsageError when
     checkpoints exist but none can be read.
     """
+    point_state_here(model_dir)
     skipped = []
     for prefix in candidate_checkpoints(model_dir):
         problem = checkpoint_problem(prefix)

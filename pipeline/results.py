@@ -104,13 +104,14 @@ def recorded_export(model_dir, step):
     again (each export is a new timestamped folder, which predict.py --model <model dir> takes as the
     newest)."""
     from serving.export import is_complete  # imports TensorFlow: only when a run asks
+    from pipeline.validation.best import rebased
     try:
         recorded = read_results(model_dir)
     except (OSError, ValueError):
         return None
     if not isinstance(recorded, dict):
         return None
-    export_dir = recorded.get("export_dir")
+    export_dir = rebased(recorded.get("export_dir"), model_dir)  # recorded where the model dir was then
     if recorded.get("eval_step") != step or not export_dir or \
             not storage.isfile(storage.join(export_dir, "saved_model.pb")) or not is_complete(export_dir):
         return None

@@ -8,6 +8,20 @@ BEST_DIR = "best"  # the best checkpoint's copy, beside the rotating ones
 BEST_EXPORT_DIR = "export"  # where the export of a run without validation goes: predict.py finds it the same way
 
 
+def rebased(path, model_dir):
+    """Returns `path`, a best checkpoint or an export recorded as <a model dir>/best/<name> or
+    <a model dir>/export/<timestamp>, under `model_dir` instead: a model dir moved or copied (renamed,
+    rsynced from a cluster) reads and keeps its own files, never those at the old place. Other paths
+    (and None) are returned as they are."""
+    if not path:
+        return path
+    parent, name = os.path.split(path.rstrip("/"))
+    folder = os.path.basename(parent)
+    if folder not in (BEST_DIR, BEST_EXPORT_DIR):
+        return path
+    return storage.absolute(storage.join(model_dir, folder, name))
+
+
 class BestKeeper:
     """Keeps a new best checkpoint: `export(checkpoint_path)` exports one and returns the export's
     path (None: no export)."""

@@ -7,16 +7,22 @@ import json
 from acquisition import storage
 from acquisition.files import write_json_atomically
 from pipeline.errors import UsageError
+from pipeline.validation.best import rebased
 
 VALIDATION_FILE = "validation.json"
 
 
 def read_record(model_dir):
-    """Returns the model dir's validation record ({'evaluations': [...], 'best': {...} or None})."""
+    """Returns the model dir's validation record ({'evaluations': [...], 'best': {...} or None}), the best's
+    checkpoint and export under `model_dir` (see rebased)."""
     path = storage.join(model_dir, VALIDATION_FILE)
     try:
         record = json.loads(storage.read_text(path))
-        return {"evaluations": list(record["evaluations"]), "best": record.get("best")}
+        best = record.get("best")
+        if best:  # recorded where the model dir was when they were made
+            best = {**best, "checkpoint": rebased(best["checkpoint"], model_dir),
+                    "export_dir": rebased(best.get("export_dir"), model_dir)}
+        return {"evaluations": list(record["evaluations"]), "best": best}
     except FileNotFoundError:
         return {"evaluations": [], "best": None}
     except (OSError, ValueError, KeyError, TypeError) as e:
