@@ -240,14 +240,17 @@ def test_an_int8_file_losing_more_than_the_tolerance_is_flagged_with_a_loud_line
     assert not tflite._file_figures("/x/int8.tflite", 100, tally, 4, 1.0, 0.5, "int8", 0.25)["over_tolerance"]
 
 
-def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_dir):
-    results, _, model_dir, _ = fashion_run
+def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_dir, tmp_path):
+    results, _, trained_dir, _ = fashion_run
+    model_dir = str(tmp_path / "copy")  # converted again in a copy: the other tests read the run's own files
+    shutil.copytree(trained_dir, model_dir)
     with open(os.path.join(model_dir, "results.json")) as f:
         before = f.read()
     result = script("train_fashion.py", "--data-dir", fashion_data_dir, "--model-dir", model_dir, *FASHION_RUN,
                     "--eval-only", "--tflite", "int8", "--tflite-tolerance", "0")
     assert result.returncode == 0, result.stderr[-3000:]
-    with open(os.path.join(results["tflite"]["dir"], tflite.FIGURES_FILE)) as f:
+    converted = os.path.join(model_dir, os.path.relpath(results["tflite"]["dir"], trained_dir))
+    with open(os.path.join(converted, tflite.FIGURES_FILE)) as f:
         record = json.load(f)
     assert list(record["files"]) == ["int8"] and record["tolerance"] == 0
     assert [l for l in result.stdout.splitlines() if l.startswith("  tflite:")][0].startswith("  tflite:  int8 ")
@@ -260,9 +263,9 @@ def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_
 def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path):
     model_dir = str(tmp_path / "oct")
     assert train_main(oct_task.TASK, ["--data-dir", os.path.dirname(oct_tree), "--model-dir", model_dir,
-                                 "--max-steps", "4", "--image-size", "32", "--weights", "none", "--batch-size", "8",
-                                 "--warm-up-steps", "1", "--bootstrap-resamples", "10", "--on-bad-image", "skip",
-                                 "--tflite", "float32,int8"]) == 0
+                                      "--max-steps", "4", "--image-size", "32", "--weights", "none", "--batch-size",
+                                      "8", "--warm-up-steps", "1", "--bootstrap-resamples", "10", "--on-bad-image",
+                                      "skip", "--tflite", "float32,int8"]) == 0
     with open(os.path.join(model_dir, "results.json")) as f:
         results = json.load(f)
     record = results["tflite"]
