@@ -73,10 +73,9 @@ def measure_time_to_accuracy(task, task_args, plan, config, target, seed, time_b
             return time_budget is not None and time.perf_counter() - started > time_budget
         pacing = Pacing(cadence, setup.max_steps)
         estimator, _ = estimator_lib.build_estimator(setup, pacing, figures=False, saves_when_due=True)
-        validation = TimedValidation(estimator, setup.data.validation_input_fn, cadence, model_dir, 0,
+        validation = TimedValidation(estimator, setup.data.validation_input_fn, pacing, model_dir, 0,
                                      BestKeeper(model_dir), EarlyStopping(stop_at_accuracy=target),
-                                     stop_requested=over_budget, max_steps=setup.max_steps, pacing=pacing,
-                                     started=started)
+                                     stop_requested=over_budget, started=started)
         hooks = build_training_hooks(setup, stop_hook(over_budget), validation).adding(listeners=[validation])
         diverged = _train(setup, estimator, hooks)
         train_seconds = time.perf_counter() - started

@@ -99,19 +99,18 @@ def two_checkpoints_made_once(fashion_data_dir, tmp_path_factory):
 @pytest.fixture()
 def two_checkpoints(two_checkpoints_made_once, fashion_data_dir, tmp_path):
     """A model dir of its own with checkpoints at steps 10 and 20, and the command that trains it
-    to 30: a copy of one trained once, its checkpoint state and results naming the copy, as two
-    runs there would have written them (the checkpoint state holds absolute paths)."""
+    to 30: a copy of one trained once, its results naming the copy, as two runs there would have
+    written them (the checkpoint state names checkpoints alone)."""
     model_dir = copy_model_dir(two_checkpoints_made_once, tmp_path / "m")
     return model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30")
 
 
 def copy_model_dir(source, model_dir):
-    """Returns `model_dir`, a copy of `source` whose checkpoint state and results name the copy."""
+    """Returns `model_dir`, a copy of `source` whose results name the copy."""
     shutil.copytree(source, model_dir)
-    for name in ("checkpoint", "results.json"):
-        text = (model_dir / name).read_text()
-        assert str(source) in text, text
-        (model_dir / name).write_text(text.replace(str(source), str(model_dir)))
+    text = (model_dir / "results.json").read_text()
+    assert str(source) in text, text
+    (model_dir / "results.json").write_text(text.replace(str(source), str(model_dir)))
     return model_dir
 
 
