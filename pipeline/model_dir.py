@@ -179,12 +179,12 @@ def candidate_checkpoints(model_dir):
     prefixes = {}
     state = tf.train.get_checkpoint_state(model_dir)
     if state:
-        # A model dir's checkpoints are its own files: a path the state names elsewhere was recorded before the
-        # model dir was moved (see point_state_here).
+        # get_checkpoint_state has already joined relative paths to model_dir (itself maybe relative); a state
+        # naming another folder was pointed here first (point_state_here, in restorable_checkpoint).
         for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
             match = re.search(r"-(\d+)$", path)
             if match:
-                prefixes[storage.join(model_dir, os.path.basename(path))] = int(match.group(1))
+                prefixes[path] = int(match.group(1))
     for name in storage.listdir(model_dir):
         match = _CHECKPOINT.match(name)
         if match:

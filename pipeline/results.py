@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Optional
 
 from acquisition import storage
 from acquisition.files import write_json_atomically
+from pipeline.validation.best import rebased
 
 RESULTS_FILE = "results.json"
 
@@ -104,7 +105,6 @@ def recorded_export(model_dir, step):
     again (each export is a new timestamped folder, which predict.py --model <model dir> takes as the
     newest)."""
     from serving.export import is_complete  # imports TensorFlow: only when a run asks
-    from pipeline.validation.best import rebased
     try:
         recorded = read_results(model_dir)
     except (OSError, ValueError):

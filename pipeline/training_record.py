@@ -133,19 +133,19 @@ def plan(segments, start_step, global_batch, num_train_examples, epochs=None, ma
     images have been trained (at least step 1; the start when they already have)."""
     images, assumed = images_at(segments, start_step, global_batch)
     if max_steps is not None:
-        _check_countable(images + (max_steps - start_step) * global_batch, f"--max-steps {max_steps}")
+        _check_countable(images + (max_steps - start_step) * global_batch, "--max-steps", max_steps)
         return Plan(start_step, max_steps, images, global_batch, None, assumed)
     target = round(epochs * num_train_examples)
-    _check_countable(target, f"--epochs {epochs:g}")
+    _check_countable(target, "--epochs", f"{epochs:g}")
     steps_left = max(0, math.ceil((target - images) / global_batch))
     return Plan(start_step, max(1, start_step + steps_left), images, global_batch, target, assumed)
 
 
-def _check_countable(images, flag):
-    """Raises FlagError (exit 2) when a run would train more than MAX_IMAGES images."""
+def _check_countable(images, flag, value):
+    """Raises FlagError (exit 2) when `flag` `value` would train more than MAX_IMAGES images."""
     if images > MAX_IMAGES:
-        raise FlagError(f"{flag} plans {images:.3g} training images, more than a run counts exactly (2**53, "
-                        f"in the learning-rate schedule's float64); pass a smaller {flag.split()[0]}")
+        raise FlagError(f"{flag} {value} plans {images:.3g} training images, more than a run counts exactly "
+                        f"(2**53, in the learning-rate schedule's float64); pass a smaller {flag}")
 
 
 def check_reproducible(segments, start_step, deterministic, seed, model_dir):
