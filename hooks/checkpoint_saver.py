@@ -2,6 +2,7 @@
 0, not from the step a run resumed at, and at each step a validation cadence makes due, so that an
 evaluation reads the checkpoint of the very step it is due at, however the run was resumed."""
 import dataclasses
+import os
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -32,10 +33,31 @@ class CadenceTimer(tf.compat.v1.train.SecondOrStepTimer):
 
 
 class CadenceCheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
-    """The Estimator's CheckpointSaverHook on a CadenceTimer. Given to the Estimator among its training
-    hooks, it replaces the one the Estimator would make, and receives its saving listeners."""
+    """The Estimator's CheckpointSaverHook on a CadenceTimer, which does not save again the checkpoint a
+    session was restored from. Given to the Estimator among its training hooks, it replaces the one the
+    Estimator would make, and receives its saving listeners."""
 
     def __init__(self, checkpoint_dir, cadence, scaffold=None, save_graph_def=True):
         super().__init__(checkpoint_dir, save_steps=cadence.every_steps, scaffold=scaffold,
                          save_graph_def=save_graph_def)
         self._timer = CadenceTimer(cadence)
+        self._restored_step = None
+
+    def after_create_session(self, session, coord):
+        # The Estimator's hook saves the session's state here, which on a resume is the checkpoint it was
+        # restored from. TensorFlow writes a checkpoint's index in place (MergeV2Checkpoints truncates it,
+        # then writes), so a kill during that needless rewrite tore the very checkpoint the run resumed from.
+        step = int(session.run(self._global_step_tensor))
+        self._restored_step = step if self._restored_from(step) else None
+        super().after_create_session(session, coord)
+        self._restored_step = None
+
+    def _save(self, session, step):
+        if step == self._restored_step:
+            return False
+        return super()._save(session, step)
+
+    def _restored_from(self, step):
+        """Returns whether the newest checkpoint (the one a session restores) is of global `step`."""
+        newest = tf.train.latest_checkpoint(self._checkpoint_dir)
+        return newest is not None and os.path.basename(newest) == f"{os.path.basename(self._save_path)}-{step}"

@@ -77,8 +77,8 @@ def warm_start_lock(model_dir):
 def remove_leftovers(model_dir):
     """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`), files
     TensorFlow writes under a temporary name (`*.tmp<hex>`), export folders (`export/temp-*`),
-    temporary results files and a best checkpoint's files cut short while copied (`best/*.tmp`);
-    returns the paths removed."""
+    temporary results files, a best checkpoint's files cut short while copied (`best/*.tmp`) and
+    checkpoints whose save was cut short (see the functions called); returns the paths removed."""
     found = [path for pattern in ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "export/temp-*", ".tmp-*", "best/*.tmp")
              for path in storage.glob(storage.join(model_dir, *pattern.split("/")))]
     if storage.is_url(model_dir):  # exports cut short while being copied there (see serving.export)
@@ -86,11 +86,13 @@ def remove_leftovers(model_dir):
         found += [path for path in storage.glob(storage.join(model_dir, "export", "[0-9]*")) if not is_complete(path)]
     found += rotated_out_checkpoint_files(model_dir)
     found += forget_checkpoint_cut_before_its_meta_graph(model_dir)
+    found += checkpoint_cut_before_it_was_recorded(model_dir)
+    found = sorted(set(found))
     for path in found:
         storage.remove_tree(path)
     if found:
-        log.info("removed what an interrupted run left: %s", ", ".join(sorted(found)))
-    return sorted(found)
+        log.info("removed what an interrupted run left: %s", ", ".join(found))
+    return found
 
 
 def rotated_out_checkpoint_files(model_dir):
@@ -129,6 +131,27 @@ def forget_checkpoint_cut_before_its_meta_graph(model_dir):
                                                all_model_checkpoint_paths=[os.path.basename(p) for p in older])
     name = os.path.basename(newest)
     return [storage.join(model_dir, f) for f in storage.listdir(model_dir) if f.startswith(name + ".")]
+
+
+def checkpoint_cut_before_it_was_recorded(model_dir):
+    """Returns the files of checkpoints whose save was cut short before the `checkpoint` file named them.
+
+    TensorFlow's Saver renames a checkpoint's data files into place, then writes its index in place
+    (MergeV2Checkpoints: a kill leaves it empty or cut short), then the `checkpoint` file: the files of
+    a checkpoint newer than the newest that file names are such a save's, whether they read back or
+    not. With no `checkpoint` file (the run's first save cut short), those that do not read back.
+    """
+    state = tf.train.get_checkpoint_state(model_dir)
+    newest = state and re.search(r"-(\d+)$", state.model_checkpoint_path or "")
+    unrecorded = {}
+    for name in storage.listdir(model_dir):
+        match = _CHECKPOINT_FILE.match(name)
+        if match and (not newest or int(match.group("step")) > int(newest.group(1))):
+            unrecorded.setdefault(match.group("prefix"), []).append(storage.join(model_dir, name))
+    if not newest:
+        unrecorded = {prefix: files for prefix, files in unrecorded.items()
+                      if checkpoint_problem(storage.join(model_dir, prefix))}
+    return [path for files in unrecorded.values() for path in files]
 
 
 def read_checkpoint(prefix):

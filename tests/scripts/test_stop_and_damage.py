@@ -206,12 +206,63 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
             shutil.copy(source, model_dir / source.name.replace("-10.", "-7."))
     (model_dir / "best").mkdir()
     (model_dir / "best" / "model.ckpt-10.index.tmp").write_bytes(b"x")
+    # A kill while the save of step 25 wrote its index (in place, after renaming the data files into place):
+    # a checkpoint the `checkpoint` file does not name yet, its index empty.
+    for source in model_dir.glob("model.ckpt-20.data-*"):
+        shutil.copy(source, model_dir / source.name.replace("-20.", "-25."))
+    (model_dir / "model.ckpt-25.index").write_bytes(b"")
+    recorded = stats(model_dir, "model.ckpt-10.*", "model.ckpt-20.*")
     result = subprocess.run(train, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert not (model_dir / "model.ckpt-25_temp").exists() and not (model_dir / "export" / "temp-1234567890").exists()
     assert not list(model_dir.glob("model.ckpt-5.*")) and not list(model_dir.glob("model.ckpt-7.*"))
     assert not (model_dir / "best" / "model.ckpt-10.index.tmp").exists()
-    assert (model_dir / "model.ckpt-10.index").exists()  # listed: kept for the Saver's own rotation
+    assert not list(model_dir.glob("model.ckpt-25.*")) and not list(model_dir.glob("*.damaged"))
+    assert json.loads((model_dir / "results.json").read_text())["start_global_step"] == 20
+    # Listed checkpoints are kept for the Saver's own rotation; the one resumed from is not written again.
+    assert stats(model_dir, "model.ckpt-10.*", "model.ckpt-20.*") == recorded
+
+
+def stats(model_dir, *patterns):
+    """Returns each file matching `patterns` in `model_dir` with its inode, size and modification time."""
+    return {p.name: (p.stat().st_ino, p.stat().st_size, p.stat().st_mtime_ns)
+            for pattern in patterns for p in model_dir.glob(pattern)}
+
+
+def test_a_first_checkpoint_cut_short_is_removed_and_whole_ones_without_the_checkpoint_file_are_kept(
+        two_checkpoints):
+    # With no `checkpoint` file (a run's first save cut short before the Saver wrote it), only checkpoints
+    # that do not read back are a cut save's: whole ones may be a user's, whatever named them.
+    from pipeline.model_dir import remove_leftovers
+    model_dir, _ = two_checkpoints
+    os.remove(model_dir / "checkpoint")
+    (model_dir / "model.ckpt-20.index").write_bytes(b"")
+    cut, whole = sorted(model_dir.glob("model.ckpt-20.*")), stats(model_dir, "model.ckpt-0.*", "model.ckpt-10.*")
+    assert sorted(remove_leftovers(str(model_dir))) == [str(p) for p in cut]
+    assert not list(model_dir.glob("model.ckpt-20.*")) and stats(model_dir, "model.ckpt-0.*", "model.ckpt-10.*") == whole
+
+
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is missing (.ci/run installs it)")
+def test_a_kill_while_a_checkpoint_index_is_written_loses_nothing(two_checkpoints):
+    # TensorFlow's Saver renames a checkpoint's data files into place, then writes its index in place: a
+    # SIGKILL then tears it. strace kills the run at its first write to the index of the checkpoint it
+    # resumed from (which the Estimator's own saver hook wrote again at the session's start) or of the one
+    # it saves next (step 30), as a scheduler's kill landing at that moment would.
+    model_dir, train = two_checkpoints
+    resumed_from = stats(model_dir, "model.ckpt-20.*")
+    watched = [arg for step in (20, 30) for arg in ("-P", str(model_dir / f"model.ckpt-{step}.index"))]
+    killed = subprocess.run(["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=write",
+                             "-e", "inject=write:signal=KILL", *watched, *train],
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert stats(model_dir, "model.ckpt-20.*") == resumed_from
+    assert (model_dir / "model.ckpt-30.index").stat().st_size == 0  # the kill landed in the write
+    again = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert re.search(r"removed what an interrupted run left: .*model\.ckpt-30\.index", again.stderr), again.stderr
+    assert not list(model_dir.glob("*.damaged"))
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["start_global_step"] == 20 and results["global_step"] == 30
 
 
 def test_a_checkpoint_cut_before_its_meta_graph_is_trained_again(two_checkpoints):
