@@ -99,6 +99,25 @@ def read_results(model_dir):
     return json.loads(storage.read_text(storage.join(model_dir, RESULTS_FILE)))
 
 
+def recorded_here(results, model_dir):
+    """Returns `results` (results.json's dict) with each path it records under the model dir it was written
+    in (its `model_dir`) rewritten under `model_dir`, where that folder is now: moved or copied (renamed,
+    rsynced from a cluster), its exports and TFLite files are its own."""
+    then, now = results.get("model_dir"), storage.absolute(model_dir)
+    if not then or then == now:
+        return results
+
+    def here(value):
+        if isinstance(value, str) and (value == then or value.startswith(then.rstrip("/") + "/")):
+            return now + value[len(then):]
+        if isinstance(value, dict):
+            return {key: here(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [here(item) for item in value]
+        return value
+    return here(results)
+
+
 def recorded_export(model_dir, step):
     """Returns the export the model dir's results.json names for the checkpoint of global `step`, when it
     is there still, or None: what an --eval-only run of that checkpoint reports rather than export it

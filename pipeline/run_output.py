@@ -129,6 +129,7 @@ def finished_results(model_dir, step, max_steps):
         return None
     if results.get("global_step") != step:
         return None
+    results = results_lib.recorded_here(results, model_dir)
     past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""
     print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}){past}; "
           "nothing to do. Its results:", flush=True)

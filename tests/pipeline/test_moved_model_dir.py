@@ -64,3 +64,12 @@ def test_a_moved_model_dir_resumes_from_its_own_checkpoints_and_keeps_its_best(f
     converted = again["tflite"]
     assert converted["dir"].startswith(f"{copy}/") and os.path.isfile(converted["files"]["float32"]["file"])
     assert tree_digest(moved) == before
+
+    # A finished run (the copy's results.json is the moved dir's) moved again answers with the paths of its
+    # files where they are now, and changes nothing.
+    os.rename(copy, tmp_path / "again")
+    before = tree_digest(tmp_path / "again")
+    finished = train(fashion_data_dir, tmp_path / "again", "--max-steps", "30")
+    assert str(moved) not in json.dumps(finished) and finished["model_dir"] == str(tmp_path / "again")
+    assert os.path.isdir(finished["export_dir"]) and finished["best"]["export_dir"] == finished["export_dir"]
+    assert tree_digest(tmp_path / "again") == before
