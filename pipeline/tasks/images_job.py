@@ -78,7 +78,7 @@ def _load(args):
         _check_split_flags(saved, args, folders.presplit)
     channels = args.channels or (saved or {}).get("channels") or (1 if folders.gray else 3)
     if saved:
-        splits = _splits_from_lists(folders, saved, args.model_dir)
+        splits = _splits_from_lists(folders, args.data_dir, args.model_dir)
     elif folders.presplit:
         splits = {s: folders.scans[s].good() for s in class_folders.SPLITS}
     else:
@@ -126,14 +126,15 @@ def _check_split_flags(saved, args, presplit):
                              f"{flag} {was} to go on with it, or another --model-dir for a new split")
 
 
-def _splits_from_lists(folders, saved, model_dir):
-    """Returns the splits listed in the model dir, minus files now skipped as bad."""
+def _splits_from_lists(folders, data_dir, model_dir):
+    """Returns the splits listed in the model dir, minus files now skipped as bad: paths under `data_dir` as
+    given now (relative or not), as the scan names them (read_split checked that it is the same folder)."""
     label_of = {f: label for scan in folders.scans.values() for f, label in zip(*scan.good())}
     bad = {f for scan in folders.scans.values() for f in scan.problems}
     splits, listed = {}, set()
     for split in class_folders.SPLITS:
         path = storage.join(model_dir, SPLIT_DIR, f"{split}.txt")
-        files = [f for f in class_folders.read_split_list(path, saved["data_dir"]) if f not in bad]
+        files = [f for f in class_folders.read_split_list(path, data_dir) if f not in bad]
         gone = [f for f in files if f not in label_of]
         if gone:
             raise InputDataError(f"{gone[0]}, listed in {path}, is no longer an image of the data dir"

@@ -15,7 +15,7 @@ def args_for(data, model_dir, *extra):
     return build_parser(TASK).parse_args(["--data-dir", data, "--model-dir", model_dir, "--image-size", "32", *extra])
 
 
-def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path):
+def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path, monkeypatch):
     data, model_dir = make_shapes_folder(str(tmp_path / "data"), per_class=10), str(tmp_path / "model")
     first = images_job.load_dataset(args_for(data, model_dir))
     assert not os.path.exists(os.path.join(model_dir, "split"))  # written once training starts: see save_split
@@ -26,6 +26,11 @@ def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path):
     (tmp_path / "data" / "circle" / "added.png").write_bytes((tmp_path / "data" / "circle" / "001.png").read_bytes())
     again = images_job.load_dataset(args_for(data, model_dir))
     assert again.splits == first.splits  # the new image is left out, not drawn into either side
+    images_job._DATASETS.clear()
+    monkeypatch.chdir(tmp_path)  # resumed with the same folder named relative to the working dir
+    relative = images_job.load_dataset(args_for("data", model_dir))
+    assert relative.splits == {side: ([os.path.join("data", os.path.relpath(f, data)) for f in files], labels)
+                               for side, (files, labels) in first.splits.items()}
 
     with pytest.raises(UsageError, match=r"was split with --test-fraction 0.2, not 0.5; pass --test-fraction 0.2"):
         images_job.load_dataset(args_for(data, model_dir, "--test-fraction", "0.5"))
