@@ -129,14 +129,16 @@ def scaled_scores(args, collector, validation):
             (calibration.apply_temperature(held[0], temperature), held[1]), scaling)
 
 
-def _groups(task, collector):
-    """Returns (a group id per test image, the task's pattern), or (None, None) when it groups none."""
-    if not (task.group_pattern and collector.named):
+def _groups(task, args, collector):
+    """Returns (a group id per test image, the pattern: --group-by's, else the task's), or (None, None)
+    when it groups none."""
+    pattern = getattr(args, "group_by", None) or task.group_pattern
+    if not (pattern and collector.named):
         return None, None
-    groups, _, unmatched = clinical.group_ids(collector.keys, task.group_pattern)
+    groups, _, unmatched = clinical.group_ids(collector.keys, pattern)
     if unmatched:
-        log.warning("%d test file names do not match %s: each is a group of its own", unmatched, task.group_pattern)
-    return groups, task.group_pattern
+        log.warning("%d test file names do not match %s: each is a group of its own", unmatched, pattern)
+    return groups, pattern
 
 
 def report_dir(args):
@@ -157,7 +159,7 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None, 
     validation = evaluate_validation(args, data, estimator, checkpoint_path)
     probabilities, held, scaling = scaled_scores(args, collector, validation)
     labels, keys = collector.labels, collector.keys
-    groups, pattern = _groups(task, collector)
+    groups, pattern = _groups(task, args, collector)
     report = clinical.clinical_report(
         probabilities, labels, list(data.class_names), groups=groups, positive_classes=args.positive_classes,
         at_specificity_target=args.at_specificity, resamples=args.bootstrap_resamples, seed=args.bootstrap_seed,

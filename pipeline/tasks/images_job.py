@@ -18,7 +18,7 @@ from acquisition.files import write_json_atomically, write_text_atomically
 from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
-from pipeline.tasks import FEATURE_KEY, VALIDATION_FILES, TaskData, write_validation_files
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 from pipeline.validation.split import split_off_validation
 
 log = logging.getLogger(__name__)
@@ -191,11 +191,11 @@ def prepare_data(args, batch_size):
                         report={"model": args.model})
     data = load_dataset(args)
 
-    def make(split, training, skip=0):
+    def make(split, training, skip=0, file_key=None):
         files, labels = data.splits[split]
         return image_list.make_input_fn(image_list.ImageListConfig(
             files, labels, len(data.class_names), size, data.channels, batch_size, training,
-            feature_key=FEATURE_KEY, seed=args.seed, skip=skip))
+            feature_key=FEATURE_KEY, seed=args.seed, skip=skip, file_key=file_key))
 
     report = {**data.report, "model": args.model}
     held_out = validation_sides(args, data)
@@ -215,7 +215,7 @@ def prepare_data(args, batch_size):
             return read_train(input_context)
         return train_input_fn
 
-    return TaskData(train_input_at(), make("test", False), len(data.splits["train"][0]),
+    return TaskData(train_input_at(), make("test", False, file_key=FILE_KEY), len(data.splits["train"][0]),
                     len(data.splits["test"][0]), "real", class_names=data.class_names,
                     eval_labels=data.splits["test"][1], train_class_counts=data.train_class_counts(),
                     serving_input_fn=_serving(size, data.channels), report=report,

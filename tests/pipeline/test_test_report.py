@@ -181,3 +181,15 @@ def test_two_sets_of_images_written_in_one_second_both_reach_tensorboard(tmp_pat
     tags = {value.tag for events in glob.glob(str(tmp_path / "events.*"))
             for event in tf.compat.v1.train.summary_iterator(events) for value in event.summary.value}
     assert tags == {"test_report/confusion_matrix", "test_report/examples/right-0"}
+
+
+def test_the_bootstrap_resamples_the_groups_group_by_names_else_the_task_s():
+    from pipeline import evaluation_report
+    from pipeline.tasks.images import TASK as IMAGES
+    scores = types.SimpleNamespace(named=True, keys=["/d/cat/p1-a.png", "/d/dog/p1-b.png", "/d/cat/p2-c.png"])
+    groups, pattern = evaluation_report._groups(IMAGES, types.SimpleNamespace(group_by=r"^(p\d)-"), scores)
+    assert groups.tolist() == [0, 0, 1] and pattern == r"^(p\d)-"
+    assert evaluation_report._groups(IMAGES, types.SimpleNamespace(group_by=None), scores) == (None, None)
+    patients = types.SimpleNamespace(named=True, keys=["/t/CNV/CNV-17-1.jpeg", "/t/DME/DME-17-2.jpeg"])
+    groups, pattern = evaluation_report._groups(TASK, types.SimpleNamespace(), patients)  # OCT: the patient
+    assert groups.tolist() == [0, 0] and pattern == TASK.group_pattern

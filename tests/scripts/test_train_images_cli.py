@@ -1,5 +1,6 @@
 """The images job as a user with a folder of pictures runs it: train, evaluate, export, predict;
 its split, its bad files, and the same picture served as PNG and JPEG."""
+import csv
 import json
 import os
 import subprocess
@@ -41,6 +42,9 @@ def test_shapes_in_mixed_formats_train_to_high_accuracy_export_and_predict(shape
     test_list = (model_dir / "split" / "test.txt").read_text().splitlines()
     train_list = (model_dir / "split" / "train.txt").read_text().splitlines()
     assert len(test_list) == 48 and not set(test_list) & set(train_list)
+    with open(model_dir / "test_scores.csv") as f:  # each score names its file, each test file once
+        scored = [row["image"] for row in csv.DictReader(f)]
+    assert sorted(scored) == sorted(os.path.join(shapes, name) for name in test_list)
     assert "plus sign precision" in result.stdout
 
     predicted = script("predict.py", "--model", str(model_dir / "export"), "--json", "--batch-size", "7",
