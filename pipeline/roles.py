@@ -73,8 +73,10 @@ def run_local(task, settings, cluster, stop):
         if settings.eval_only:
             return finish(setup, estimator, hooks, figures, 0.0, validation)
         if validation is not None and validation.catch_up(setup.start_step):
-            # Stopped early at its newest checkpoint (now or by the run before, killed before its report).
-            return _finished_results(setup) or finish(setup, estimator, hooks, figures, 0.0, validation)
+            # Stopped early at its newest checkpoint: now, by the run before (killed before its report, or
+            # whose report says so) or under this run's stricter rule (a new report says so).
+            return _finished_results(setup, validation.stopped_because) or \
+                finish(setup, estimator, hooks, figures, 0.0, validation)
         _record_start(setup)
         seconds = _train(setup, stop, lambda: _train_here(setup, estimator, hooks), sets_aside_diverged=True)
         if stop.requested():
@@ -187,8 +189,8 @@ def _already_finished(setup):
     return _finished_results(setup) if setup.start_step >= setup.max_steps else None
 
 
-def _finished_results(setup):
-    return finished_results(setup.settings.model_dir, setup.start_step, setup.max_steps)
+def _finished_results(setup, stopped_because=None):
+    return finished_results(setup.settings.model_dir, setup.start_step, setup.max_steps, stopped_because)
 
 
 def _pacing(setup):

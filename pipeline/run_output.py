@@ -121,13 +121,14 @@ def _describe_ema(ema):
             f"loss {raw['loss']:.4f}")
 
 
-def finished_results(model_dir, step, max_steps):
-    """Returns the results of the run that finished at `step` in `model_dir` (re-printed), or None."""
+def finished_results(model_dir, step, max_steps, stopped_because=None):
+    """Returns the results of the run that finished at `step` in `model_dir` (re-printed), or None; with
+    `stopped_because`, only when they say it stopped early for that reason."""
     try:
         results = results_lib.read_results(model_dir)
     except (OSError, ValueError):
         return None
-    if results.get("global_step") != step:
+    if results.get("global_step") != step or (stopped_because and results.get("stopped_because") != stopped_because):
         return None
     results = results_lib.recorded_here(results, model_dir)
     past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""

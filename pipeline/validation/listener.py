@@ -65,6 +65,9 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
             log.info("validating the checkpoint of step %d first: the run that wrote it ended before its "
                      "evaluation", step)
             self.evaluate(step)
+        elif self.stopped_because:  # the record's evaluations, read under this run's rule
+            log.info("not training past step %d: its evaluations already meet the early-stopping rule, %s", step,
+                     self.early_stopping.describe_stop(self.stopped_because))
         return self.stopped_because is not None
 
     def end(self, session, global_step_value):

@@ -61,13 +61,20 @@ def test_a_run_that_stopped_early_and_was_killed_before_its_report_trains_no_fur
 
 
 
-def test_a_real_flat_run_stops_after_patience_evaluations(fashion_data_dir, tmp_path):
+def test_a_real_flat_run_stops_after_patience_evaluations(fashion_data_dir, tmp_path, caplog):
     # The run: a rate too small to move accuracy, validated often; it ran all its evaluations.
-    args = build_parser(fashion.TASK).parse_args([
-        "--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--batch-size", "32", "--learning-rate", "1e-9",
-        "--lr-scaling", "none", "--max-steps", "3000", "--eval-every-steps", "5", "--patience", "2",
-        "--bootstrap-resamples", "10", "--warm-up-steps", "1"])
-    results = run(fashion.TASK, args)
+    def train(*flags):
+        return run(fashion.TASK, build_parser(fashion.TASK).parse_args([
+            "--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--batch-size", "32", "--learning-rate",
+            "1e-9", "--lr-scaling", "none", "--eval-every-steps", "5", "--bootstrap-resamples", "10",
+            "--warm-up-steps", "1", *flags]))
+    assert train("--max-steps", "10")["stopped_because"] == "max_steps"
+    # Resumed under a rule its evaluations already meet: it trains nothing, and its report says why it stopped
+    # (it reprinted the first run's, which said max_steps).
+    stricter = train("--max-steps", "3000", "--patience", "1")
+    assert stricter["stopped_because"] == "patience" and stricter["global_step"] == 10
+    assert stricter["max_steps"] == 3000 and "not training past step 10" in caplog.text
+    results = train("--max-steps", "3000", "--patience", "2")  # a rule they do not meet yet: on to step 15
     accuracies = [e["validation_accuracy"] for e in results["evaluations"]]
     assert len(set(accuracies)) == 1  # flat, as the loss crept
     assert results["stopped_because"] == "patience" and results["global_step"] == 15
