@@ -16,6 +16,11 @@ LOCK_FILE = ".run.lock"
 WARM_START_LOCK_FILE = ".warm_start.lock"
 # Each names its last holder's process and holds no data (on a URL: a locks.Lease, JSON).
 LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
+# What a kill leaves under a temporary name: TensorFlow's (checkpoint folders, files written then renamed,
+# model_to_estimator's first checkpoint in keras/) and ours (acquisition.storage.write_atomically's .tmp-*:
+# results, reports, TFLite files; exports; the best checkpoint's copy).
+LEFTOVERS = ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "keras/*.tmp[0-9a-f]*", "keras/*.tempstate*", "export/temp-*",
+             ".tmp-*", "*/.tmp-*", "export/tflite/*/.tmp-*", "best/*.tmp")
 _CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+)$")
 _CHECKPOINT_FILE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|meta|data-\d+-of-\d+)$")
 
@@ -76,11 +81,11 @@ def warm_start_lock(model_dir):
 
 def remove_leftovers(model_dir):
     """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`), files
-    TensorFlow writes under a temporary name (`*.tmp<hex>`), export folders (`export/temp-*`),
-    temporary results files, a best checkpoint's files cut short while copied (`best/*.tmp`) and
-    checkpoints whose save was cut short (see the functions called); returns the paths removed."""
-    found = [path for pattern in ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "export/temp-*", ".tmp-*", "best/*.tmp")
-             for path in storage.glob(storage.join(model_dir, *pattern.split("/")))]
+    TensorFlow writes under a temporary name (`*.tmp<hex>`, in keras/ too), export folders
+    (`export/temp-*`), temporary results, report and TFLite files, a best checkpoint's files cut
+    short while copied (`best/*.tmp`) and checkpoints whose save was cut short (see the functions
+    called); returns the paths removed."""
+    found = [path for pattern in LEFTOVERS for path in storage.glob(storage.join(model_dir, *pattern.split("/")))]
     if storage.is_url(model_dir):  # exports cut short while being copied there (see serving.export)
         from serving.export import is_complete
         found += [path for path in storage.glob(storage.join(model_dir, "export", "[0-9]*")) if not is_complete(path)]

@@ -206,6 +206,14 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
             shutil.copy(source, model_dir / source.name.replace("-10.", "-7."))
     (model_dir / "best").mkdir()
     (model_dir / "best" / "model.ckpt-10.index.tmp").write_bytes(b"x")
+    # Files written under a temporary name, then renamed, deeper in the model dir: model_to_estimator's first
+    # checkpoint and its state (TensorFlow's names), a TFLite file and an --eval-only report (ours).
+    temporary = [model_dir / "keras" / "checkpoint.tmp0123abcd", model_dir / "keras" / "keras.ckpt.index.tempstate1",
+                 model_dir / "export" / "tflite" / "1234567890" / ".tmp-float32.tflite-k2x9",
+                 model_dir / "eval_only" / ".tmp-report.json-u7w1"]
+    for path in temporary:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
     # A kill while the save of step 25 wrote its index (in place, after renaming the data files into place):
     # a checkpoint the `checkpoint` file does not name yet, its index empty.
     for source in model_dir.glob("model.ckpt-20.data-*"):
@@ -217,6 +225,7 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
     assert not (model_dir / "model.ckpt-25_temp").exists() and not (model_dir / "export" / "temp-1234567890").exists()
     assert not list(model_dir.glob("model.ckpt-5.*")) and not list(model_dir.glob("model.ckpt-7.*"))
     assert not (model_dir / "best" / "model.ckpt-10.index.tmp").exists()
+    assert not any(path.exists() for path in temporary)
     assert not list(model_dir.glob("model.ckpt-25.*")) and not list(model_dir.glob("*.damaged"))
     assert json.loads((model_dir / "results.json").read_text())["start_global_step"] == 20
     # Listed checkpoints are kept for the Saver's own rotation; the one resumed from is not written again.
