@@ -1,6 +1,6 @@
 """The flags of validation during training (a split held out from the training data, evaluated as
 training goes, the best model kept, early stopping), defined once for every job's parser."""
-from pipeline.flag_types import RecordedStore, fraction, positive_float, positive_int
+from pipeline.flag_types import RecordedStore, below_one, fraction, positive_float, positive_int
 
 DEFAULT_VALIDATION_FRACTION = 0.1  # why 0.1: docs/validation.md
 
@@ -9,7 +9,7 @@ def add_validation_flags(parser, defaults):
     """Adds the validation flags to `parser`, with a task's `defaults` ('validation_fraction'); returns
     their group."""
     group = parser.add_argument_group("validation")
-    group.add_argument("--validation-fraction", type=fraction, action=RecordedStore,
+    group.add_argument("--validation-fraction", type=below_one, action=RecordedStore,
                        default=defaults.get("validation_fraction", DEFAULT_VALIDATION_FRACTION),
                        help="share of each class of the training data held out for validation (seeded, "
                             "stratified; grouped by patient for OCT, whose --records-dir shards have none): "

@@ -2,6 +2,8 @@
 after a kill, the validation a killed run never made, and the flags refused where nothing can stop."""
 import types
 
+import pytest
+
 from pipeline.cli import train_main
 from pipeline.validation import early_stopping
 from pipeline.flags import build_parser
@@ -104,5 +106,8 @@ def test_early_stopping_with_nothing_to_watch_is_refused_before_training(fashion
     elsewhere = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "e"), "--validation-dir",
                         fashion_data_dir, "--max-steps", "5")
     assert elsewhere.returncode == 2 and "the Fashion job holds out --validation-fraction" in elsewhere.stderr
+    with pytest.raises(SystemExit, match="2"):  # argparse's refusal: nothing left to train on
+        refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "f"), "--validation-fraction", "1")
+    assert "--validation-fraction: must be from 0 to below 1" in capsys.readouterr().err
     for folder in ("a", "b", "c", "d", "e"):
         assert not list((tmp_path / folder).glob("model.ckpt-*"))  # nothing trained
