@@ -106,6 +106,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     start_step = estimator_lib.latest_global_step(settings.model_dir)
     training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
                                        settings.model_dir)
+    training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),
+                                          settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
                                  epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,

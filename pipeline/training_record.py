@@ -28,8 +28,8 @@ MAX_IMAGES = 2 ** 53  # the images a run plans, exact in the learning-rate sched
 @dataclasses.dataclass
 class Segment:
     """One run's part of training: from `start_step`, having trained `images_at_start`, at `global_batch`,
-    to `max_steps`, in `precision`, with or without --deterministic and its `seed` (the last four None
-    in records of earlier versions)."""
+    to `max_steps`, in `precision`, with or without --deterministic and its `seed`, at `image_size` (the
+    last five None in records of earlier versions; the size None too for a job without --image-size)."""
     start_step: int
     images_at_start: int
     global_batch: int
@@ -37,6 +37,7 @@ class Segment:
     precision: Optional[str] = None
     deterministic: Optional[bool] = None
     seed: Optional[int] = None
+    image_size: Optional[int] = None
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -166,11 +167,25 @@ def check_reproducible(segments, start_step, deterministic, seed, model_dir):
                             "--model-dir")
 
 
+def check_same_image_size(segments, start_step, image_size, model_dir):
+    """Raises FlagError (exit 2) when steps before `start_step` were trained at another --image-size than
+    `image_size`: a model that pools globally takes any size, so its weights would go on at another
+    resolution without a word. Steps of an earlier version (no size on record) are taken on trust."""
+    if image_size is None or not start_step:
+        return
+    for segment in segments:
+        if segment.start_step < start_step and segment.image_size not in (None, image_size):
+            raise FlagError(f"--image-size {image_size}: the checkpoints in {model_dir} were trained at "
+                            f"--image-size {segment.image_size}; resume (or evaluate) with --image-size "
+                            f"{segment.image_size}, or pass another --model-dir")
+
+
 def record_start(model_dir, task_name, record, plan_, data, settings):
     """Writes this run's segment to the model dir's record, before its first step; returns the path.
-    `settings` says how it trains: its precision, --deterministic and seed."""
+    `settings` says how it trains: its precision, --deterministic and seed, and its --image-size."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps,
-                        settings.precision, bool(settings.deterministic), settings.seed))
+                        settings.precision, bool(settings.deterministic), settings.seed,
+                        getattr(settings, "image_size", None)))
     return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

@@ -126,3 +126,15 @@ def test_a_deterministic_resume_of_steps_trained_otherwise_is_refused():
     # a run killed before its first checkpoint recorded a segment at the step this one resumes from: not history
     progress.check_reproducible([seeded, segment(20, False, None)], 20, True, 0, "/m")
     progress.check_reproducible([progress.Segment(0, 0, 32)], 20, True, 0, "/m")  # an earlier version's: on trust
+
+
+def test_a_resume_at_another_image_size_is_refused():
+    def segment(start, image_size):
+        return progress.Segment(start, start * 32, 32, None, "fp32", False, None, image_size)
+    with pytest.raises(FlagError, match=r"--image-size 48: the checkpoints in /m were trained at --image-size 32; "
+                                        r"resume \(or evaluate\) with --image-size 32"):
+        progress.check_same_image_size([segment(0, 32), segment(20, 48)], 20, 48, "/m")
+    progress.check_same_image_size([segment(0, 32)], 20, 32, "/m")  # the same size goes on
+    progress.check_same_image_size([segment(0, 32)], 0, 48, "/m")  # from step 0: nothing trained yet
+    progress.check_same_image_size([segment(0, None)], 20, 48, "/m")  # an earlier version's: on trust
+    progress.check_same_image_size([segment(0, None)], 20, None, "/m")  # a job without --image-size

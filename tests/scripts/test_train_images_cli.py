@@ -126,3 +126,19 @@ def test_what_cannot_run_is_one_line(tmp_path, monkeypatch, capsys, argv, fragme
     assert ": error: " in lines[-1]
     assert all(fragment in lines[-1] for fragment in fragments), lines[-1]
     assert not os.path.exists(tmp_path / "model" / "split")  # a run that fails before training writes no split
+
+
+def test_a_resume_at_another_image_size_is_one_line_and_changes_nothing(tmp_path, capsys):
+    """A model that pools globally takes any size: without the record's check it trained on at the new one."""
+    from pipeline.cli import train_main
+    from pipeline.tasks.images import TASK
+    data, model_dir = make_shapes_folder(str(tmp_path / "data"), per_class=5), tmp_path / "model"
+    flags = ["--data-dir", data, "--model-dir", str(model_dir), "--model", "small_resnet", "--validation-fraction",
+             "0", "--bootstrap-resamples", "10", "--batch-size", "4", "--warm-up-steps", "1"]
+    assert train_main(TASK, [*flags, "--image-size", "32", "--max-steps", "2"]) == 0
+    before = {p.name: p.read_bytes() for p in model_dir.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert train_main(TASK, [*flags, "--image-size", "48", "--max-steps", "4"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "the checkpoints in" in lines[0] and "--image-size 32" in lines[0], lines
+    assert {p.name: p.read_bytes() for p in model_dir.iterdir() if p.is_file()} == before
