@@ -19,8 +19,8 @@ LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
 # What a kill leaves under a temporary name: TensorFlow's (checkpoint folders, files written then renamed,
 # model_to_estimator's first checkpoint in keras/) and ours (acquisition.storage.write_atomically's .tmp-*:
 # results, reports, TFLite files; exports; the best checkpoint's copy).
-LEFTOVERS = ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "keras/*.tmp[0-9a-f]*", "keras/*.tempstate*", "export/temp-*",
-             ".tmp-*", "*/.tmp-*", "export/tflite/*/.tmp-*", "best/*.tmp")
+LEFTOVERS = ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "keras/*_temp", "keras/*_temp_*", "keras/*.tmp[0-9a-f]*",
+             "keras/*.tempstate*", "export/temp-*", ".tmp-*", "*/.tmp-*", "export/tflite/*/.tmp-*", "best/*.tmp")
 _CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+)$")
 _CHECKPOINT_FILE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|meta|data-\d+-of-\d+)$")
 

@@ -29,6 +29,7 @@ from pipeline.validation import agreed_stop
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.validation.cadence import Pacing, cadence_for
 from pipeline.validation.listener import build_validation
+from reporting import hparams
 from serving.export import export_model
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,11 @@ def _already_finished(setup):
 
 
 def _finished_results(setup, stopped_because=None):
-    return finished_results(setup.settings.model_dir, setup.start_step, setup.max_steps, stopped_because)
+    model_dir = setup.settings.model_dir
+    results = finished_results(model_dir, setup.start_step, setup.max_steps, stopped_because)
+    if results is not None and not hparams.recorded(model_dir):  # a kill between results.json and this record
+        hparams.write_hparams(model_dir, results)
+    return results
 
 
 def _pacing(setup):

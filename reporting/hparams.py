@@ -11,6 +11,8 @@ from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
+from acquisition import storage
+
 # The dashboard's metrics: tag -> the results.json field it shows (a '/'-path into nested fields).
 FINAL_FIGURES = {
     "final/test_accuracy": "eval_accuracy",
@@ -71,3 +73,13 @@ def write_hparams(model_dir, results):
     finally:
         writer.close()
     return settings
+
+
+def recorded(model_dir):
+    """Returns whether `model_dir` holds a whole record of write_hparams' (a kill just after results.json
+    leaves it empty or cut short)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    for path in storage.glob(storage.join(model_dir, f"events.out.tfevents.*{EVENTS_SUFFIX}")):
+        if sum(event.HasField("summary") for event in EventFileLoader(path).Load()) >= 2:
+            return True
+    return False

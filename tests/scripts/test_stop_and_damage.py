@@ -209,6 +209,7 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
     # Files written under a temporary name, then renamed, deeper in the model dir: model_to_estimator's first
     # checkpoint and its state (TensorFlow's names), a TFLite file and an --eval-only report (ours).
     temporary = [model_dir / "keras" / "checkpoint.tmp0123abcd", model_dir / "keras" / "keras.ckpt.index.tempstate1",
+                 model_dir / "keras" / "keras_model.ckpt_temp" / "part-00000-of-00001.data-00000-of-00001.tempstate7",
                  model_dir / "export" / "tflite" / "1234567890" / ".tmp-float32.tflite-k2x9",
                  model_dir / "eval_only" / ".tmp-report.json-u7w1"]
     for path in temporary:
@@ -225,7 +226,7 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
     assert not (model_dir / "model.ckpt-25_temp").exists() and not (model_dir / "export" / "temp-1234567890").exists()
     assert not list(model_dir.glob("model.ckpt-5.*")) and not list(model_dir.glob("model.ckpt-7.*"))
     assert not (model_dir / "best" / "model.ckpt-10.index.tmp").exists()
-    assert not any(path.exists() for path in temporary)
+    assert not any(path.exists() for path in temporary) and not (model_dir / "keras" / "keras_model.ckpt_temp").exists()
     assert not list(model_dir.glob("model.ckpt-25.*")) and not list(model_dir.glob("*.damaged"))
     assert json.loads((model_dir / "results.json").read_text())["start_global_step"] == 20
     # Listed checkpoints are kept for the Saver's own rotation; the one resumed from is not written again.
@@ -249,6 +250,21 @@ def test_a_first_checkpoint_cut_short_is_removed_and_whole_ones_without_the_chec
     cut, whole = sorted(model_dir.glob("model.ckpt-20.*")), stats(model_dir, "model.ckpt-0.*", "model.ckpt-10.*")
     assert sorted(remove_leftovers(str(model_dir))) == [str(p) for p in cut]
     assert not list(model_dir.glob("model.ckpt-20.*")) and stats(model_dir, "model.ckpt-0.*", "model.ckpt-10.*") == whole
+
+
+def test_a_finished_run_killed_before_its_hparams_record_writes_it_when_run_again(two_checkpoints):
+    # The record of the run's settings and figures for TensorBoard's HParams dashboard comes after results.json:
+    # a kill in between left it empty, and every later run of the command stopped at "already finished".
+    from pipeline.cli import train_main
+    from pipeline.tasks.fashion import TASK
+    from reporting import hparams
+    model_dir, train = two_checkpoints
+    for path in model_dir.glob(f"events.out.tfevents.*{hparams.EVENTS_SUFFIX}"):
+        path.write_bytes(b"")
+    assert not hparams.recorded(str(model_dir))
+    results = (model_dir / "results.json").read_bytes()
+    assert train_main(TASK, train[2:-2] + ["--max-steps", "20"]) == 0  # finished at 20 already
+    assert hparams.recorded(str(model_dir)) and (model_dir / "results.json").read_bytes() == results
 
 
 @pytest.mark.skipif(not shutil.which("strace"), reason="strace is missing (.ci/run installs it)")
