@@ -235,21 +235,35 @@ def _with_checkpoint_saver(spec, run_config, checkpoints):
 
 
 def saver_without_duplicates(keep):
-    """Returns a name-based Saver over the graph's global variables, each name once, or None when no
-    name repeats or no variable is an AggregatingVariable. CentralStorageStrategy lists each optimizer
-    slot twice, bare and in its AggregatingVariable; the default Saver of a name-based checkpoint
-    (checkpoint_format 'saver') refuses that ("At least two variables have the same name")."""
+    """Returns a name-based Saver over the graph's global variables, each once, or None when none is listed
+    twice. Two strategies list optimizer slots twice (the default Saver of a name-based checkpoint,
+    checkpoint_format 'saver', then fails or saves one key per replica):
+    - CentralStorageStrategy: bare and in its AggregatingVariable, under one name, which that Saver
+      refuses ("At least two variables have the same name");
+    - MirroredStrategy, for the slots of BatchNormalization's gamma and beta: the MirroredVariable and each
+      replica's copy on its own (`<name>/replica_1`, ...). That Saver wrote a key per replica, so a
+      checkpoint of 1 replica could not be resumed on 2 (NotFoundError: `.../m/replica_1`).
+    The Saver keeps the bare variable of an AggregatingVariable and the MirroredVariable of its copies,
+    whose restore assigns every replica's copy: its checkpoints resume on any number of replicas."""
     every = tf.compat.v1.global_variables()
-    if not any(type(v).__name__ == "AggregatingVariable" for v in every):  # other strategies: their own saver
+    copies = {id(c) for v in every if type(v).__name__ == "MirroredVariable" for c in v.values if c is not v}
+    aggregating = any(type(v).__name__ == "AggregatingVariable" for v in every)
+    if not copies and not aggregating:  # other strategies, and mirrored variables listed once: their own saver
         return None
     chosen = {}
     for variable in every:
+        if id(variable) in copies:
+            continue
         name = variable.op.name
         if name not in chosen or type(chosen[name]).__name__ == "AggregatingVariable":  # keep the bare one
             chosen[name] = variable
     if len(chosen) == len(every):
         return None
-    return tf.compat.v1.train.Saver(var_list=chosen, sharded=True, max_to_keep=keep, allow_empty=True)
+    # Built when the session is made (Scaffold.finalize), in cross-replica context: built here, in a replica's,
+    # a MirroredVariable would save and restore that replica's copy alone.
+    saver = tf.compat.v1.train.Saver(sharded=True, max_to_keep=keep, allow_empty=True, defer_build=True)
+    saver._var_list = list(chosen.values())  # a list: the Saver takes each distributed variable's own saveables
+    return saver
 
 
 def augmented(features, transforms, seed):
