@@ -97,10 +97,12 @@ def _tensorflow_failure(error, args):
     # Saver.restore's words for a checkpoint of another graph: other shapes, or other variables
     # (a loss-scaling optimizer's under --precision fp16, say).
     if any(words in error.message for words in _MISMATCH):
-        detail = next((line for line in error.message.splitlines() if "shape" in line.lower()), "")
+        detail = next((line for line in error.message.splitlines()
+                       if "shape" in line.lower() or "not found in checkpoint" in line), "")
         return (f"the checkpoint in {model_dir} does not fit the model these flags build"
                 f"{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
-                "with (the same --image-size or --precision, say), or pass another --model-dir")
+                "with (the same --model, --trainable-layers, --precision or --image-size, say), or pass another "
+                "--model-dir")
     url = _URL.search(error.message)
     if url:  # a file system reached by URL (gs://...): its errors carry no errno, but their class tells
         return _io_failure(_TF_ERROR_NUMBERS.get(type(error).__name__), url_failure(url.group(0), error.message),
