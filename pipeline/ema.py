@@ -21,6 +21,7 @@ from tensorflow.python.training.saving import saveable_object_util
 
 from pipeline import model_dir as model_dir_lib
 from pipeline.errors import FlagError
+from pipeline.metrics import CROSS_ENTROPY
 
 SHADOW_PREFIX = "ema/"
 _VALUE = "VARIABLE_VALUE"  # trackable.VARIABLE_VALUE_KEY: a variable's one saveable
@@ -204,7 +205,7 @@ def compare(estimator, input_fn, checkpoint, averaged=None):
         raw = estimator.evaluate(input_fn, checkpoint_path=checkpoint, name="ema_raw")
 
     def figures(evaluation):
-        return {"accuracy": float(evaluation["accuracy"]), "loss": float(evaluation["loss"])}
+        return {"accuracy": float(evaluation["accuracy"]), "loss": float(evaluation[CROSS_ENTROPY])}
     return {"decay": estimator.moving_average.decay, "step": int(raw["global_step"]),
             "averaged": figures(averaged), "raw": figures(raw)}
 

@@ -14,7 +14,7 @@ from models import GRAPH_REWRITE_PRECISIONS
 from pipeline.batching import batch_sizes_for_replicas
 from pipeline import ema as ema_lib, mfu as mfu_lib, model_dir as model_dir_lib
 from pipeline.mixing import mixing_of
-from pipeline.metrics import per_class_metric_ops
+from pipeline.metrics import CROSS_ENTROPY, mean_cross_entropy, per_class_metric_ops
 from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
 
@@ -205,6 +205,8 @@ def _evaluation_spec(spec, probabilities, labels, keys, class_names):
     hooks.scores.ScoreCollectorHook, its loss the mean over the replicas, and with `class_names` the
     per-class metrics."""
     add_scores_to_collection(probabilities, labels, keys)
+    spec = spec._replace(eval_metric_ops={**spec.eval_metric_ops,
+                                          CROSS_ENTROPY: mean_cross_entropy(labels, probabilities)})
     if tf.distribute.has_strategy():  # each replica's loss comes divided by the replicas, as in training
         spec = spec._replace(loss=spec.loss * tf.distribute.get_strategy().num_replicas_in_sync)
     if class_names:

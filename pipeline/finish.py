@@ -12,6 +12,7 @@ from pipeline import ema as ema_lib, estimator as estimator_lib, evaluation_repo
 from pipeline.run_output import print_summary
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.machine import describe_cpu
+from pipeline.metrics import CROSS_ENTROPY
 from reporting import hparams
 from serving.export import export_model
 from serving.tflite import convert_and_evaluate
@@ -123,7 +124,7 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_
         checkpoint_seconds=round(hooks.checkpoint_timer.seconds, 3),
         checkpoints_saved=hooks.checkpoint_timer.saves, loss_warnings=hooks.loss_watch.warnings,
         eval_examples=data.num_eval_examples, eval_accuracy=float(evaluation["accuracy"]),
-        eval_loss=float(evaluation["loss"]), tensorflow_version=tf.__version__,
+        eval_loss=float(evaluation[CROSS_ENTROPY]), tensorflow_version=tf.__version__,
         eval_step=eval_step, deterministic=args.deterministic, seed=args.seed,
         precision_requested=getattr(args, "precision_requested", args.precision),
         precision_reason=getattr(args, "precision_reason", None), **mixing.results_fields(args))

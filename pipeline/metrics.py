@@ -3,6 +3,20 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import metrics_impl  # TF 2.15's v1 metrics: frozen, private helpers
 
+EPSILON = 1e-7  # Keras' clipping of a probability before its logarithm in the cross-entropy
+# The evaluation's loss that runs report (validation_loss, eval_loss): the mean over the images of each one's
+# cross-entropy. The Estimator's own 'loss' is the mean of each batch's mean loss, whatever the batch's size
+# (a partial last batch, a replica's smaller share), and weighted as training is (--class-weight).
+CROSS_ENTROPY = "cross_entropy"
+
+
+def mean_cross_entropy(labels, probabilities):
+    """Returns the Estimator eval metric op of CROSS_ENTROPY: the mean over the evaluated images of the
+    cross-entropy of softmax `probabilities` against one-hot `labels`, each probability clipped to
+    [EPSILON, 1 - EPSILON] as Keras' loss clips it, unweighted."""
+    picked = tf.clip_by_value(tf.cast(probabilities, tf.float32), EPSILON, 1 - EPSILON)
+    return tf.compat.v1.metrics.mean(-tf.reduce_sum(tf.cast(labels, tf.float32) * tf.math.log(picked), axis=-1))
+
 
 def classification_report(true_labels, predicted_labels, class_names):
     """Returns {'confusion_matrix': rows = true class, columns = predicted class,

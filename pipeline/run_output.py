@@ -24,9 +24,7 @@ def print_header(setup, cadence=None):
           f"{mixing.header_line(args)}"
           f"{determinism.header_line(setup)}"
           f"{tta.header_line(args)}"
-          f"  learning rate: {setup.schedule.base_rate:g} ({scaling}), {setup.schedule.describe()}\n"
-          f"  steps:         to global step {steps.max_steps}, {resume}\n"
-          f"  images:        {_describe_images(steps, data.num_train_examples)}\n"
+          f"{_describe_training(setup, scaling, resume)}"
           f"  model dir:     {args.model_dir}"
           + (f"\n  validation:    {cadence.describe()}" if cadence and not args.eval_only else "")
           + (f"\n  early stop:    {_describe_early_stop(args)}" if cadence and not args.eval_only and
@@ -34,6 +32,18 @@ def print_header(setup, cadence=None):
           + (f"\n  recipe:        {data.recipe}" if data.recipe else "")
           + (f"\n  ema:           weights averaged with decay {args.ema:g} after every step; evaluations and the "
              "export use the average" if args.ema else ""), flush=True)
+
+
+def _describe_training(setup, scaling, resume):
+    """Returns the header's lines on what trains: the rate, the steps and the images; under --eval-only, that
+    nothing does."""
+    steps = setup.steps
+    if setup.settings.eval_only:
+        return (f"  steps:         none trained (--eval-only): the best checkpoint validation kept, else the "
+                f"latest (step {steps.start_step}), is evaluated\n")
+    return (f"  learning rate: {setup.schedule.base_rate:g} ({scaling}), {setup.schedule.describe()}\n"
+            f"  steps:         to global step {steps.max_steps}, {resume}\n"
+            f"  images:        {_describe_images(steps, setup.data.num_train_examples)}\n")
 
 
 def _describe_early_stop(args):

@@ -13,9 +13,9 @@ from hooks.scores import ScoreCollectorHook
 from input_fns.views import view_input_fn
 from pipeline import evaluation_report
 from pipeline.flags.tta import CROP_FRACTION, CROP_VIEWS
+from pipeline.metrics import CROSS_ENTROPY, EPSILON
 
 log = logging.getLogger(__name__)
-EPSILON = 1e-7  # Keras' clipping of a probability before its logarithm in the cross-entropy
 
 
 def accuracy_and_loss(probabilities, labels):
@@ -64,7 +64,7 @@ def evaluate(estimator, input_fn, views, checkpoint_path=None):
         accuracy, loss = accuracy_and_loss(collector.probabilities, collector.labels)
         figures[view] = {"accuracy": accuracy, "loss": loss}
     metrics = dict(metrics)
-    metrics["accuracy"], metrics["loss"] = accuracy_and_loss(scores.probabilities, scores.labels)
+    metrics["accuracy"], metrics[CROSS_ENTROPY] = accuracy_and_loss(scores.probabilities, scores.labels)
     return metrics, scores, figures
 
 

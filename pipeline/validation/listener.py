@@ -7,6 +7,7 @@ import logging
 import tensorflow as tf
 
 from acquisition import faults, storage
+from pipeline.metrics import CROSS_ENTROPY
 from pipeline.validation.best import BestKeeper
 from pipeline.validation.early_stopping import EarlyStopping
 from pipeline.validation.record import better, read_record, write_record
@@ -83,7 +84,7 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         faults.point("validation")
         metrics = self._estimator.evaluate(self._input_fn, checkpoint_path=checkpoint, name=EVAL_NAME)
         evaluation = {"step": step, "validation_accuracy": float(metrics["accuracy"]),
-                      "validation_loss": float(metrics["loss"])}
+                      "validation_loss": float(metrics[CROSS_ENTROPY])}
         self.record["evaluations"].append(evaluation)
         improved = better(evaluation, self.record["best"])
         if improved:

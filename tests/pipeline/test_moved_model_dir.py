@@ -33,7 +33,7 @@ def recorded_paths(model_dir):
     return [results["export_dir"], results["best"]["export_dir"], best["checkpoint"], best["export_dir"]]
 
 
-def test_a_moved_model_dir_resumes_from_its_own_checkpoints_and_keeps_its_best(fashion_data_dir, tmp_path):
+def test_a_moved_model_dir_resumes_from_its_own_checkpoints_and_keeps_its_best(fashion_data_dir, tmp_path, capsys):
     first, moved, copy = tmp_path / "first", tmp_path / "moved", tmp_path / "copy"
     train(fashion_data_dir, first, "--max-steps", "20")
     state = tf.train.get_checkpoint_state(str(first))
@@ -59,7 +59,11 @@ def test_a_moved_model_dir_resumes_from_its_own_checkpoints_and_keeps_its_best(f
     # --eval-only --tflite on a copy converts the copy's export, into the copy; the moved dir stays as it is.
     shutil.copytree(moved, copy)
     before = tree_digest(moved)
+    capsys.readouterr()
     again = train(fashion_data_dir, copy, "--max-steps", "30", "--eval-only", "--tflite", "float32")
+    header = capsys.readouterr().out  # says what it does: nothing trained
+    assert "none trained (--eval-only)" in header and "(step 30), is evaluated" in header
+    assert "to global step" not in header and "learning rate:" not in header
     assert again["export_dir"].startswith(f"{copy}/") and again["eval_step"] == resumed["eval_step"]
     converted = again["tflite"]
     assert converted["dir"].startswith(f"{copy}/") and os.path.isfile(converted["files"]["float32"]["file"])

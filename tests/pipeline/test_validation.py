@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from acquisition import class_folders
 from hooks.checkpoint_saver import CadenceTimer, CheckpointCadence
+from pipeline.metrics import CROSS_ENTROPY
 from pipeline.validation.best import BEST_DIR, BEST_EXPORT_DIR, BestKeeper
 from pipeline.validation.cadence import Cadence, Pacing
 from pipeline.validation.early_stopping import EarlyStopping
@@ -93,7 +94,7 @@ class ScriptedEstimator:
     def evaluate(self, input_fn, checkpoint_path=None, name=None):
         self.evaluated.append(checkpoint_path)
         accuracy, loss = self.figures.pop(0)
-        return {"accuracy": accuracy, "loss": loss, "global_step": int(checkpoint_path.rsplit("-", 1)[1])}
+        return {"accuracy": accuracy, CROSS_ENTROPY: loss, "global_step": int(checkpoint_path.rsplit("-", 1)[1])}
 
 
 def fake_checkpoint(model_dir, step):
