@@ -48,7 +48,8 @@ def add_flags(parser):
                        help="seed of that split")
     group.add_argument("--group-by", type=regex, default=None, metavar="REGEX",
                        help="keep the images whose file names share a group (the regex's first group, or its "
-                            "whole match: a patient ID, say) on one side of the split")
+                            "whole match: a patient ID, say) on one side of the split; write a regex that starts "
+                            "with '-' as --group-by='-(\\d+)-'")
     group.add_argument("--class-weight", choices=("none", "balanced"), default="none",
                        help="'balanced' weighs each training image's loss by n / (classes x its class's count), "
                             "so that rare classes count as much as common ones")
