@@ -211,20 +211,34 @@ def compare(estimator, input_fn, checkpoint, averaged=None):
 
 
 def check(args, reads_checkpoint):
-    """Raises FlagError (exit 2) where --ema cannot work: asynchronous parameter-server training, or a
-    model dir whose latest checkpoint (looked at when `reads_checkpoint`: the role that writes the model
-    dir) was trained without it; returns None otherwise."""
-    if not getattr(args, "ema", None):
+    """Raises FlagError (exit 2) where --ema cannot work, or its absence would mislead: asynchronous
+    parameter-server training, or a model dir whose latest checkpoint (looked at when `reads_checkpoint`:
+    the role that writes the model dir) was trained without it, or with it when it is not given (the best
+    checkpoint was chosen and exported on its average, which a run without it neither continues nor
+    tests); returns None otherwise."""
+    if not hasattr(args, "ema"):
+        return
+    if not args.ema:
+        if reads_checkpoint and any(name.startswith(SHADOW_PREFIX) for name in _checkpoint_names(args.model_dir)):
+            raise FlagError(f"--ema: the checkpoint in {args.model_dir} was trained with --ema, and its best model "
+                            "was chosen and exported on the average; resume (or evaluate) it with --ema and the "
+                            "decay it was trained with (results.json's 'ema'), or pass another --model-dir")
         return
     if args.strategy == "parameter_server":
         raise FlagError("--ema does not work with --strategy parameter_server: its asynchronous workers would "
                         "update the shared average concurrently, from weights other workers are changing; use "
                         "--strategy multi_worker_mirrored")
-    try:
-        checkpoint = tf.train.latest_checkpoint(args.model_dir) if reads_checkpoint else None
-        names = list(model_dir_lib.read_checkpoint(checkpoint).get_variable_to_shape_map()) if checkpoint else None
-    except (tf.errors.OpError, ValueError):  # unreadable: the model dir's own checks say so
-        names = None
-    if names is not None and not any(name.startswith(SHADOW_PREFIX) for name in names):
+    names = _checkpoint_names(args.model_dir) if reads_checkpoint else []
+    if names and not any(name.startswith(SHADOW_PREFIX) for name in names):
         raise FlagError(f"--ema: the checkpoint in {args.model_dir} was trained without --ema and holds no average "
                         "to continue or evaluate; run without --ema, or pass another --model-dir")
+
+
+def _checkpoint_names(model_dir):
+    """Returns the variable names of the latest checkpoint in `model_dir`; [] when there is none, or it
+    cannot be read (the model dir's own checks say so)."""
+    try:
+        checkpoint = tf.train.latest_checkpoint(model_dir)
+        return list(model_dir_lib.read_checkpoint(checkpoint).get_variable_to_shape_map()) if checkpoint else []
+    except (tf.errors.OpError, ValueError):
+        return []

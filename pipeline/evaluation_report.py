@@ -168,9 +168,9 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None, 
     results = {}
     if scaling:
         report["calibration"]["temperature"] = scaling
-        if data.serving_input_fn:
+        if data.serving_input_fn:  # under --eval-only beside its report: predict.py serves what training exported
             results["export_dir"] = export_dir = export_with_temperature(
-                estimator, data.serving_input_fn, data.class_names, storage.join(model_dir, BEST_EXPORT_DIR),
+                estimator, data.serving_input_fn, data.class_names, storage.join(report_dir(args), BEST_EXPORT_DIR),
                 scaling["temperature"], checkpoint_path)
     folder = report_dir(args)
     storage.makedirs(folder)

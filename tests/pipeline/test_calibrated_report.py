@@ -175,4 +175,7 @@ def test_the_device_files_are_of_the_served_scaled_export(calibrated_run):
     np.testing.assert_allclose(got, served, atol=1e-4)
     scaled_again = run(TASK, build_parser(TASK).parse_args(common + ["--calibrate", "temperature"]))
     assert scaled_again["export_dir"] not in (results["export_dir"], results["best"]["export_dir"])
+    # Its export is the evaluation's, beside its report: predict.py still serves what training exported.
+    assert scaled_again["export_dir"].startswith(os.path.join(model_dir, "eval_only", "export") + os.sep)
+    assert resolve_export_dir(model_dir) == results["export_dir"]
     assert scaled_again["tflite"]["dir"].endswith(os.sep + os.path.basename(scaled_again["export_dir"]))

@@ -95,6 +95,24 @@ def test_a_model_dir_trained_without_ema_is_not_resumed_with_it(tmp_path):
     assert_clean_failure(result, "was trained without --ema")
 
 
+def test_a_model_dir_trained_with_ema_is_not_resumed_or_evaluated_without_it(tmp_path, capsys):
+    # Its best model was chosen and exported on the average: without --ema, a run went on training and tested the
+    # raw weights of that best checkpoint, beside the average's export, without a word.
+    from pipeline.cli import train_main
+    from pipeline.tasks.fashion import TASK
+    flags = ["--synthetic", "--model-dir", str(tmp_path), "--batch-size", "8", "--validation-fraction", "0",
+             "--bootstrap-resamples", "10"]
+    assert train_main(TASK, [*flags, "--max-steps", "2", "--ema", "0.9"]) == 0
+    before = sorted(os.listdir(tmp_path))
+    for more in (["--max-steps", "4"], ["--max-steps", "2", "--eval-only"]):
+        capsys.readouterr()
+        assert train_main(TASK, [*flags, *more]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "was trained with --ema" in lines[0] and "resume (or evaluate) it with --ema" \
+            in lines[0], lines
+    assert sorted(os.listdir(tmp_path)) == before
+
+
 def test_a_multi_worker_cluster_keeps_the_average_of_every_step(fashion_data_dir, tmp_path):
     decay = 0.8
     train = [sys.executable, SCRIPT, "--strategy", "multi_worker_mirrored", "--data-dir", fashion_data_dir,
