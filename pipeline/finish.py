@@ -35,8 +35,9 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     dict. `figures` is (model FLOPs per image, the peak)."""
     args, data = setup.settings, setup.data
     throughput = hooks.throughput()
-    if throughput is None and setup.start_step < setup.max_steps and not args.eval_only:
-        log.warning("no throughput measured: %s", _why_untimed(args, setup.max_steps - setup.start_step))
+    steps_run = 0 if args.eval_only else estimator_lib.latest_global_step(args.model_dir) - setup.start_step
+    if throughput is None and steps_run > 0:  # the steps this run trained: fewer than planned after an early stop
+        log.warning("no throughput measured: %s", _why_untimed(args, steps_run))
     best = validation.record["best"] if validation else None
     log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
              f" with the best checkpoint, of step {best['step']}" if best else "")

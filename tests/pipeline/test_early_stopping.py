@@ -73,10 +73,14 @@ def test_a_real_flat_run_stops_after_patience_evaluations(fashion_data_dir, tmp_
     assert train("--max-steps", "10")["stopped_because"] == "max_steps"
     # Resumed under a rule its evaluations already meet: it trains nothing, and its report says why it stopped
     # (it reprinted the first run's, which said max_steps).
+    caplog.clear()
     stricter = train("--max-steps", "3000", "--patience", "1")
     assert stricter["stopped_because"] == "patience" and stricter["global_step"] == 10
     assert stricter["max_steps"] == 3000 and "not training past step 10" in caplog.text
-    results = train("--max-steps", "3000", "--patience", "2")  # a rule they do not meet yet: on to step 15
+    assert "no throughput measured" not in caplog.text  # no step trained: nothing to time
+    # A rule they do not meet yet: on to step 15, 5 steps, all of them warm-up (the warning counted 2990).
+    results = train("--max-steps", "3000", "--patience", "2", "--warm-up-steps", "10")
+    assert "no throughput measured: 5 steps ran, and the first 10" in caplog.text
     accuracies = [e["validation_accuracy"] for e in results["evaluations"]]
     assert len(set(accuracies)) == 1  # flat, as the loss crept
     assert results["stopped_because"] == "patience" and results["global_step"] == 15

@@ -65,9 +65,9 @@ def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     saved = json.loads((tmp_path / progress.PROGRESS_FILE).read_text())
     assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
                      "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
-                               "precision": "fp32", "deterministic": False, "seed": None},
+                               "precision": "fp32", "deterministic": False, "seed": None, "image_size": None},
                               {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70,
-                               "precision": "fp32", "deterministic": False, "seed": None}]}
+                               "precision": "fp32", "deterministic": False, "seed": None, "image_size": None}]}
 
 
 def test_a_resume_on_other_data_is_refused(tmp_path):
