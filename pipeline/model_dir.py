@@ -105,17 +105,13 @@ def rotated_out_checkpoint_files(model_dir):
     TensorFlow's Saver drops the oldest from that list, writes it, then deletes the dropped one's files,
     so a kill in between leaves them (or some of them) behind, for no later run to rotate out."""
     state = tf.train.get_checkpoint_state(model_dir)
-    newest = state and re.search(r"-(\d+)$", state.model_checkpoint_path or "")
-    if not newest:
+    newest = _newest_recorded_step(state)
+    if newest is None:
         return []
     listed = {os.path.basename(p) for p in state.all_model_checkpoint_paths} | {
         os.path.basename(state.model_checkpoint_path)}
-    found = []
-    for name in storage.listdir(model_dir):
-        match = _CHECKPOINT_FILE.match(name)
-        if match and match.group("prefix") not in listed and int(match.group("step")) < int(newest.group(1)):
-            found.append(storage.join(model_dir, name))
-    return found
+    return [path for prefix, (step, files) in _checkpoint_files(model_dir).items()
+            if prefix not in listed and step < newest for path in files]
 
 
 def forget_checkpoint_cut_before_its_meta_graph(model_dir):
@@ -146,17 +142,27 @@ def checkpoint_cut_before_it_was_recorded(model_dir):
     a checkpoint newer than the newest that file names are such a save's, whether they read back or
     not. With no `checkpoint` file (the run's first save cut short), those that do not read back.
     """
-    state = tf.train.get_checkpoint_state(model_dir)
-    newest = state and re.search(r"-(\d+)$", state.model_checkpoint_path or "")
-    unrecorded = {}
+    newest = _newest_recorded_step(tf.train.get_checkpoint_state(model_dir))
+    return [path for prefix, (step, files) in _checkpoint_files(model_dir).items()
+            if (step > newest if newest is not None else checkpoint_problem(storage.join(model_dir, prefix)))
+            for path in files]
+
+
+def _newest_recorded_step(state):
+    """Returns the step of the newest checkpoint the `checkpoint` file's `state` names, or None."""
+    match = state and re.search(r"-(\d+)$", state.model_checkpoint_path or "")
+    return int(match.group(1)) if match else None
+
+
+def _checkpoint_files(model_dir):
+    """Returns {prefix: (global step, [its files: index, data, meta])} of the checkpoints in `model_dir`."""
+    found = {}
     for name in storage.listdir(model_dir):
         match = _CHECKPOINT_FILE.match(name)
-        if match and (not newest or int(match.group("step")) > int(newest.group(1))):
-            unrecorded.setdefault(match.group("prefix"), []).append(storage.join(model_dir, name))
-    if not newest:
-        unrecorded = {prefix: files for prefix, files in unrecorded.items()
-                      if checkpoint_problem(storage.join(model_dir, prefix))}
-    return [path for files in unrecorded.values() for path in files]
+        if match:
+            found.setdefault(match.group("prefix"), (int(match.group("step")), []))[1].append(
+                storage.join(model_dir, name))
+    return found
 
 
 def read_checkpoint(prefix):
