@@ -128,10 +128,12 @@ def group_of(path, pattern):
     return None if match is None else (match.group(1) if match.groups() else match.group(0))
 
 
-def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("test", "--test-fraction")):
+def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("test", "--test-fraction"),
+                class_names=None):
     """Returns {'train': [(file, label)], 'test': [(file, label)]}, each sorted: about
     `test_fraction` of each class in test, chosen with `seed`. `held_out` names the held-out side
-    and its flag in errors (('validation', '--validation-fraction') for a validation split).
+    and its flag in errors (('validation', '--validation-fraction') for a validation split), and
+    `class_names` (by label) the classes.
 
     With the regex `group_by` (see group_of), files of one group are kept on one
     side; groups are drawn in a seeded order and go to test while their largest
@@ -139,7 +141,7 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("
     group, or when a class ends with no training or no test image.
     """
     if not group_by:
-        return _stratified_split(files, labels, test_fraction, seed, held_out)
+        return _stratified_split(files, labels, test_fraction, seed, held_out, class_names)
     groups = collections.defaultdict(list)
     for f, label in zip(files, labels):
         key = group_of(f, group_by) if group_by else f
@@ -160,10 +162,10 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("
         if side == "test":
             taken.update(counts)
         split[side] += members
-    return _checked(split, per_class, test_fraction, group_by, held_out)
+    return _checked(split, per_class, test_fraction, group_by, held_out, class_names)
 
 
-def _stratified_split(files, labels, test_fraction, seed, held_out):
+def _stratified_split(files, labels, test_fraction, seed, held_out, class_names):
     """Returns split_files's split when every file is a group of its own: exactly round(n x
     test_fraction) of each class's n files in test (at least 1)."""
     by_class = collections.defaultdict(list)
@@ -176,19 +178,28 @@ def _stratified_split(files, labels, test_fraction, seed, held_out):
         cut = max(1, round(len(members) * test_fraction))
         split["test"] += [(f, label) for f in members[:cut]]
         split["train"] += [(f, label) for f in members[cut:]]
-    return _checked(split, collections.Counter(labels), test_fraction, None, held_out)
+    return _checked(split, collections.Counter(labels), test_fraction, None, held_out, class_names)
 
 
-def _checked(split, per_class, test_fraction, group_by, held_out):
+def _checked(split, per_class, test_fraction, group_by, held_out, class_names):
     name, flag = held_out
     for side in SPLITS:
         split[side].sort()
         present = {label for _, label in split[side]}
         missing = sorted(set(per_class) - present)
-        if missing:
-            raise InputDataError(f"the {name if side == 'test' else side} split has no image of class index "
-                                 f"{missing[0]} with {flag} {test_fraction}{' and --group-by' if group_by else ''}; "
-                                 f"give that class more images (or groups), or change {flag}")
+        if not missing:
+            continue
+        label = missing[0]
+        named = f"class {class_names[label]!r}" if class_names else f"class index {label}"
+        if per_class[label] == 1:  # no fraction helps: one image cannot be on both sides
+            where = "" if name == "test" else " left for training"
+            verb = "test" if name == "test" else "validate"
+            raise InputDataError(f"{named} has 1 image{where}, and a class needs one to train on and one to {verb} "
+                                 "on; add images of it, or move its folder out of the data dir")
+        raise InputDataError(f"the {name if side == 'test' else side} split has no image of {named} "
+                             f"({per_class[label]} images) with {flag} {test_fraction}"
+                             f"{' and --group-by' if group_by else ''}; give that class more images (or groups), "
+                             f"or change {flag}")
     return split
 
 

@@ -126,7 +126,7 @@ def prepare_validation_shards(data_dir, cache_dir, fraction, seed=VALIDATION_SEE
     def write_splits(directory):
         images, labels = load_split(data_dir, "train")
         sides = class_folders.split_files(list(range(len(labels))), labels.tolist(), fraction, seed,
-                                          held_out=("validation", "--validation-fraction"))
+                                          held_out=("validation", "--validation-fraction"), class_names=CLASS_NAMES)
         train = [i for i, _ in sides["train"]]
         orders = {"train": [train[k] for k in shards.shuffled_order(len(train), seed)],
                   "validation": [i for i, _ in sides["test"]]}

@@ -67,15 +67,17 @@ def shown_path(path):
     return repr(path) if has_line_break(path) else path
 
 
-def check_bad_files(scan, on_bad_image):
-    """Raises InputDataError naming the first bad file of `scan` and its problem when
-    `on_bad_image` is 'fail'; with 'skip' such files are left out, and nothing is raised."""
+def check_bad_files(scans, on_bad_image):
+    """Raises InputDataError naming the first bad file of the FolderScans `scans` (the splits of one
+    dataset), its problem and how many more there are in them all, when `on_bad_image` is 'fail';
+    with 'skip' such files are left out, and nothing is raised."""
     if on_bad_image not in BAD_IMAGE_POLICIES:
         raise ValueError(f"on_bad_image must be one of {BAD_IMAGE_POLICIES}, got {on_bad_image!r}")
-    if scan.problems and on_bad_image == "fail":
-        first = scan.bad_files[0]
-        more = f" (and {len(scan.problems) - 1} more bad files)" if len(scan.problems) > 1 else ""
-        raise InputDataError(f"{shown_path(first)} {scan.problems[first]}{more}; remove or convert it, "
+    problems = {f: problem for scan in scans for f, problem in scan.problems.items()}
+    if problems and on_bad_image == "fail":
+        first = min(problems)
+        more = f" (and {len(problems) - 1} more bad files)" if len(problems) > 1 else ""
+        raise InputDataError(f"{shown_path(first)} {problems[first]}{more}; remove or convert it, "
                              "or pass --on-bad-image=skip to leave such files out")
 
 

@@ -37,7 +37,7 @@ def make_input_fn(config):
     folder cache is named by the pattern and the files' sizes and times.
     """
     scan = config.scan or scan_folder(config.file_pattern, config.class_names, config.channels)
-    check_bad_files(scan, config.on_bad_image)
+    check_bad_files([scan], config.on_bad_image)
     files, labels = scan.good()
     return image_list.make_input_fn(image_list.ImageListConfig(
         files, labels, len(config.class_names), config.image_size, config.channels, config.batch_size,

@@ -51,14 +51,8 @@ def gpu_count(gpus=None):
     return gpus
 
 
-def _check_one_device_flag(gpus, cpu_replicas):
-    if gpus is not None and cpu_replicas is not None:
-        raise UsageError("--gpus and --cpu-replicas exclude each other: pick one")
-
-
 def replica_devices(gpus=None, cpu_replicas=None):
     """Returns the devices one machine trains on for `--gpus` / `--cpu-replicas` (see build_distribution)."""
-    _check_one_device_flag(gpus, cpu_replicas)
     if cpu_replicas is not None:
         return split_cpu(cpu_replicas)
     return [f"/gpu:{i}" for i in range(gpu_count(gpus))] or ["/cpu:0"]
@@ -101,7 +95,6 @@ def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=N
     if cpu_replicas is not None and cpu_replicas > 1:
         raise UsageError(f"--cpu-replicas {cpu_replicas}: in a cluster each worker trains one replica on its CPU "
                          "(TF's multi-worker strategies cannot split it); drop --cpu-replicas, or add workers")
-    _check_one_device_flag(gpus, cpu_replicas)
     devices = use_first_gpus(0 if cpu_replicas is not None else gpu_count(gpus)) or ["/cpu:0"]
     on_gpus, per_worker = devices[0].startswith("/gpu"), len(devices)
     if strategy_name == "multi_worker_mirrored":

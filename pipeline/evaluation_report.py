@@ -175,6 +175,7 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None, 
     folder = report_dir(args)
     storage.makedirs(folder)
     pngs = report_files.write_report_files(folder, report, probabilities, labels, keys)
+    remove_report_events(storage.join(model_dir, EVAL_SUMMARY_DIR), step)
     write_images(storage.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
     results.update(classification_report(labels, probabilities.argmax(axis=1), data.class_names))
     results["clinical"] = report
@@ -227,8 +228,26 @@ def png_size(png):
     return struct.unpack(">II", png[16:24])
 
 
+def _report_events_suffix(step):
+    return f".test_report.step{step}."
+
+
+def remove_report_events(summary_dir, step):
+    """Removes the events files write_images wrote under `summary_dir` at `step` before (a report made
+    again: after a kill before results.json, or an --eval-only run again); returns their paths. The
+    reports of earlier steps stay, as TensorBoard's history."""
+    if not storage.isdir(summary_dir):
+        return []
+    stale = [storage.join(summary_dir, name) for name in storage.listdir(summary_dir)
+             if name.startswith("events.out.tfevents.") and _report_events_suffix(step) in name]
+    for path in stale:
+        storage.remove(path)
+    return stale
+
+
 def write_images(summary_dir, pngs, step, prefix="test_report/"):
-    """Writes each PNG of {name: bytes} to TensorBoard's images under `summary_dir` at `step`."""
+    """Writes each PNG of {name: bytes} to TensorBoard's images under `summary_dir` at `step`, in an
+    events file of its own (see remove_report_events)."""
     values = []
     for name, png in pngs.items():
         width, height = png_size(png)
@@ -240,7 +259,8 @@ def write_images(summary_dir, pngs, step, prefix="test_report/"):
         # one made in the same second as the evaluation's (still open in the Estimator's cache), or as
         # this function's previous one (the report's figures, then its examples), would take its name,
         # and one of the two would be lost.
-        writer = tf.compat.v1.summary.FileWriter(summary_dir, filename_suffix=f".test_report.{uuid.uuid4().hex[:8]}")
+        writer = tf.compat.v1.summary.FileWriter(
+            summary_dir, filename_suffix=f"{_report_events_suffix(step)}{uuid.uuid4().hex[:8]}")
         writer.add_summary(tf.compat.v1.Summary(value=values), step)
         writer.close()
 
@@ -250,10 +270,17 @@ def _interval(figure):
     return "n/a" if value is None else f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
+def _ece(figure):
+    """Returns ECE as measured, then bias-corrected with its interval (see reporting.bootstrap)."""
+    if figure["value"] is None or figure.get("bias_corrected") is None:
+        return _interval(figure)
+    return f"{figure['value']:.3f}, bias-corrected {_interval({**figure, 'value': figure['bias_corrected']})}"
+
+
 def _calibration_line(figures):
     """Returns the headline's line of the report's 'calibration' object."""
     scaling = figures.get("temperature")
-    return (f"           calibration: ECE {_interval(figures['ece'])} ({figures['bins']['used']} equal-count bins), "
+    return (f"           calibration: ECE {_ece(figures['ece'])} ({figures['bins']['used']} equal-count bins), "
             f"NLL {figures['nll']['value']:.3f}, Brier {figures['brier']['value']:.3f}"
             + (f"; temperature {scaling['temperature']:.3f}, fitted on the validation split" if scaling else ""))
 

@@ -192,7 +192,7 @@ def _already_finished(setup):
 
 def _finished_results(setup, stopped_because=None):
     model_dir = setup.settings.model_dir
-    results = finished_results(model_dir, setup.start_step, setup.max_steps, stopped_because)
+    results = finished_results(model_dir, setup.start_step, setup.max_steps, setup.settings, stopped_because)
     if results is not None and not hparams.recorded(model_dir):  # a kill between results.json and this record
         hparams.write_hparams(model_dir, results)
     return results

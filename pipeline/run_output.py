@@ -131,9 +131,10 @@ def _describe_ema(ema):
             f"loss {raw['loss']:.4f}")
 
 
-def finished_results(model_dir, step, max_steps, stopped_because=None):
-    """Returns the results of the run that finished at `step` in `model_dir` (re-printed), or None; with
-    `stopped_because`, only when they say it stopped early for that reason."""
+def finished_results(model_dir, step, max_steps, settings, stopped_because=None):
+    """Returns the results of the run that finished at `step` in `model_dir` (re-printed, with a note of
+    the model flags in `settings` it was not trained with), or None; with `stopped_because`, only when
+    they say it stopped early for that reason."""
     try:
         results = results_lib.read_results(model_dir)
     except (OSError, ValueError):
@@ -144,5 +145,19 @@ def finished_results(model_dir, step, max_steps, stopped_because=None):
     past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""
     print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}){past}; "
           "nothing to do. Its results:", flush=True)
+    differing = flags_not_trained_with(results, settings)
+    if differing:
+        print(f"  note: it was trained with {', '.join(differing)}: these results are not of this command's "
+              "flags; pass another --model-dir to train with them", flush=True)
     print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results
+
+
+def flags_not_trained_with(results, settings):
+    """Returns ['--model vgg16 (not small_cnn)', ...]: the flags shaping the model (--model, and a
+    --precision given, not picked by auto) whose value in `settings` is not the one `results` record."""
+    asked = {"model": getattr(settings, "model", None)}
+    if getattr(settings, "precision_requested", "auto") != "auto":
+        asked["precision"] = settings.precision
+    return [f"--{name} {results[name]} (not {value})" for name, value in asked.items()
+            if value is not None and results.get(name) not in (None, value)]

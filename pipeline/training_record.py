@@ -100,16 +100,24 @@ def describe_data(synthetic, train_examples):
     return {"synthetic": bool(synthetic), "train_examples": int(train_examples)}
 
 
-def check_same_data(record, data, model_dir):
+def check_same_data(record, data, model_dir, training=True):
     """Raises UsageError when `data` (describe_data's) is not the data the model dir's epochs were
     counted on: generated instead of real data, or another number of training images (the
-    shipped sample against the full dataset, say)."""
+    shipped sample against the full dataset, or another validation split, say). Without `training`
+    (--eval-only) only the kind of data must match: an evaluation counts no epochs."""
     if record.data is None or not record.segments or record.data == data:
+        return
+    if not training and record.data["synthetic"] == data["synthetic"]:
         return
     def words(d):
         return f"{'generated' if d['synthetic'] else 'real'} data of {d['train_examples']:,} training images"
+    if record.data["synthetic"] != data["synthetic"]:
+        fix = "pass --synthetic" if record.data["synthetic"] else "drop --synthetic"
+    else:
+        fix = "pass the --data-dir and validation split (--validation-fraction, --validation-dir) it was trained with"
     raise UsageError(f"the model dir {model_dir} was trained on {words(record.data)}, and this run's is "
-                     f"{words(data)}: its epochs and figures would mix two datasets; pass another --model-dir")
+                     f"{words(data)}: its epochs and figures would mix two datasets; {fix}, or pass another "
+                     "--model-dir")
 
 
 def _results_task(model_dir):

@@ -1,4 +1,4 @@
-"""Percentile-bootstrap intervals, vectorised: every resample is a row of weights.
+"""Bootstrap intervals, vectorised: every resample is a row of weights.
 
 A resample of n images drawn with replacement is the count of times each image
 was drawn; statistics are then weighted sums (a matrix product for all
@@ -6,6 +6,10 @@ resamples at once). Grouped resampling draws whole groups (patients) with
 replacement, and every image of a drawn group comes with it: images of one
 patient are not independent, and resampling them one by one understates the
 spread.
+
+Intervals are percentile intervals, except for a statistic that leans high in
+resamples (ECE, see bias_corrected_figure), whose percentile interval can lie
+wholly above its value.
 """
 import numpy as np
 
@@ -74,6 +78,27 @@ def figure(statistic, resamples, repeat=1):
     if np.isnan(point[0]):
         return {"value": None, "ci": None}
     return {"value": float(point[0]), "ci": percentile_interval(resamples.apply(statistic, repeat))}
+
+
+def bias_corrected_figure(statistic, resamples, repeat=1):
+    """Returns figure()'s {'value', 'ci'} with 'bias_corrected', for a statistic that is never below 0 and
+    leans high in resamples (ECE: chance in a bin adds to its gap, and a resample adds more): the value
+    less the resamples' bias (their mean less the value), and as 'ci' the basic bootstrap interval,
+    [2 value - high, 2 value - low] of the resamples' percentiles; both floored at 0. On simulated
+    test sets of 200 images (tests/reporting/test_calibration.py) the percentile interval of ECE
+    covered the population's ECE in few draws, this one in most."""
+    point = statistic(np.ones((1, resamples.num_images * repeat)))
+    if np.isnan(point[0]):
+        return {"value": None, "bias_corrected": None, "ci": None}
+    value = float(point[0])
+    values = np.asarray(resamples.apply(statistic, repeat), np.float64)
+    values = values[~np.isnan(values)]
+    interval = percentile_interval(values)
+    if interval is None:
+        return {"value": value, "bias_corrected": None, "ci": None}
+    low, high = interval
+    return {"value": value, "bias_corrected": max(0.0, 2 * value - float(values.mean())),
+            "ci": [max(0.0, 2 * value - high), max(0.0, 2 * value - low)]}
 
 
 def percentile_interval(values, confidence=CONFIDENCE):

@@ -18,7 +18,8 @@
 Bootstrap intervals take rows of resample weights (see bootstrap.py): a resample's ECE
 is the ECE of the resampled images, binned afresh. ECE leans high (chance in a bin's
 accuracy adds to its gap), the more so the fewer the images, and a resample's ECE higher
-still: its percentile interval can lie above the value.
+still: its percentile interval can lie above the value. So ECE comes with a bias-corrected
+value and the basic bootstrap interval around it (bootstrap.bias_corrected_figure).
 """
 import numpy as np
 
@@ -165,7 +166,7 @@ def _per_class(probabilities, labels, index, resamples, num_bins):
     scores, outcomes = one_against_rest(probabilities, labels, index)
     images = int(outcomes.sum())
     return {"images": images,
-            "ece": bootstrap.figure(lambda w: weighted_ece(w, scores, outcomes, num_bins), resamples),
+            "ece": bootstrap.bias_corrected_figure(lambda w: weighted_ece(w, scores, outcomes, num_bins), resamples),
             "bins_used": bins_used(scores, num_bins),
             "nll": nll(probabilities[labels == index], labels[labels == index]) if images else None,
             "brier": float(((scores - outcomes) ** 2).mean())}
@@ -173,14 +174,15 @@ def _per_class(probabilities, labels, index, resamples, num_bins):
 
 def calibration_report(probabilities, labels, class_names, resamples, num_bins=DEFAULT_BINS):
     """Returns the JSON-ready calibration figures of `probabilities` [n, classes] against `labels` [n]:
-    top-label ECE, NLL and Brier score with percentile-bootstrap intervals over `resamples`
-    (a bootstrap.Resamples of the n images), the reliability diagram's points, and per class
-    (one against the rest) ECE with its interval, the NLL of the class's images and the Brier score."""
+    top-label ECE (with its bias-corrected value and interval), NLL and Brier score with bootstrap intervals
+    over `resamples` (a bootstrap.Resamples of the n images), the reliability diagram's points, and per
+    class (one against the rest) ECE likewise, the NLL of the class's images and the Brier score."""
     probabilities, labels = np.asarray(probabilities, np.float64), np.asarray(labels, np.int64)
     confidence, correct = top_label(probabilities, labels)
     return {
         "bins": {"scheme": "equal-count", "requested": int(num_bins), "used": bins_used(confidence, num_bins)},
-        "ece": bootstrap.figure(lambda w: weighted_ece(w, confidence, correct, num_bins), resamples),
+        "ece": bootstrap.bias_corrected_figure(lambda w: weighted_ece(w, confidence, correct, num_bins),
+                                               resamples),
         "nll": bootstrap.figure(_weighted_mean(nll_terms(probabilities, labels)), resamples),
         "brier": bootstrap.figure(_weighted_mean(brier_terms(probabilities, labels).sum(axis=1)), resamples),
         "brier_definition": BRIER_DEFINITION,

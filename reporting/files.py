@@ -36,6 +36,13 @@ def _decimal(figure):
     return f"{figure['value']:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
 
 
+def _ece(figure):
+    """Returns ECE as measured, then bias-corrected with its interval (see reporting.bootstrap)."""
+    if figure is None or figure["value"] is None or figure.get("bias_corrected") is None:
+        return _decimal(figure)
+    return f"{figure['value']:.3f}; {_decimal({**figure, 'value': figure['bias_corrected']})}"
+
+
 def _plain(value):
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -92,18 +99,19 @@ def calibration_markdown(figures):
     """Returns report.md's calibration section (a list of lines) for the report's 'calibration' object."""
     bins = figures["bins"]
     lines = ["", "## Calibration", "",
-             f"Expected calibration error (ECE) of the most probable class: {_decimal(figures['ece'])}, over "
+             f"Expected calibration error (ECE) of the most probable class: {_ece(figures['ece'])}, over "
              f"{bins['requested']} equal-count bins of the test images' highest probability ({bins['used']} used: "
              "equal probabilities share a bin); 0 when each bin's accuracy equals its mean probability. ECE leans "
              "high (chance in a bin's accuracy adds to its gap), the more so the fewer the images, and a "
-             "resample's ECE higher still: the interval can lie above the value.", "",
+             "resample's ECE higher still. So the measured value comes first, then the value less the "
+             "resamples' bias, with the basic bootstrap interval around it.", "",
              f"Negative log-likelihood {_decimal(figures['nll'])} nats per image; Brier score "
              f"{_decimal(figures['brier'])}, the {figures['brier_definition']}.", "",
-             "| Class | Images | ECE, one against the rest (95% CI) | NLL of its images "
+             "| Class | Images | ECE, one against the rest; bias-corrected (95% CI) | NLL of its images "
              "| Brier, one against the rest |",
              "|---|---:|---|---:|---:|"]
     for name, f in figures["per_class"].items():
-        lines.append(f"| {name} | {f['images']} | {_decimal(f['ece'])} | {_plain(f['nll'])} | "
+        lines.append(f"| {name} | {f['images']} | {_ece(f['ece'])} | {_plain(f['nll'])} | "
                      f"{_plain(f['brier'])} |")
     return lines + (temperature_markdown(figures["temperature"]) if figures.get("temperature") else [])
 

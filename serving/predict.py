@@ -33,6 +33,12 @@ class Predictor:
     pixels_shape: Optional[Tuple[int, ...]] = None
     classify_pixels: Optional[Callable] = None
 
+    @property
+    def channels(self):
+        """Returns the channels the model decodes image files to (1 or 3), or None when its export does not
+        say (no pixels signature)."""
+        return self.pixels_shape[-1] if self.pixels_shape else None
+
 
 def resolve_export_dir(path):
     """Returns the SavedModel folder at `path`, or the newest one among its timestamped subfolders, or,
@@ -144,7 +150,7 @@ def _image_problem(path, predictor):
     """Returns why the image file at `path` cannot be classified (the fix included), or None."""
     if not storage.isfile(path):
         return "file not found"
-    problem = check_image(path).problem
+    problem = check_image(path, predictor.channels).problem  # a CMYK JPEG decodes to RGB, not to gray
     if problem != NOT_AN_IMAGE:
         return problem
     if predictor.pixels_shape is None:

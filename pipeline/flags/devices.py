@@ -12,10 +12,11 @@ MAX_CPU_REPLICAS = 64
 def add_device_flags(parser):
     """Adds the devices group; returns it."""
     devices = parser.add_argument_group("devices")
-    devices.add_argument("--gpus", type=non_negative_int, default=None,
+    replicas = devices.add_mutually_exclusive_group()  # argparse refuses both, exit 2
+    replicas.add_argument("--gpus", type=non_negative_int, default=None,
                          help="mirror training over the first N GPUs (NCCL all-reduce); "
                               "default: every visible GPU, or the CPU when there is none")
-    devices.add_argument("--cpu-replicas", type=int_in_range(1, MAX_CPU_REPLICAS), default=None,
+    replicas.add_argument("--cpu-replicas", type=int_in_range(1, MAX_CPU_REPLICAS), default=None,
                          help=f"mirror training over N logical CPU devices instead of GPUs, up to "
                               f"{MAX_CPU_REPLICAS} (tests the multi-replica path without a GPU)")
 

@@ -17,7 +17,7 @@ from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
 from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
-from pipeline.errors import FlagError, UsageError
+from pipeline.errors import FlagError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 from pipeline.validation.split import split_off_validation
 
@@ -41,10 +41,10 @@ class Dataset:
     pending_write: Optional[Callable[[], str]] = None
 
     def save_split(self):
-        """Writes the split to <model dir>/split unless it is there already. Training's input does it on
-        its first call (see prepare_data): a run that fails before training leaves the model dir as it was."""
-        if self.pending_write:
-            self.pending_write()
+        """Writes the split to <model dir>/split unless it is there already (or the model dir is not: see
+        write_split). Training's input does it on its first call (see prepare_data): a run that fails
+        before training leaves the model dir as it was."""
+        if self.pending_write and self.pending_write() is not None:
             self.pending_write = None
 
     def train_class_counts(self):
@@ -59,7 +59,7 @@ _DATASETS = {}  # prepare_data and build_model read the folder once between them
 def load_dataset(args):
     """Returns the Dataset of args.data_dir (scanned once per process for the same flags)."""
     if not args.data_dir:
-        raise UsageError("pass --data-dir with a folder of class folders (DIR/<class>/<image>, or "
+        raise FlagError("pass --data-dir with a folder of class folders (DIR/<class>/<image>, or "
                          "DIR/{train,test}/<class>/<image>), or --synthetic")
     key = (storage.absolute(args.data_dir), args.channels, args.test_fraction, args.split_seed, args.group_by,
            args.on_bad_image, storage.absolute(args.model_dir))
@@ -70,8 +70,7 @@ def load_dataset(args):
 
 def _load(args):
     folders = class_folders.scan_class_folders(args.data_dir, args.channels)
-    for scan in folders.scans.values():
-        image_checks.check_bad_files(scan, args.on_bad_image)
+    image_checks.check_bad_files(folders.scans.values(), args.on_bad_image)
     problems = {f: p for scan in folders.scans.values() for f, p in scan.problems.items()}
     saved = read_split(args.model_dir, args.data_dir)
     if saved:
@@ -83,7 +82,8 @@ def _load(args):
         splits = {s: folders.scans[s].good() for s in class_folders.SPLITS}
     else:
         files, labels = folders.scans["all"].good()
-        entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by)
+        entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
+                                            class_names=folders.class_names)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
     split_dir = storage.join(args.model_dir, SPLIT_DIR)
     pending = None if saved else functools.partial(write_split, args.model_dir, args.data_dir, folders, splits,
@@ -97,7 +97,7 @@ def _load(args):
 
 
 def read_split(model_dir, data_dir):
-    """Returns the split.json an earlier run of this model dir wrote, or None; raises UsageError when
+    """Returns the split.json an earlier run of this model dir wrote, or None; raises FlagError when
     it was made from another data dir."""
     path = storage.join(model_dir, SPLIT_DIR, "split.json")
     try:
@@ -108,13 +108,13 @@ def read_split(model_dir, data_dir):
         raise InputDataError(f"cannot read {path} ({e}); remove the folder {os.path.dirname(path)} to split "
                              "again, or pass another --model-dir") from None
     if saved.get("data_dir") != storage.absolute(data_dir):
-        raise UsageError(f"the model dir {model_dir} was trained on {saved.get('data_dir')}, not {data_dir}; pass "
+        raise FlagError(f"the model dir {model_dir} was trained on {saved.get('data_dir')}, not {data_dir}; pass "
                          "that --data-dir, or another --model-dir")
     return saved
 
 
 def _check_split_flags(saved, args, presplit):
-    """Raises UsageError when the flags ask for another split than the one the model dir holds."""
+    """Raises FlagError when the flags ask for another split than the one the model dir holds."""
     asked = {"--channels": (args.channels, saved.get("channels"))}
     if not presplit:
         asked.update({"--test-fraction": (args.test_fraction, saved.get("test_fraction")),
@@ -122,7 +122,7 @@ def _check_split_flags(saved, args, presplit):
                       "--group-by": (args.group_by, saved.get("group_by"))})
     for flag, (value, was) in asked.items():
         if value != was and not (flag == "--channels" and value is None):
-            raise UsageError(f"the model dir {args.model_dir} was split with {flag} {was}, not {value}; pass "
+            raise FlagError(f"the model dir {args.model_dir} was split with {flag} {was}, not {value}; pass "
                              f"{flag} {was} to go on with it, or another --model-dir for a new split")
 
 
@@ -151,7 +151,10 @@ def _splits_from_lists(folders, data_dir, model_dir):
 
 def write_split(model_dir, data_dir, folders, splits, channels, args):
     """Writes the split to <model_dir>/split: train.txt and test.txt, then split.json (written last:
-    a split is whole when it exists); returns the folder."""
+    a split is whole when it exists); returns the folder, or None when there is no model dir (a tool
+    that reads the job's input, such as inspect_input.py, names none: training has made it by now)."""
+    if not storage.isdir(model_dir):
+        return None
     out = storage.join(model_dir, SPLIT_DIR)
     storage.makedirs(out)
     for split, (files, _) in splits.items():  # each worker of a cluster may write the same lists
@@ -230,20 +233,21 @@ def validation_sides(args, data):
     stratified, grouped by --group-by); None with neither (see pipeline.validation.split)."""
     def read_dir(folder):
         return _validation_dir(folder, data.class_names, data.channels, args.on_bad_image)
-    return split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by)
+    return split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by,
+                                data.class_names, test_files=data.splits["test"][0])
 
 
 def _validation_dir(folder, class_names, channels, on_bad_image):
     """Returns (files, labels) of the class folders in `folder`, labelled by the training classes."""
     scan = class_folders.scan_class_folders(folder, channels).scans
     if "all" not in scan:
-        raise UsageError(f"--validation-dir {folder} holds train and test folders; pass a folder of class folders")
+        raise FlagError(f"--validation-dir {folder} holds train and test folders; pass a folder of class folders")
     found = scan["all"]
     unknown = sorted(set(found.class_names) - set(class_names))
     if unknown:
         raise InputDataError(f"--validation-dir {folder} has class folder(s) {', '.join(unknown)} that training "
                              "does not; every validation class needs training images")
-    image_checks.check_bad_files(found, on_bad_image)
+    image_checks.check_bad_files([found], on_bad_image)
     files, labels = found.good()
     return files, [class_names.index(found.class_names[label]) for label in labels]
 
@@ -270,6 +274,6 @@ def build_model(args, learning_rate):
         return build_image_classifier(args.model, num_classes, (args.image_size, args.image_size), channels,
                                       weights=weights, trainable_layers=trainable, learning_rate=learning_rate,
                                       input_name=FEATURE_KEY, class_weights=class_weights)
-    except ValueError as e:  # --trainable-layers beyond the backbone
-        raise UsageError(str(e)) from None
+    except ValueError as e:  # --trainable-layers beyond the backbone: known only once it is built
+        raise FlagError(str(e)) from None
 

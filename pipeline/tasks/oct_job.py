@@ -106,11 +106,11 @@ def _folder_data(args, batch_size, size, serving):
     scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS)
              for split in ("train", "test")}
-    for scan in scans.values():
-        image_checks.check_bad_files(scan, args.on_bad_image)
+    image_checks.check_bad_files(scans.values(), args.on_bad_image)
     # A patient's scans all on one side: near-duplicate B-scans of one eye would inflate validation accuracy.
     train = scans["train"].good()
-    held_out = split_off_validation(args, *train, _read_validation_dir(args), VALIDATION_SEED, PATIENT_PATTERN)
+    held_out = split_off_validation(args, *train, _read_validation_dir(args), VALIDATION_SEED, PATIENT_PATTERN,
+                                    retinal_oct.CLASS_NAMES, test_files=scans["test"].good()[0])
     cache_key = {"pattern": retinal_oct.split_pattern(root, "train"), "files_fingerprint": scans["train"].fingerprint,
                  "skipped": scans["train"].bad_files}
     report = {"data_root": root, "skipped_files": scans["train"].bad_files + scans["test"].bad_files,
@@ -156,7 +156,7 @@ def _read_validation_dir(args):
     def read(folder):
         scan = image_checks.scan_folder(os.path.join(folder, "*", retinal_oct.IMAGE_PATTERN),
                                         retinal_oct.CLASS_NAMES, CHANNELS)
-        image_checks.check_bad_files(scan, args.on_bad_image)
+        image_checks.check_bad_files([scan], args.on_bad_image)
         return scan.good()
     return read
 
@@ -199,8 +199,7 @@ def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shar
     root = retinal_oct.ensure_dataset(data_dir)
     scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS) for split in ("train", "test")}
-    for scan in scans.values():
-        image_checks.check_bad_files(scan, on_bad_image)
+    image_checks.check_bad_files(scans.values(), on_bad_image)
     listed = [f for scan in scans.values() for f in scan.files]
     source = {"dataset": retinal_oct.DATASET, "root": root, "files": shards.fingerprint(listed),
               "image_size": image_size, "train_order_seed": seed, "num_shards": list(num_shards)}

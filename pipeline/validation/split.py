@@ -1,25 +1,49 @@
 """The validation split, held out of a folder dataset's training files the same way for every job:
 --validation-dir's images, or --validation-fraction of each class, seeded and grouped (a patient's
 images all on one side)."""
-from acquisition import class_folders
+import os
+
+from acquisition import class_folders, storage
+from pipeline.errors import FlagError
 
 
-def held_out_share(files, labels, fraction, seed, group_pattern):
+def held_out_share(files, labels, fraction, seed, group_pattern, class_names=None):
     """Returns {'train': (files, labels), 'validation': (files, labels)}: `fraction` of each class of
     (`files`, `labels`) drawn with `seed`, grouped by `group_pattern` (a regular expression whose first
-    group names an image's group; None: every image its own)."""
+    group names an image's group; None: every image its own); `class_names` name the classes in errors."""
     sides = class_folders.split_files(files, labels, fraction, seed, group_pattern,
-                                      held_out=("validation", "--validation-fraction"))
+                                      held_out=("validation", "--validation-fraction"), class_names=class_names)
     return {side: ([f for f, _ in sides[part]], [label for _, label in sides[part]])
             for side, part in (("train", "train"), ("validation", "test"))}
 
 
-def split_off_validation(settings, files, labels, read_validation_dir, seed, group_pattern):
+def split_off_validation(settings, files, labels, read_validation_dir, seed, group_pattern, class_names,
+                         test_files=()):
     """Returns {'train': (files, labels), 'validation': (files, labels)} of the training (`files`,
-    `labels`): `read_validation_dir(folder)`'s (files, labels) with --validation-dir, else
-    --validation-fraction of them (see held_out_share); None with neither."""
+    `labels`, of `class_names`): `read_validation_dir(folder)`'s (files, labels) with --validation-dir,
+    else --validation-fraction of them (see held_out_share); None with neither. Raises FlagError when
+    --validation-dir holds training or `test_files` images."""
     if settings.validation_dir:
-        return {"train": (files, labels), "validation": read_validation_dir(settings.validation_dir)}
+        validation = read_validation_dir(settings.validation_dir)
+        check_kept_apart(settings.validation_dir, validation[0], {"training": files, "test": test_files})
+        return {"train": (files, labels), "validation": validation}
     if not settings.validation_fraction:
         return None
-    return held_out_share(files, labels, settings.validation_fraction, seed, group_pattern)
+    return held_out_share(files, labels, settings.validation_fraction, seed, group_pattern, class_names)
+
+
+def check_kept_apart(validation_dir, validation_files, others):
+    """Raises FlagError when a file of `validation_files` is also one of `others` ({'training': files,
+    ...}), by its real path: a model chosen on images it trained on, or on the test images, is
+    chosen on a score that measures nothing, or the test report's."""
+    held_out = {_real(f) for f in validation_files}
+    for side, files in others.items():
+        shared = [f for f in files if _real(f) in held_out]
+        if shared:
+            raise FlagError(f"--validation-dir {validation_dir} holds {len(shared)} of the {side} images ({shared[0]}, "
+                            "...); pass a folder of images kept out of training and testing, or "
+                            "--validation-fraction to hold some out of the training images")
+
+
+def _real(path):
+    return path if storage.is_url(path) else os.path.realpath(path)

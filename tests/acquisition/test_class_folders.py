@@ -38,6 +38,19 @@ def test_train_and_test_folders_are_used_as_they_are(tmp_path):
     assert folders.scans["train"].num_good == 12 and folders.scans["test"].num_good == 4
 
 
+def test_the_bad_files_of_train_and_test_folders_are_counted_together(tmp_path):
+    for split, count in (("train", 6), ("test", 3)):
+        for name in ("a", "b"):
+            write_images(str(tmp_path / split / name), count)
+    for bad in ("train/a/0000.png", "test/a/0001.png", "test/b/0002.png"):
+        (tmp_path / bad).write_bytes(b"not an image")
+    folders = class_folders.scan_class_folders(str(tmp_path))
+    with pytest.raises(InputDataError, match=r"^\S+/test/a/0001\.png .* \(and 2 more bad files\); remove"):
+        check_bad_files(folders.scans.values(), "fail")
+    check_bad_files(folders.scans.values(), "skip")
+    assert folders.scans["train"].num_good == 11 and folders.scans["test"].num_good == 4
+
+
 @pytest.mark.parametrize("layout,message", [
     ({"only": 3}, r"holds 1 class folder\(s\); a classifier needs at least 2"),
     ({"a": 3, "empty": 0}, "no readable images of class 'empty'"),
@@ -68,9 +81,9 @@ def test_an_image_whose_name_breaks_a_line_is_a_bad_file_named_in_one_line(tmp_p
     scan = class_folders.scan_class_folders(str(tmp_path)).scans["all"]
     assert scan.bad_files == [str(tmp_path / "a" / "img\n1.png")] and scan.num_good == 5
     with pytest.raises(InputDataError, match="has a line break in its name") as raised:
-        check_bad_files(scan, "fail")
+        check_bad_files([scan], "fail")
     assert len(str(raised.value).splitlines()) == 1
-    check_bad_files(scan, "skip")  # left out, as other bad files are
+    check_bad_files([scan], "skip")  # left out, as other bad files are
     assert all("\n" not in f for f in scan.good()[0])
 
 
@@ -97,9 +110,18 @@ def test_group_by_keeps_each_group_on_one_side():
         class_folders.split_files(files + ["/d/x/odd.jpeg"], labels + [0], 0.25, group_by=r"-(patient\d+)-")
 
 
-def test_a_class_too_small_to_split_is_one_line():
-    with pytest.raises(InputDataError, match="the train split has no image of class index 1"):
-        class_folders.split_files(["/a/1", "/a/2", "/a/3", "/b/1"], [0, 0, 0, 1], 0.3)
+def test_a_class_too_small_to_split_is_one_line_naming_it_and_a_fix_that_works():
+    with pytest.raises(InputDataError, match=r"^class 'b' has 1 image, and a class needs one to train on and one "
+                                             "to test on; add images of it, or move its folder out"):
+        class_folders.split_files(["/a/1", "/a/2", "/a/3", "/b/1"], [0, 0, 0, 1], 0.3, class_names=["a", "b"])
+    with pytest.raises(InputDataError, match=r"^class 'b' has 1 image left for training, .* one to validate on"):
+        class_folders.split_files(["/a/1", "/a/2", "/a/3", "/b/1"], [0, 0, 0, 1], 0.3, class_names=["a", "b"],
+                                  held_out=("validation", "--validation-fraction"))
+    # two images: a fraction that rounds to all of them in test leaves none to train on, and the flag can help
+    with pytest.raises(InputDataError, match=r"the train split has no image of class 'b' \(2 images\) with "
+                                             "--test-fraction 0.8; .* or change --test-fraction"):
+        class_folders.split_files(["/a/1", "/a/2", "/a/3", "/b/1", "/b/2"], [0, 0, 0, 1, 1], 0.8,
+                                  class_names=["a", "b"])
 
 
 def test_a_folder_of_100000_images_is_scanned_and_split(tmp_path):

@@ -24,11 +24,6 @@ def test_more_gpus_than_visible_is_a_clear_error_naming_both_numbers():
         build_distribution(gpus=4)
 
 
-def test_gpus_and_cpu_replicas_together_are_refused():
-    with pytest.raises(UsageError, match="exclude each other"):
-        build_distribution(gpus=0, cpu_replicas=2)
-
-
 @pytest.mark.parametrize("strategy,replicas", [("multi_worker_mirrored", 3), ("parameter_server", 1)])
 def test_the_evaluator_counts_the_training_replicas_so_epochs_end_at_the_same_step(strategy, replicas):
     evaluator = ClusterTask("evaluator", 0, num_workers=3)

@@ -4,7 +4,7 @@ import os
 import pytest
 
 from acquisition.errors import InputDataError
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError
 from pipeline.flags import build_parser
 from pipeline.tasks import images_job
 from pipeline.tasks.images import TASK
@@ -18,6 +18,9 @@ def args_for(data, model_dir, *extra):
 def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path, monkeypatch):
     data, model_dir = make_shapes_folder(str(tmp_path / "data"), per_class=10), str(tmp_path / "model")
     first = images_job.load_dataset(args_for(data, model_dir))
+    first.save_split()
+    assert not os.path.exists(model_dir)  # no run's model dir (inspect_input.py, say): nothing written
+    os.makedirs(model_dir)  # as training has by the time its input is built
     assert not os.path.exists(os.path.join(model_dir, "split"))  # written once training starts: see save_split
     first.save_split()
     listed = (tmp_path / "model" / "split" / "test.txt").read_text().splitlines()
@@ -32,9 +35,9 @@ def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path, monkeypatch):
     assert relative.splits == {side: ([os.path.join("data", os.path.relpath(f, data)) for f in files], labels)
                                for side, (files, labels) in first.splits.items()}
 
-    with pytest.raises(UsageError, match=r"was split with --test-fraction 0.2, not 0.5; pass --test-fraction 0.2"):
+    with pytest.raises(FlagError, match=r"was split with --test-fraction 0.2, not 0.5; pass --test-fraction 0.2"):
         images_job.load_dataset(args_for(data, model_dir, "--test-fraction", "0.5"))
-    with pytest.raises(UsageError, match="was trained on .*data, not .*other; pass that --data-dir"):
+    with pytest.raises(FlagError, match="was trained on .*data, not .*other; pass that --data-dir"):
         images_job.load_dataset(args_for(make_shapes_folder(str(tmp_path / "other"), per_class=3), model_dir))
     os.remove(first.splits["test"][0][0])
     images_job._DATASETS.clear()
@@ -44,3 +47,31 @@ def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path, monkeypatch):
 
 def test_balanced_class_weights():
     assert images_job.balanced_class_weights([30, 10]) == pytest.approx([40 / 60, 40 / 20])
+
+
+def test_a_finished_run_asked_again_with_another_model_says_its_results_are_not_of_that_model(tmp_path, capsys):
+    from pipeline.roles import run
+    from pipeline.settings import Settings
+    from pipeline.run_output import flags_not_trained_with
+    data, model_dir = make_shapes_folder(str(tmp_path / "data"), per_class=6), str(tmp_path / "model")
+    common = ["--max-steps", "2", "--batch-size", "4", "--validation-fraction", "0", "--bootstrap-resamples", "10",
+              "--precision", "fp32"]
+    results = run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common))
+    written = (tmp_path / "model" / "results.json").read_bytes()
+    capsys.readouterr()
+    again = run(TASK, args_for(data, model_dir, "--model", "keras_scratch", *common))
+    out = capsys.readouterr().out
+    assert "already finished at global step 2" in out
+    assert "note: it was trained with --model small_cnn (not keras_scratch): these results are not of this " \
+           "command's flags; pass another --model-dir to train with them" in out
+    assert again["model"] == results["model"] == "small_cnn"
+    assert (tmp_path / "model" / "results.json").read_bytes() == written
+    capsys.readouterr()
+    run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common))
+    assert "note:" not in capsys.readouterr().out  # the same flags: nothing to note
+
+    def asked(precision, requested):
+        return Settings.from_args(args_for(data, model_dir, "--model", "small_cnn")).replace(
+            precision=precision, precision_requested=requested)
+    assert flags_not_trained_with(results, asked("bf16", "bf16")) == ["--precision fp32 (not bf16)"]
+    assert flags_not_trained_with(results, asked("bf16", "auto")) == []  # picked by the machine, not asked

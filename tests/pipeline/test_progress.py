@@ -77,10 +77,16 @@ def test_a_resume_on_other_data_is_refused(tmp_path):
     record = progress.read(model_dir, "fashion")
     progress.check_same_data(record, progress.describe_data(False, 800), model_dir)  # the same data: fine
     with pytest.raises(UsageError, match="trained on real data of 800 training images, and this run's is real "
-                                         "data of 60,000 training images: .* pass another --model-dir"):
+                                         "data of 60,000 training images: .* pass the --data-dir and validation "
+                                         r"split \(--validation-fraction, --validation-dir\) it was trained with, "
+                                         "or pass another --model-dir"):
         progress.check_same_data(record, progress.describe_data(False, 60000), model_dir)
-    with pytest.raises(UsageError, match="this run's is generated data of 800"):
+    with pytest.raises(UsageError, match="this run's is generated data of 800 .*; drop --synthetic, or pass"):
         progress.check_same_data(record, progress.describe_data(True, 800), model_dir)
+    # an evaluation counts no epochs: another validation split (or test data beside it) is its business
+    progress.check_same_data(record, progress.describe_data(False, 720), model_dir, training=False)
+    with pytest.raises(UsageError, match="this run's is generated data of 800"):
+        progress.check_same_data(record, progress.describe_data(True, 800), model_dir, training=False)
 
 
 def test_a_model_dir_without_a_record_counts_its_steps_at_this_batch():

@@ -1,6 +1,7 @@
 """The test report of an OCT run on 2 replicas: figures from the evaluation's own scores, which
 are predict.py's scores for the same images; report files, TensorBoard images, Grad-CAM on the
 VGG16 export, and the report's bad flags."""
+import collections
 import csv
 import glob
 import json
@@ -181,6 +182,20 @@ def test_two_sets_of_images_written_in_one_second_both_reach_tensorboard(tmp_pat
     tags = {value.tag for events in glob.glob(str(tmp_path / "events.*"))
             for event in tf.compat.v1.train.summary_iterator(events) for value in event.summary.value}
     assert tags == {"test_report/confusion_matrix", "test_report/examples/right-0"}
+
+
+def test_a_report_made_again_at_a_step_replaces_that_step_s_images_and_keeps_earlier_steps(tmp_path):
+    from pipeline.evaluation_report import remove_report_events, write_images
+    png = tf.io.encode_png(tf.zeros((2, 3, 3), tf.uint8)).numpy()
+    write_images(str(tmp_path), {"confusion_matrix.png": png}, 5)  # a finished run's report, resumed since
+    for _ in range(2):  # killed after its report's events, before results.json: the relaunch reports again
+        remove_report_events(str(tmp_path), 9)
+        write_images(str(tmp_path), {"confusion_matrix.png": png}, 9)
+        write_images(str(tmp_path), {"right-0": png}, 9, prefix="test_report/examples/")
+    steps = collections.Counter((event.step, value.tag) for events in glob.glob(str(tmp_path / "events.*"))
+                                for event in tf.compat.v1.train.summary_iterator(events) for value in event.summary.value)
+    assert steps == {(5, "test_report/confusion_matrix"): 1, (9, "test_report/confusion_matrix"): 1,
+                     (9, "test_report/examples/right-0"): 1}
 
 
 def test_the_bootstrap_resamples_the_groups_group_by_names_else_the_task_s():

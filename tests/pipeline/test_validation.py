@@ -322,8 +322,32 @@ def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
     task_data = images_job.prepare_data(args, 4)
     listing = tmp_path / "model" / "validation_files.txt"
     assert task_data.num_validation_examples == len(files) and not listing.exists()  # not before training
+    os.makedirs(tmp_path / "model")  # as training has by then
     task_data.train_input_fn()  # the Estimator builds training's input once every check has passed
     assert listing.read_text().splitlines() == files
+
+
+@pytest.mark.parametrize("where", ["data dir", "its test folder", "a link to the data dir"])
+def test_a_validation_dir_holding_training_or_test_images_is_refused(tmp_path, where):
+    from pipeline.errors import FlagError
+    from pipeline.tasks import images_job
+    from tests.images_data import make_shapes_folder
+    images_job._DATASETS.clear()
+    if where == "its test folder":  # DIR/{train,test}/<class>/<image>: validating on test chooses on the report
+        data = str(tmp_path / "data")
+        make_shapes_folder(os.path.join(data, "train"), per_class=4)
+        validation_dir, side = make_shapes_folder(os.path.join(data, "test"), per_class=2, seed=1), "test"
+    else:
+        data, side = make_shapes_folder(str(tmp_path / "data"), per_class=5), "training"
+        validation_dir = data
+        if where == "a link to the data dir":
+            validation_dir = str(tmp_path / "link")
+            os.symlink(data, validation_dir)
+    args = build_parser(images.TASK).parse_args(["--data-dir", data, "--model-dir", str(tmp_path / "model"),
+                                                 "--image-size", "32", "--validation-dir", validation_dir])
+    with pytest.raises(FlagError, match=rf"--validation-dir {validation_dir} holds \d+ of the {side} images .*"
+                                        "kept out of training and testing"):
+        images_job.validation_sides(args, images_job.load_dataset(args))
 
 
 def test_the_checkpoint_timer_keeps_to_step_numbers_and_the_cadences_due_steps():
@@ -369,3 +393,20 @@ def test_the_auto_cadence_saves_a_checkpoint_only_for_the_evaluations_it_makes(f
     assert results["global_step"] == 225 and evaluated[0] == 23 and evaluated[-1] == 225
     assert all(step % 23 == 0 for step in evaluated[:-1])
     assert results["checkpoints_saved"] == len(evaluated) + 1
+
+
+def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but_resumed_only_with_its_own(
+        fashion_data_dir, tmp_path):
+    from pipeline.errors import UsageError
+    model_dir = str(tmp_path / "model")
+
+    def args(*extra):
+        return build_parser(fashion.TASK).parse_args(["--data-dir", fashion_data_dir, "--model-dir", model_dir,
+                                                      "--batch-size", "16", "--bootstrap-resamples", "10", *extra])
+    results = run(fashion.TASK, args("--max-steps", "3", "--validation-fraction", "0"))
+    assert results["train_examples"] == 800 and results["eval_step"] == 3
+    again = run(fashion.TASK, args("--eval-only"))  # the default --validation-fraction would train on 718
+    assert again["eval_step"] == 3 and again["eval_accuracy"] == pytest.approx(results["eval_accuracy"])
+    with pytest.raises(UsageError, match=r"trained on real data of 800 training images, and this run's is real data "
+                                         r"of \d+ .* pass the --data-dir and validation split"):
+        run(fashion.TASK, args("--max-steps", "6"))

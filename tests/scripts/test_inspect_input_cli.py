@@ -14,8 +14,8 @@ SCRIPT = os.path.join(ROOT, "scripts", "inspect_input.py")
 BATCHES = 100
 
 
-def inspect(*argv):
-    result = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=600)
+def inspect(*argv, cwd=None):
+    result = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=600, cwd=cwd)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -68,6 +68,15 @@ def test_synthetic_data_says_it_repeats_one_batch():
     report = inspect_json("--task", "fashion", "--synthetic", "--batch-size", "16", "--batches", "3")
     assert report["data_source"] == "synthetic" and report["dataset_class_share"] is None
     assert report["class_counts_per_batch"][0] == report["class_counts_per_batch"][2]
+
+
+def test_a_folder_of_class_folders_is_inspected_without_writing_a_model_dir(tmp_path):
+    from tests.images_data import make_shapes_folder
+    data = make_shapes_folder(str(tmp_path / "shapes"), per_class=10)
+    result = inspect("--task", "images", "--data-dir", data, "--image-size", "32", "--batch-size", "8",
+                     "--batches", "2", "--validation-fraction", "0.2", cwd=tmp_path)
+    assert result.stdout.startswith("images: training input of real data (")
+    assert sorted(os.listdir(tmp_path)) == ["shapes"]  # no runs/images/split or validation_files.txt
 
 
 def test_a_worker_index_out_of_range_is_a_flag_error():

@@ -107,20 +107,20 @@ def test_bad_files_are_named_in_one_line_or_skipped(tmp_path, capsys):
     assert "skipped: 2 files" in skipped.stdout
 
 
-@pytest.mark.parametrize("argv,fragments", [
-    ([], ["pass --data-dir with a folder of class folders"]),
-    (["--data-dir", "{tmp}/absent"], ["no folder", "absent"]),
-    (["--data-dir", "{data}", "--model", "resnet50"], ["ImageNet resnet50 weights", "--weights"]),
-    (["--data-dir", "{data}", "--trainable-layers", "50"], ["--trainable-layers 50 is more than"]),
+@pytest.mark.parametrize("argv,fragments,code", [
+    ([], ["pass --data-dir with a folder of class folders"], 2),
+    (["--data-dir", "{tmp}/absent"], ["no folder", "absent"], 1),
+    (["--data-dir", "{data}", "--model", "resnet50"], ["ImageNet resnet50 weights", "--weights"], 1),
+    (["--data-dir", "{data}", "--trainable-layers", "50"], ["--trainable-layers 50 is more than"], 2),
 ])
-def test_what_cannot_run_is_one_line(tmp_path, monkeypatch, capsys, argv, fragments):
+def test_what_cannot_run_is_one_line(tmp_path, monkeypatch, capsys, argv, fragments, code):
     """In process, through the function train_images.py runs (a subprocess each would cost 10 s)."""
     from pipeline.cli import train_main
     from pipeline.tasks.images import TASK
     data = make_shapes_folder(str(tmp_path / "data"), per_class=5)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no cached ImageNet weights, and no network
     argv = [a.format(tmp=tmp_path, data=data) for a in argv]
-    assert train_main(TASK, [*argv, "--model-dir", str(tmp_path / "model"), "--max-steps", "1", *SMALL]) == 1
+    assert train_main(TASK, [*argv, "--model-dir", str(tmp_path / "model"), "--max-steps", "1", *SMALL]) == code
     lines = capsys.readouterr().err.strip().splitlines()
     assert "Traceback" not in "\n".join(lines)
     assert ": error: " in lines[-1]

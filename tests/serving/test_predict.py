@@ -151,3 +151,19 @@ def test_an_export_copied_in_part_is_named_in_one_line(tmp_path):
     with pytest.raises(ExportNotFoundError, match=r"lacks variables/variables.index and "
                                                   r"assets.extra/class_names.txt: it was copied in part"):
         load_predictor(str(tmp_path))
+
+
+def test_a_cmyk_jpeg_is_refused_by_a_gray_model_in_our_words_and_classified_by_a_color_one(oct_sample, tmp_path):
+    from tests.conftest import odd_jpegs
+    normal = os.path.join(oct_sample, "NORMAL")
+    cmyk, words = odd_jpegs(open(os.path.join(normal, sorted(os.listdir(normal))[0]), "rb").read())["cmyk"]
+    (tmp_path / "scan.jpeg").write_bytes(cmyk)
+    for channels in (1, 3):
+        calls = []
+        predictor = counting_predictor(calls)
+        predictor.pixels_shape = (28, 28, channels)
+        (result,) = classify_files(predictor, [str(tmp_path / "scan.jpeg")])
+        if channels == 1:  # TensorFlow's decoder would say 'Unsupported color conversion request'
+            assert calls == [] and result["error"].startswith(words + "; convert it to grayscale or RGB")
+        else:
+            assert calls == [1] and result["class"] == "a"
