@@ -7,7 +7,7 @@ from cluster.tf_config import ClusterConfigError
 from acquisition.errors import InputDataError
 from models import WeightsUnavailableError
 from reporting import RunsError
-from serving import ConversionError, ExportNotFoundError
+from serving import ConversionError, ExportNotFoundError, ViewsUnavailableError
 
 
 class UsageError(Exception):
@@ -25,4 +25,4 @@ class TrainingError(Exception):
 
 
 USER_ERRORS = (UsageError, InputDataError, WeightsUnavailableError, TrainingError, ClusterConfigError,
-               ExportNotFoundError, ConversionError, RunsError)
+               ExportNotFoundError, ConversionError, ViewsUnavailableError, RunsError)

@@ -1,10 +1,8 @@
 """The client side: loading an exported model and classifying image files (and, for an export that
 takes them, raw pixel files) with it, in batches."""
-import dataclasses
 import os
 import sys
 import time
-from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -15,29 +13,13 @@ from input_fns.decode import PIXELS_SIGNATURE
 from serving import ExportNotFoundError
 from acquisition import storage
 from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, is_complete
+from serving.predictor import Predictor, check_class_count
+from serving.tflite import load_tflite_predictor
 
 BATCH_SIZE = 64  # files read and classified at once: memory stays flat however many are given
 # A file of one image's raw uint8 pixels, row by row (channels interleaved), nothing else: for an
 # export with a pixels signature (a Fashion-MNIST image's 784 bytes, as in its IDX files).
 PIXELS_EXTENSION = ".gray"
-
-
-@dataclasses.dataclass
-class Predictor:
-    """An exported classifier: its class names and `classify`, a function from a list of image file
-    contents to (probabilities [n, classes], the predicted class names [n]); with a pixels signature,
-    the shape of one image's pixels and `classify_pixels`, the same from uint8 [n, *pixels_shape]."""
-    export_dir: str
-    class_names: List[str]
-    classify: Callable
-    pixels_shape: Optional[Tuple[int, ...]] = None
-    classify_pixels: Optional[Callable] = None
-
-    @property
-    def channels(self):
-        """Returns the channels the model decodes image files to (1 or 3), or None when its export does not
-        say (no pixels signature)."""
-        return self.pixels_shape[-1] if self.pixels_shape else None
 
 
 def resolve_export_dir(path):
@@ -65,7 +47,6 @@ def load_predictor(path):
     """Returns the Predictor of the SavedModel at `path` (see resolve_export_dir), or of the TFLite file
     at `path` when it ends in .tflite (see serving.tflite.load_tflite_predictor)."""
     if path.lower().endswith(".tflite"):  # issue 33: a model converted for devices (--tflite)
-        from serving.tflite import load_tflite_predictor
         return load_tflite_predictor(path)
     export_dir = resolve_export_dir(path)
     names_path = storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE)
@@ -86,14 +67,6 @@ def load_predictor(path):
         predictor.pixels_shape = tuple(_input_spec(pixels)[1].shape[1:])
         predictor.classify_pixels = _classifier(pixels, class_names)
     return predictor
-
-
-def check_class_count(class_names, outputs, names_path, model_path):
-    """Raises ExportNotFoundError when `names_path` names another number of classes than the model at
-    `model_path` has `outputs`: every probability would be shown under another class's name."""
-    if len(class_names) != outputs:
-        raise ExportNotFoundError(f"{names_path} names {len(class_names)} classes but the model at {model_path} "
-                                  f"has {outputs} outputs: use the class_names.txt of the run that made the model")
 
 
 def _input_spec(signature):

@@ -16,6 +16,7 @@ from input_fns import FEATURE_KEY
 from input_fns.decode import PIXELS_SIGNATURE, decode_to_pixels
 from serving import ConversionError, ExportNotFoundError
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
+from serving.predictor import Predictor, check_class_count
 
 log = logging.getLogger(__name__)
 
@@ -254,10 +255,9 @@ def summary_lines(record):
 
 
 def load_tflite_predictor(path):
-    """Returns a serving.predict.Predictor over the .tflite file at `path` (its class names read from the
+    """Returns a serving.predictor.Predictor over the .tflite file at `path` (its class names read from the
     class_names.txt beside it): image files are decoded and resized here as the export's serving_default
     decodes them (input_fns.decode), then fed as pixels."""
-    from serving.predict import Predictor, check_class_count  # it imports this module only for a .tflite file
     if not storage.isfile(path):
         raise ExportNotFoundError(f"no TFLite model at {path}: pass a .tflite file a run wrote (--tflite) into "
                                   f"<model dir>/export/{TFLITE_DIR}/<timestamp>/")

@@ -11,7 +11,7 @@ import numpy as np
 
 from input_fns.decode import decode_to_pixels
 from input_fns.views import apply_view
-from pipeline.errors import FlagError
+from serving import ViewsUnavailableError
 
 
 def mean_over_views(classify_pixels, views, batch):
@@ -21,12 +21,13 @@ def mean_over_views(classify_pixels, views, batch):
 
 
 def with_views(predictor, views):
-    """Returns a copy of the serving.predict.Predictor `predictor` that answers with the mean of its
-    probabilities over `views` (for files and raw pixels alike); raises FlagError (exit 2) when its
-    model takes no pixels."""
+    """Returns a copy of the serving.predictor.Predictor `predictor` that answers with the mean of its
+    probabilities over `views` (for files and raw pixels alike); raises ViewsUnavailableError (exit 2)
+    when its model takes no pixels."""
     if predictor.classify_pixels is None:
-        raise FlagError(f"--tta makes its views from pixels, and the export at {predictor.export_dir} has no pixels "
-                        "signature (exported before every job's export took them): export the model again")
+        raise ViewsUnavailableError(f"--tta makes its views from pixels, and the export at {predictor.export_dir} has "
+                                    "no pixels signature (exported before every job's export took them): export the "
+                                    "model again")
     classify_pixels, shape, names = predictor.classify_pixels, predictor.pixels_shape, predictor.class_names
 
     def averaged_pixels(batch):

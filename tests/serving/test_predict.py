@@ -6,7 +6,8 @@ import pytest
 
 from acquisition.errors import InputDataError
 from serving import ExportNotFoundError
-from serving.predict import Predictor, classify_files, image_paths, resolve_export_dir
+from serving.predict import classify_files, image_paths, resolve_export_dir
+from serving.predictor import Predictor
 from tests.images_data import draw_shape, encode
 
 
@@ -167,3 +168,13 @@ def test_a_cmyk_jpeg_is_refused_by_a_gray_model_in_our_words_and_classified_by_a
             assert calls == [] and result["error"].startswith(words + "; convert it to grayscale or RGB")
         else:
             assert calls == [1] and result["class"] == "a"
+
+
+def test_tta_of_an_export_without_pixels_is_a_user_error_of_exit_2():
+    from pipeline.errors import USER_ERRORS
+    from serving import ViewsUnavailableError
+    from serving.tta import with_views
+    with pytest.raises(ViewsUnavailableError, match="--tta makes its views from pixels, and the export at export "
+                                                    "has no pixels signature") as raised:
+        with_views(counting_predictor([]), ["flip"])
+    assert raised.value.exit_code == 2 and isinstance(raised.value, USER_ERRORS)  # one line, no traceback
