@@ -105,7 +105,7 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
         model_dir_lib.restorable_checkpoint(settings.model_dir)
     start_step = estimator_lib.latest_global_step(settings.model_dir)
     training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
-                                       settings.model_dir)
+                                       settings.model_dir, settings.precision)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),
                                           settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,

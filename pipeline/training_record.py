@@ -157,10 +157,11 @@ def _check_countable(images, flag, value):
                         f"(2**53, in the learning-rate schedule's float64); pass a smaller {flag}")
 
 
-def check_reproducible(segments, start_step, deterministic, seed, model_dir):
+def check_reproducible(segments, start_step, deterministic, seed, model_dir, precision=None):
     """Raises FlagError (exit 2) when a --deterministic run would resume from steps trained otherwise:
-    without --deterministic, or with another seed. Its results would claim a run that no one can
-    reproduce. Steps that an earlier version trained (which kept no record of it) are taken on trust."""
+    without --deterministic, with another seed, or in another precision than `precision`. Its results
+    would claim a run that no one can reproduce. Steps that an earlier version trained (which kept no
+    record of it) are taken on trust."""
     if not deterministic or not start_step:
         return
     earlier = [s for s in segments if s.start_step < start_step]
@@ -172,6 +173,11 @@ def check_reproducible(segments, start_step, deterministic, seed, model_dir):
         if segment.deterministic and segment.seed != seed:
             raise FlagError(f"--seed {seed}: {steps} were trained with --deterministic and seed {segment.seed}; "
                             f"resume with --seed {segment.seed} (or without --deterministic), or pass another "
+                            "--model-dir")
+        if segment.deterministic and precision and segment.precision not in (None, precision):
+            raise FlagError(f"--precision {precision}: {steps} were trained with --deterministic in "
+                            f"{segment.precision}, so this run could not be reproduced bit for bit; resume with "
+                            f"--precision {segment.precision} (or without --deterministic), or pass another "
                             "--model-dir")
 
 

@@ -132,6 +132,13 @@ def test_a_deterministic_resume_of_steps_trained_otherwise_is_refused():
     # a run killed before its first checkpoint recorded a segment at the step this one resumes from: not history
     progress.check_reproducible([seeded, segment(20, False, None)], 20, True, 0, "/m")
     progress.check_reproducible([progress.Segment(0, 0, 32)], 20, True, 0, "/m")  # an earlier version's: on trust
+    # the precision is part of what a bit-for-bit run repeats
+    with pytest.raises(FlagError, match="--precision bf16: steps 0-20 in /m were trained with --deterministic in "
+                                        "fp32, so this run could not be reproduced bit for bit; resume with "
+                                        "--precision fp32"):
+        progress.check_reproducible([seeded], 20, True, 0, "/m", "bf16")
+    progress.check_reproducible([seeded], 20, True, 0, "/m", "fp32")
+    progress.check_reproducible([plain], 20, False, None, "/m", "bf16")  # without --deterministic: any precision
 
 
 def test_a_resume_at_another_image_size_is_refused():
