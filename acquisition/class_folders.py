@@ -128,6 +128,13 @@ def group_of(path, pattern):
     return None if match is None else (match.group(1) if match.groups() else match.group(0))
 
 
+def _no_group(path, pattern):
+    """Returns why group_of found no group for `path` under `pattern`, the regex shown as it is typed."""
+    if re.search(pattern, os.path.basename(path)) is None:
+        return f"does not match --group-by='{pattern}'"
+    return f"matches --group-by='{pattern}', but its first group took no part in the match (an optional group)"
+
+
 def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("test", "--test-fraction"),
                 class_names=None):
     """Returns {'train': [(file, label)], 'test': [(file, label)]}, each sorted: about
@@ -146,8 +153,8 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("
     for f, label in zip(files, labels):
         key = group_of(f, group_by) if group_by else f
         if key is None:
-            raise InputDataError(f"{f} does not match --group-by {group_by!r}; every file needs a group "
-                                 "(the regex's first group, or its whole match, in the file name)")
+            raise InputDataError(f"{f} {_no_group(f, group_by)}; every file needs a group (the regex's first "
+                                 "group, or its whole match, in the file name)")
         groups[key].append((f, label))
     per_class = collections.Counter(labels)
     wanted = {c: round(n * test_fraction) for c, n in per_class.items()}

@@ -5,7 +5,7 @@ import os
 import re
 
 from models import BACKBONES
-from pipeline.flag_types import int_in_range, open_fraction
+from pipeline.flag_types import RecordedStore, int_in_range, open_fraction
 from pipeline.tasks import Task
 
 MAX_IMAGE_SIZE = 2048
@@ -41,7 +41,7 @@ def add_flags(parser):
     group.add_argument("--trainable-layers", type=int_in_range(0, 10 ** 4), default=None,
                        help="layers at the end of the backbone left trainable, the rest frozen; default: all "
                             "with --weights none, 0 (the head only) with pretrained weights")
-    group.add_argument("--test-fraction", type=open_fraction, default=0.2,
+    group.add_argument("--test-fraction", type=open_fraction, default=0.2, action=RecordedStore,
                        help="with DIR/<class>/<image>: share of each class held out for testing (the split is "
                             "written to <model dir>/split and reused on resume)")
     group.add_argument("--split-seed", type=int_in_range(0, 2 ** 31 - 1), default=0,

@@ -72,6 +72,9 @@ def _load(args):
     folders = class_folders.scan_class_folders(args.data_dir, args.channels)
     image_checks.check_bad_files(folders.scans.values(), args.on_bad_image)
     problems = {f: p for scan in folders.scans.values() for f, p in scan.problems.items()}
+    if folders.presplit and "test_fraction" in getattr(args, "explicit_flags", ()):
+        raise FlagError(f"--test-fraction {args.test_fraction:g}: {args.data_dir} holds train and test folders, and "
+                        "its test folder is the test split; drop --test-fraction (or pass a folder of class folders)")
     saved = read_split(args.model_dir, args.data_dir)
     if saved:
         _check_split_flags(saved, args, folders.presplit)
@@ -122,8 +125,14 @@ def _check_split_flags(saved, args, presplit):
                       "--group-by": (args.group_by, saved.get("group_by"))})
     for flag, (value, was) in asked.items():
         if value != was and not (flag == "--channels" and value is None):
-            raise FlagError(f"the model dir {args.model_dir} was split with {flag} {was}, not {value}; pass "
-                             f"{flag} {was} to go on with it, or another --model-dir for a new split")
+            fix = f"drop {flag}" if was is None else f"pass {flag}={was}"
+            raise FlagError(f"the model dir {args.model_dir} was split {_with_flag(flag, was)}, not "
+                            f"{_with_flag(flag, value)}; {fix} to go on with it, or pass another --model-dir for "
+                            "a new split")
+
+
+def _with_flag(flag, value):
+    return f"without {flag}" if value is None else f"with {flag}={value}"
 
 
 def _splits_from_lists(folders, data_dir, model_dir):

@@ -24,12 +24,24 @@ def split_off_validation(settings, files, labels, read_validation_dir, seed, gro
     else --validation-fraction of them (see held_out_share); None with neither. Raises FlagError when
     --validation-dir holds training or `test_files` images."""
     if settings.validation_dir:
+        check_validation_dir_flags(settings)
         validation = read_validation_dir(settings.validation_dir)
         check_kept_apart(settings.validation_dir, validation[0], {"training": files, "test": test_files})
         return {"train": (files, labels), "validation": validation}
     if not settings.validation_fraction:
         return None
     return held_out_share(files, labels, settings.validation_fraction, seed, group_pattern, class_names)
+
+
+def check_validation_dir_flags(settings):
+    """Raises FlagError when --validation-dir is not a folder, or comes with a --validation-fraction
+    given on the command line, which it would leave unused."""
+    folder = settings.validation_dir
+    if not storage.isdir(folder):
+        raise FlagError(f"--validation-dir {folder} is not a folder; pass a folder of class folders to validate on")
+    if "validation_fraction" in getattr(settings, "explicit_flags", ()):
+        raise FlagError(f"--validation-dir {folder} and --validation-fraction {settings.validation_fraction:g} both "
+                        "choose the validation split; pass one of them")
 
 
 def check_kept_apart(validation_dir, validation_files, others):

@@ -106,8 +106,11 @@ def test_group_by_keeps_each_group_on_one_side():
              for side in ("train", "test")}
     assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]
     assert 24 <= len(split["test"]) <= 36  # about a quarter of 120
-    with pytest.raises(InputDataError, match=r"/d/x/odd\.jpeg does not match --group-by"):
+    with pytest.raises(InputDataError, match=r"/d/x/odd\.jpeg does not match --group-by='-\(patient\\d\+\)-'; "):
         class_folders.split_files(files + ["/d/x/odd.jpeg"], labels + [0], 0.25, group_by=r"-(patient\d+)-")
+    with pytest.raises(InputDataError, match=r"CNV-patient0-0\.jpeg matches --group-by='\(x\)\?patient', but its "
+                                             "first group took no part in the match"):
+        class_folders.split_files(files, labels, 0.25, group_by=r"(x)?patient")
 
 
 def test_a_class_too_small_to_split_is_one_line_naming_it_and_a_fix_that_works():

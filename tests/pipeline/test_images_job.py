@@ -35,8 +35,12 @@ def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path, monkeypatch):
     assert relative.splits == {side: ([os.path.join("data", os.path.relpath(f, data)) for f in files], labels)
                                for side, (files, labels) in first.splits.items()}
 
-    with pytest.raises(FlagError, match=r"was split with --test-fraction 0.2, not 0.5; pass --test-fraction 0.2"):
+    with pytest.raises(FlagError, match=r"was split with --test-fraction=0.2, not with --test-fraction=0.5; pass "
+                                        r"--test-fraction=0.2 to go on"):
         images_job.load_dataset(args_for(data, model_dir, "--test-fraction", "0.5"))
+    with pytest.raises(FlagError, match=r"was split without --group-by, not with --group-by=-\(\\d\+\)-; drop "
+                                        "--group-by to go on"):  # not 'pass --group-by None'
+        images_job.load_dataset(args_for(data, model_dir, r"--group-by=-(\d+)-"))
     with pytest.raises(FlagError, match="was trained on .*data, not .*other; pass that --data-dir"):
         images_job.load_dataset(args_for(make_shapes_folder(str(tmp_path / "other"), per_class=3), model_dir))
     os.remove(first.splits["test"][0][0])
@@ -75,3 +79,25 @@ def test_a_finished_run_asked_again_with_another_model_says_its_results_are_not_
             precision=precision, precision_requested=requested)
     assert flags_not_trained_with(results, asked("bf16", "bf16")) == ["--precision fp32 (not bf16)"]
     assert flags_not_trained_with(results, asked("bf16", "auto")) == []  # picked by the machine, not asked
+
+
+def test_flags_the_data_would_leave_unused_or_cannot_serve_are_refused(tmp_path):
+    data, model_dir = make_shapes_folder(str(tmp_path / "data"), per_class=5), str(tmp_path / "model")
+    held = make_shapes_folder(str(tmp_path / "held"), per_class=2, seed=1)
+    images_job._DATASETS.clear()
+    with pytest.raises(FlagError, match=r"--validation-dir .*absent is not a folder; pass a folder of class folders"):
+        args = args_for(data, model_dir, "--validation-dir", str(tmp_path / "absent"))
+        images_job.validation_sides(args, images_job.load_dataset(args))
+    with pytest.raises(FlagError, match="--validation-dir .* and --validation-fraction 0.3 both choose the "
+                                        "validation split; pass one of them"):
+        args = args_for(data, model_dir, "--validation-dir", held, "--validation-fraction", "0.3")
+        images_job.validation_sides(args, images_job.load_dataset(args))
+    args = args_for(data, model_dir, "--validation-dir", held)  # the default fraction, not given: the folder's
+    assert len(images_job.validation_sides(args, images_job.load_dataset(args))["validation"][0]) == 6
+    presplit = str(tmp_path / "presplit")
+    make_shapes_folder(os.path.join(presplit, "train"), per_class=4)
+    make_shapes_folder(os.path.join(presplit, "test"), per_class=2, seed=2)
+    with pytest.raises(FlagError, match="--test-fraction 0.3: .* holds train and test folders, and its test folder "
+                                        "is the test split; drop --test-fraction"):
+        images_job.load_dataset(args_for(presplit, model_dir, "--test-fraction", "0.3"))
+    assert len(images_job.load_dataset(args_for(presplit, model_dir)).splits["test"][0]) == 6
