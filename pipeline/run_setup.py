@@ -108,6 +108,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                        settings.model_dir, settings.precision)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),
                                           settings.model_dir)
+    if settings.eval_only:
+        training_record.check_convertible(record.segments, start_step, settings.tflite, settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
                                  epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,

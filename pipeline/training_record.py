@@ -181,6 +181,17 @@ def check_reproducible(segments, start_step, deterministic, seed, model_dir, pre
                             "--model-dir")
 
 
+def check_convertible(segments, start_step, tflite, model_dir):
+    """Raises FlagError (exit 2) when --eval-only --tflite would convert the export of steps the newest run
+    trained under the bf16 Keras policy: TFLite has no bfloat16 tensors, and the converter fails only
+    after the evaluation, in many lines of its own (a training run with --tflite refuses bf16 up front)."""
+    trained = [s for s in segments if s.start_step < start_step]
+    if tflite and trained and trained[-1].precision == "bf16":
+        raise FlagError(f"--tflite: the export in {model_dir} was trained with --precision bf16, whose bfloat16 "
+                        "tensors TFLite cannot hold; drop --tflite, or convert a run trained with --precision fp32 "
+                        "or bf16-amp")
+
+
 def check_same_image_size(segments, start_step, image_size, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` were trained at another --image-size than
     `image_size`: a model that pools globally takes any size, so its weights would go on at another

@@ -194,7 +194,10 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
     storage.makedirs(target)
     storage.write_atomically(storage.join(target, CLASS_NAMES_FILE),
                              storage.read_bytes(storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE)))
-    files = {}
+    files, earlier = {}, _earlier_figures(target, kinds, count, accuracy)
+    files.update(earlier.get("files", {}))
+    if "int8" not in kinds and "int8" in files:
+        calibrated = earlier["calibration_images"]
     for kind, model in models.items():
         path = storage.join(target, kind + TFLITE_EXTENSION)
         storage.write_atomically(path, model)
@@ -208,6 +211,23 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
                                            if f.get("over_tolerance")]}
     storage.write_atomically(storage.join(target, FIGURES_FILE), json.dumps(record, indent=2).encode())
     return record
+
+
+def _earlier_figures(target, kinds, count, accuracy):
+    """Returns FIGURES_FILE's record in `target` with only the files of other kinds than `kinds` that are
+    still there and were measured on the same test images (`count`, the SavedModel's `accuracy`): a
+    conversion of one kind (--eval-only --tflite float16, say) keeps the figures of the others. {} when
+    there is none."""
+    try:
+        record = json.loads(storage.read_text(storage.join(target, FIGURES_FILE)))
+    except (OSError, ValueError):
+        return {}
+    if record.get("test_images") != count or record.get("saved_model_accuracy") != round(accuracy, 6):
+        return {}
+    files = {kind: {**figures, "file": storage.absolute(storage.join(target, kind + TFLITE_EXTENSION))}
+             for kind, figures in record.get("files", {}).items()
+             if kind not in kinds and storage.isfile(storage.join(target, kind + TFLITE_EXTENSION))}
+    return {**record, "files": files}
 
 
 def _convert_all(export_dir, kinds, train_input_fn):

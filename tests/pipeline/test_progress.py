@@ -89,6 +89,16 @@ def test_a_resume_on_other_data_is_refused(tmp_path):
         progress.check_same_data(record, progress.describe_data(True, 800), model_dir, training=False)
 
 
+def test_an_eval_only_conversion_of_a_bf16_policy_export_is_refused_before_anything_runs():
+    bf16, fp32 = progress.Segment(0, 0, 32, 10, "bf16"), progress.Segment(10, 320, 32, 20, "fp32")
+    with pytest.raises(FlagError, match="--tflite: the export in /m was trained with --precision bf16, whose "
+                                        "bfloat16 tensors TFLite cannot hold; drop --tflite"):
+        progress.check_convertible([bf16], 10, ("float32",), "/m")
+    progress.check_convertible([bf16], 10, (), "/m")  # no conversion asked
+    progress.check_convertible([bf16, fp32], 20, ("int8",), "/m")  # the newest run's export is float32
+    progress.check_convertible([progress.Segment(0, 0, 32)], 10, ("int8",), "/m")  # an earlier version's: on trust
+
+
 def test_a_model_dir_without_a_record_counts_its_steps_at_this_batch():
     assert progress.images_at([], 0, 64) == (0, False)
     assert progress.images_at([], 10, 64) == (640, True)

@@ -202,18 +202,19 @@ def test_bf16_with_tflite_is_refused_before_anything_is_made(tmp_path):
     assert_clean_failure(result, "--precision bf16: --tflite converts the export, and TFLite has no bfloat16 tensors")
 
 
-def test_converting_a_bf16_export_later_is_one_line(tmp_path):
+def test_converting_a_bf16_export_later_is_one_line_before_the_evaluation(tmp_path):
     """--eval-only --tflite on a model dir trained with --precision bf16: the converter's failure on bfloat16
-    tensors was a traceback."""
+    tensors was a traceback, then 31 lines of the converter's after the whole evaluation."""
     model_dir = str(tmp_path / "m")
     # Batch 250: each run evaluates the 10,000 synthetic test images (before converting) in 40 steps.
     synthetic = ["--synthetic", "--max-steps", "2", "--batch-size", "250", "--bootstrap-resamples", "10"]
     assert train_main(fashion.TASK, [*synthetic, "--precision", "bf16", "--model-dir", model_dir]) == 0
     result = script("train_fashion.py", *synthetic, "--precision", "fp32", "--model-dir", model_dir, "--eval-only",
                     "--tflite", "float32")
-    assert result.returncode == 1
-    assert_clean_failure(result, "computes in bfloat16 (trained with --precision bf16), and TFLite has no bfloat16 "
-                                 "tensors: convert a run trained with --precision fp32 or bf16-amp")
+    assert result.returncode == 2 and "evaluating on" not in result.stderr
+    assert_clean_failure(result, f"--tflite: the export in {model_dir} was trained with --precision bf16, whose "
+                                 "bfloat16 tensors TFLite cannot hold; drop --tflite, or convert a run trained with "
+                                 "--precision fp32 or bf16-amp")
 
 
 @pytest.mark.parametrize("value", ["int4", "float32,float32", "float32,", "fp16"])
@@ -252,8 +253,15 @@ def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_
     converted = os.path.join(model_dir, os.path.relpath(results["tflite"]["dir"], trained_dir))
     with open(os.path.join(converted, tflite.FIGURES_FILE)) as f:
         record = json.load(f)
-    assert list(record["files"]) == ["int8"] and record["tolerance"] == 0
-    assert [l for l in result.stdout.splitlines() if l.startswith("  tflite:")][0].startswith("  tflite:  int8 ")
+    # the int8 file converted again; the figures of the two converted before kept, for the files beside them
+    assert sorted(record["files"]) == ["float16", "float32", "int8"] and record["tolerance"] == 0
+    assert record["files"]["int8"]["file"] == os.path.join(converted, "int8.tflite")
+    for kind in ("float16", "float32"):
+        kept = {k: v for k, v in record["files"][kind].items() if k != "file"}
+        assert kept == {k: v for k, v in results["tflite"]["files"][kind].items() if k != "file"}
+        assert record["files"][kind]["file"] == os.path.join(converted, f"{kind}.tflite")
+    assert [l[:17] for l in result.stdout.splitlines() if l.startswith("  tflite:")] == \
+        ["  tflite:  float3", "  tflite:  float1", "  tflite:  int8  "]
     lost = record["files"]["int8"]["accuracy"] < record["saved_model_accuracy"]
     assert record["files"]["int8"]["over_tolerance"] == lost and ("WARNING: the int8" in result.stdout) == lost
     with open(os.path.join(model_dir, "results.json")) as f:
