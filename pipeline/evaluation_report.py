@@ -97,12 +97,17 @@ def _check_counted_once(collector, num_examples, expected_labels=None, split="te
         raise RuntimeError(f"the evaluation scored some {split} images more than once")
 
 
+def uses_validation(args):
+    """Returns whether the report evaluates the validation split: for a referral decision's threshold
+    (--positive-classes) or --calibrate."""
+    return bool(args.positive_classes) or args.calibrate != "none"
+
+
 def evaluate_validation(args, data, estimator, checkpoint_path):
     """Returns the ScoreCollectorHook of the validation split's evaluation with `checkpoint_path`
     (None: the latest), or None when there is no validation split or nothing needs it (a referral
     decision's threshold, --calibrate)."""
-    needed = args.positive_classes or args.calibrate != "none"
-    if not needed or data.validation_input_fn is None or estimator is None:
+    if not uses_validation(args) or data.validation_input_fn is None or estimator is None:
         return None
     log.info("evaluating on %d validation images for the report's threshold and calibration",
              data.num_validation_examples)

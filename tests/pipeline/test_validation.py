@@ -407,6 +407,10 @@ def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but
     assert results["train_examples"] == 800 and results["eval_step"] == 3
     again = run(fashion.TASK, args("--eval-only"))  # the default --validation-fraction would train on 718
     assert again["eval_step"] == 3 and again["eval_accuracy"] == pytest.approx(results["eval_accuracy"])
+    # but a temperature fitted on that default split would be fitted on images the model trained on
+    with pytest.raises(UsageError, match=r"trained on real data of 800 training images, and this run's is real data "
+                                         r"of \d+ .* pass the --data-dir and validation split"):
+        run(fashion.TASK, args("--eval-only", "--calibrate", "temperature"))
     with pytest.raises(UsageError, match=r"trained on real data of 800 training images, and this run's is real data "
                                          r"of \d+ .* pass the --data-dir and validation split"):
         run(fashion.TASK, args("--max-steps", "6"))
