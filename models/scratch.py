@@ -3,6 +3,8 @@ blocks and global average pooling (the shape of Keras's "image classification fr
 small width (small_resnet) and at the example's own (keras_scratch)."""
 import tensorflow as tf
 
+from models.dropout import StepSeededDropout
+
 # (stem filters, block filters, last filters, dropout) of each network: small_resnet is the default of
 # train_images.py; keras_scratch is Keras's example (keras.io/examples/vision/image_classification_from_scratch)
 # as published, kept as the reference the default was measured against (docs/benchmarks.md).
@@ -50,5 +52,5 @@ def scratch_network(name, images):
     x = tf.keras.layers.SeparableConv2D(last, 3, padding="same", use_bias=False, name="last")(x)
     x = _bn_relu(x, "last")
     x = tf.keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
-    x = tf.keras.layers.Dropout(dropout, name="dropout")(x)
+    x = StepSeededDropout(dropout, name="dropout")(x)  # a resumed --deterministic run drops as a straight one
     return tf.keras.Model(images, x, name=name)

@@ -18,6 +18,9 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config  # TF 2.15 exports neither is_.. nor disable_..
 
+from models.dropout import stream_dropout_layers
+from pipeline.errors import FlagError
+
 
 @contextlib.contextmanager
 def turned_on(settings):
@@ -52,6 +55,20 @@ def header_line(setup):
     return (f"  determinism:   on, {seed}{splits}\n"
             "  not promised:  TensorFlow promises no determinism for TF1 sessions (the Estimator's); "
             f"two runs on one CPU machine are tested bitwise equal{workers}\n")
+
+
+def check_resumable(settings, start_step, keras_model):
+    """Raises FlagError (exit 2) when a --deterministic run would resume a model whose dropout draws from a
+    stream that starts over in each process (models.dropout.stream_dropout_layers): it could not repeat a
+    straight run."""
+    if not settings.deterministic or not start_step:
+        return
+    layers = stream_dropout_layers(keras_model)
+    if layers:
+        raise FlagError(f"--deterministic: {keras_model.name}'s dropout layers ({', '.join(layers[:3])}"
+                        f"{', ...' if len(layers) > 3 else ''}) draw from a random stream that starts over in each "
+                        f"process, so a resume from step {start_step} cannot repeat a run that never stopped; "
+                        "resume without --deterministic, or train it again in one go")
 
 
 def positioned_input(settings, data, images_at_start):

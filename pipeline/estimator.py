@@ -12,7 +12,7 @@ from hooks.stop import add_stop_agreement
 from input_fns import augmentation, mixing as mixing_lib
 from models import GRAPH_REWRITE_PRECISIONS
 from pipeline.batching import batch_sizes_for_replicas
-from pipeline import ema as ema_lib, mfu as mfu_lib, model_dir as model_dir_lib
+from pipeline import determinism, ema as ema_lib, mfu as mfu_lib, model_dir as model_dir_lib
 from pipeline.mixing import mixing_of
 from pipeline.metrics import CROSS_ENTROPY, mean_cross_entropy, per_class_metric_ops
 from pipeline.tasks import FILE_KEY
@@ -49,6 +49,7 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
         run_figures = mfu_lib.run_figures(keras_model, settings.precision, setup.plan.devices, probe=probe_peak)
         print(mfu_lib.header_lines(*run_figures), flush=True)
     model_dir_lib.check_fits(settings.model_dir, keras_model)
+    determinism.check_resumable(settings, setup.start_step, keras_model)
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
                                      settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema,
                                      checkpoints=checkpoints)

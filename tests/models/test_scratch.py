@@ -16,7 +16,7 @@ def test_the_networks_take_uint8_images_of_any_size_and_end_in_a_float32_softmax
     assert model.input.dtype == tf.uint8 and model.input_names == ["image"]
     assert model.input_shape == (None, *size, channels) and model.output_shape == (None, 4)
     kinds = {type(layer).__name__ for layer in model.layers}
-    assert {"BatchNormalization", "GlobalAveragePooling2D", "Dropout", "SeparableConv2D", "Add"} <= kinds
+    assert {"BatchNormalization", "GlobalAveragePooling2D", "StepSeededDropout", "SeparableConv2D", "Add"} <= kinds
     stem, blocks, last, _ = WIDTHS[name]
     assert model.get_layer("stem").filters == stem and model.get_layer("dropout").output_shape == (None, last)
     assert [model.get_layer(f"block{i + 1}_sep2").filters for i in range(len(blocks))] == list(blocks)

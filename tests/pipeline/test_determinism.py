@@ -68,3 +68,46 @@ def test_two_augmented_runs_on_2_replicas_are_bitwise_equal(fashion_data_dir, tm
     assert "determinism:   on, seed 0 (no --seed given)" in capsys.readouterr().out
     assert_bitwise_equal(*runs, 6)
     assert json.loads((runs[0] / "results.json").read_text())["seed"] == 0
+
+
+def test_a_resumed_run_of_the_images_job_s_dropout_model_on_2_replicas_equals_a_straight_run(tmp_path):
+    """small_resnet ends in dropout: Keras's draws from a stateful op whose stream starts over in each
+    process, and a resume differed from the first resumed step (117 tensors at step 8). Its BatchNorm
+    moving statistics are one value a replica, saved as their mean: a resume starts both replicas from
+    it, and the mean goes on the same (the update is linear) but for float rounding."""
+    from pipeline.tasks.images import TASK as IMAGES
+    from tests.images_data import make_shapes_folder
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=8)
+    common = ["--data-dir", data, "--image-size", "32", "--batch-size", "4", "--bootstrap-resamples", "10",
+              "--deterministic", "--seed", "3", "--validation-fraction", "0", "--precision", "fp32",
+              "--model", "small_resnet", "--cpu-replicas", "2", "--warm-up-steps", "0"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert train_main(IMAGES, [*common, "--model-dir", str(straight), "--max-steps", "6"]) == 0
+    assert train_main(IMAGES, [*common, "--model-dir", str(resumed), "--max-steps", "3"]) == 0
+    assert train_main(IMAGES, [*common, "--model-dir", str(resumed), "--max-steps", "6"]) == 0
+    a, b = checkpoint_tensors(straight, 6), checkpoint_tensors(resumed, 6)
+    moving = {name for name in a if "/moving_" in name}
+    assert len(moving) == 16 and a.keys() == b.keys()
+    assert [name for name in a if name not in moving and a[name] != b[name]] == []  # every trained weight
+    for name in moving:
+        np.testing.assert_allclose(np.frombuffer(b[name], np.float32), np.frombuffer(a[name], np.float32),
+                                   rtol=1e-6, err_msg=name)
+
+
+def test_a_deterministic_resume_of_a_model_with_keras_s_own_dropout_is_refused():
+    import types
+    import pytest
+    from models.dropout import StepSeededDropout, stream_dropout_layers
+    from pipeline.determinism import check_resumable
+    from pipeline.errors import FlagError
+    inputs = tf.keras.Input((4,))
+    kept = tf.keras.Model(inputs, StepSeededDropout(0.5, name="ours")(tf.keras.layers.Dense(3)(inputs)), name="m")
+    streamed = tf.keras.Model(inputs, tf.keras.layers.Dropout(0.2, name="block2a_drop")(kept.output), name="net")
+    assert stream_dropout_layers(kept) == [] and stream_dropout_layers(streamed) == ["block2a_drop"]
+    deterministic = types.SimpleNamespace(deterministic=True)
+    with pytest.raises(FlagError, match=r"--deterministic: net's dropout layers \(block2a_drop\) draw from a random "
+                                        "stream that starts over in each process, so a resume from step 20"):
+        check_resumable(deterministic, 20, streamed)
+    check_resumable(deterministic, 0, streamed)  # a run from scratch repeats: its stream starts where it did
+    check_resumable(deterministic, 20, kept)
+    check_resumable(types.SimpleNamespace(deterministic=False), 20, streamed)
