@@ -17,7 +17,9 @@ from pipeline import batching, determinism, estimator as estimator_lib, evaluati
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
+from pipeline.tasks import VALIDATION_FILES
 from pipeline.validation.checks import check_early_stopping, check_validation_split
+from pipeline.validation.split import check_same_split
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     if check_checkpoint:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
     start_step = estimator_lib.latest_global_step(settings.model_dir)
+    if start_step:
+        check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files)
     training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
                                        settings.model_dir, settings.precision)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),

@@ -42,6 +42,9 @@ class TaskData:
     # training goes, it chooses the model that is exported and tested.
     validation_input_fn: Optional[Callable] = None
     num_validation_examples: int = 0
+    # The validation split's image files, for a folder dataset (None: shards, or no split): a resume
+    # checks them against the VALIDATION_FILES list its model dir holds.
+    validation_files: Optional[Sequence[str]] = None
     # The training recipe the task chose for this data, and why (the run header shows it); None for the flags'.
     recipe: Optional[str] = None
     # The settings that recipe sets ({'batch_size': 32, ...}; empty: the flags' own), which the run's

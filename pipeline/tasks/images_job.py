@@ -232,6 +232,7 @@ def prepare_data(args, batch_size):
                     eval_labels=data.splits["test"][1], train_class_counts=data.train_class_counts(),
                     serving_input_fn=_serving(size, data.channels), report=report,
                     validation_input_fn=make("validation", False) if held_out else None,
+                    validation_files=held_out["validation"][0] if held_out else None,
                     num_validation_examples=len(held_out["validation"][0]) if held_out else 0,
                     train_input_at=train_input_at)
 

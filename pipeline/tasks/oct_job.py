@@ -146,6 +146,7 @@ def _folder_data(args, batch_size, size, serving):
                     train_class_counts=[collections.Counter(train[1])[i] for i in range(len(retinal_oct.CLASS_NAMES))],
                     serving_input_fn=serving, report=report,
                     validation_input_fn=make(*held_out["validation"], False) if held_out else None,
+                    validation_files=held_out["validation"][0] if held_out else None,
                     num_validation_examples=len(held_out["validation"][0]) if held_out else 0,
                     train_input_at=train_input_at)
 

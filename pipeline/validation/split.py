@@ -4,7 +4,7 @@ images all on one side)."""
 import os
 
 from acquisition import class_folders, storage
-from pipeline.errors import FlagError
+from pipeline.errors import FlagError, UsageError
 
 
 def held_out_share(files, labels, fraction, seed, group_pattern, class_names=None):
@@ -31,6 +31,26 @@ def split_off_validation(settings, files, labels, read_validation_dir, seed, gro
     if not settings.validation_fraction:
         return None
     return held_out_share(files, labels, settings.validation_fraction, seed, group_pattern, class_names)
+
+
+def check_same_split(listed_path, files):
+    """Raises UsageError when the validation split's `files` are not the ones the model dir's list at
+    `listed_path` names (each by its class folder and file name, however the data dir is spelled): its
+    evaluations, and the best model chosen among them, would compare two validation sets. Nothing is
+    checked without a list (a new run, or one that validated on shards) or without `files`."""
+    if files is None or not storage.isfile(listed_path):
+        return
+    def named(paths):
+        return {os.path.join(os.path.basename(os.path.dirname(p)), os.path.basename(p)) for p in paths}
+    listed, now = named(storage.read_text(listed_path).splitlines()), named(files)
+    if listed == now:
+        return
+    gone, new = sorted(listed - now), sorted(now - listed)
+    example = f"{gone[0]} no longer in it" if gone else f"{new[0]} new in it"
+    raise UsageError(f"the validation split is not the one {listed_path} lists ({len(listed)} images then, {len(now)} "
+                     f"now: {len(gone)} gone, {len(new)} new; {example}): the run's evaluations and its best model "
+                     "would compare two validation sets; restore the data dir's files and pass the validation flags "
+                     "it was trained with (--validation-fraction, --validation-dir), or pass another --model-dir")
 
 
 def check_validation_dir_flags(settings):

@@ -414,3 +414,32 @@ def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but
     with pytest.raises(UsageError, match=r"trained on real data of 800 training images, and this run's is real data "
                                          r"of \d+ .* pass the --data-dir and validation split"):
         run(fashion.TASK, args("--max-steps", "6"))
+
+
+def test_a_resume_validates_on_the_images_its_model_dir_lists_or_is_refused(tmp_path, monkeypatch):
+    """A changed --validation-dir, or a file of the data dir replaced, redrew the split silently: the best
+    model was then chosen across two validation sets."""
+    from pipeline.errors import UsageError
+    from pipeline.tasks import images_job
+    from tests.images_data import make_shapes_folder
+    data, held = make_shapes_folder(str(tmp_path / "data"), per_class=6), make_shapes_folder(
+        str(tmp_path / "held"), per_class=2, seed=1)
+    model_dir = str(tmp_path / "model")
+
+    def args(*extra):
+        images_job._DATASETS.clear()
+        return build_parser(images.TASK).parse_args([
+            "--data-dir", data, "--model-dir", model_dir, "--image-size", "32", "--batch-size", "4",
+            "--model", "small_cnn", "--bootstrap-resamples", "10", "--eval-every-steps", "2", *extra])
+    run(images.TASK, args("--validation-dir", held, "--max-steps", "2"))
+    monkeypatch.chdir(tmp_path)  # the same folder spelled another way: the same split
+    results = run(images.TASK, args("--validation-dir", "held", "--max-steps", "4"))
+    assert [e["step"] for e in results["evaluations"]] == [2, 4]
+    listed = (tmp_path / "model" / "validation_files.txt").read_text().splitlines()
+    os.remove(listed[0])
+    with pytest.raises(UsageError, match=r"the validation split is not the one .*validation_files.txt lists \(6 "
+                                         r"images then, 5 now: 1 gone, 0 new; \S+ no longer in it\)"):
+        run(images.TASK, args("--validation-dir", held, "--max-steps", "6"))
+    # a share of the training images instead (the count of training images tells it first)
+    with pytest.raises(UsageError, match=r"pass the --data-dir and validation split \(--validation-fraction"):
+        run(images.TASK, args("--max-steps", "6"))
