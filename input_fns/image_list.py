@@ -86,7 +86,9 @@ def make_input_fn(config):
             images = images.cache(c.cache and prepare_cache_file(c.cache, "images", {
                 **(c.cache_key or {}), "shard": [pipeline_id(input_context), pipelines],
                 "image_size": list(c.image_size), "channels": c.channels,
-                "decode": "reduced" if c.fast_decode else "full", "training": c.training}))
+                "decode": "reduced" if c.fast_decode else "full", "training": c.training,
+                # a training cache holds its files in the order --seed shuffled them before it
+                "order_seed": c.seed if c.training else None}))
             if c.training:
                 images = skip_examples(images.shuffle(c.shuffle_buffer, seed=c.seed).repeat(), c.skip, input_context)
         batches = images.batch(c.batch_size, drop_remainder=c.training)
