@@ -149,8 +149,24 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None)
     if differing:
         print(f"  note: it was trained with {', '.join(differing)}: these results are not of this command's "
               "flags; pass another --model-dir to train with them", flush=True)
+    unapplied = finishing_flags_not_applied(results, settings)
+    if unapplied:
+        print(f"  note: {', '.join(unapplied)} act when a run finishes, and this one finished without them: run "
+              "again with --eval-only to apply them to its best checkpoint", flush=True)
     print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results
+
+
+def finishing_flags_not_applied(results, settings):
+    """Returns ['--tta', ...]: the flags that act when a run finishes (--tta, --calibrate, --tflite) given
+    in `settings` with other values than the finished run's `results` record."""
+    clinical = results.get("clinical") or {}
+    had = {"tta": tuple(results.get("tta") or ()),
+           "calibrate": "temperature" if (clinical.get("calibration") or {}).get("temperature") else "none",
+           "tflite": tuple(sorted((results.get("tflite") or {}).get("files", {})))}
+    asked = {"tta": tuple(getattr(settings, "tta", ()) or ()), "calibrate": getattr(settings, "calibrate", "none"),
+             "tflite": tuple(sorted(getattr(settings, "tflite", ()) or ()))}
+    return [f"--{name}" for name, value in asked.items() if value and value != "none" and value != had[name]]
 
 
 def flags_not_trained_with(results, settings):

@@ -73,6 +73,10 @@ def test_a_finished_run_asked_again_with_another_model_says_its_results_are_not_
     capsys.readouterr()
     run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common))
     assert "note:" not in capsys.readouterr().out  # the same flags: nothing to note
+    run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common, "--tta", "flip", "--tflite", "float32"))
+    assert "note: --tta, --tflite act when a run finishes, and this one finished without them: run again with " \
+           "--eval-only to apply them" in capsys.readouterr().out
+    assert (tmp_path / "model" / "results.json").read_bytes() == written
 
     def asked(precision, requested):
         return Settings.from_args(args_for(data, model_dir, "--model", "small_cnn")).replace(
