@@ -66,11 +66,12 @@ def prepare_data(args, batch_size):
                             "drawn from them; train on the JPEG folders (--data-dir) for one, or pass "
                             "--validation-fraction 0")
         stopping = [flag for flag, value in (("--stop-at-accuracy", args.stop_at_accuracy),
-                                             ("--patience", args.patience)) if value is not None]
+                                             ("--patience", args.patience),
+                                             ("--calibrate", args.calibrate != "none" or None)) if value is not None]
         if stopping:
-            raise FlagError(f"{' and '.join(stopping)} stop training on the validation split's accuracy, and "
-                            "--records-dir's shards hold no file names, so no validation split by patient can be "
-                            "drawn from them; train on the JPEG folders (--data-dir) to stop early, or drop "
+            raise FlagError(f"{' and '.join(stopping)} need{'s' if len(stopping) == 1 else ''} the validation "
+                            "split, and --records-dir's shards hold no file names, so no validation split by patient "
+                            "can be drawn from them; train on the JPEG folders (--data-dir) for one, or drop "
                             f"{' and '.join(stopping)}")
         log.info("no validation split: --records-dir's shards hold no file names to keep each patient's scans on "
                  "one side (the JPEG folders, --data-dir, have one); the last checkpoint is exported and tested")

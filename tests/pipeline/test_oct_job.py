@@ -31,3 +31,16 @@ def test_prepared_shards_hold_the_decoded_scans_and_are_reused_until_a_scan_chan
     assert oct_job.prepare_records(data_dir, out, 32, num_shards=(3, 2))[1]  # reused
     os.utime(files[0], ns=(0, 0))  # a scan replaced: made anew
     assert not oct_job.prepare_records(data_dir, out, 32, num_shards=(3, 2))[1]
+
+
+def test_calibrating_on_shards_names_the_folders_not_a_validation_fraction_the_shards_refuse(tmp_path):
+    """It said 'give it one (--validation-fraction above 0)', which the shards then refused."""
+    import pytest
+    from pipeline.errors import FlagError
+    from pipeline.flags import build_parser
+    from pipeline.tasks.oct import TASK
+    args = build_parser(TASK).parse_args(["--records-dir", str(tmp_path), "--calibrate", "temperature"])
+    with pytest.raises(FlagError, match=r"--calibrate needs the validation split, and --records-dir's shards hold "
+                                        r"no file names, .* train on the JPEG folders \(--data-dir\) for one, or drop "
+                                        "--calibrate$"):
+        oct_job.prepare_data(args, 4)
