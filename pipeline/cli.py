@@ -107,9 +107,17 @@ def _tensorflow_failure(error, args):
     if url:  # a file system reached by URL (gs://...): its errors carry no errno, but their class tells
         return _io_failure(_TF_ERROR_NUMBERS.get(type(error).__name__), url_failure(url.group(0), error.message),
                            None, args)
+    if isinstance(error, tf.errors.DataLossError) and any(w in error.message for w in _DAMAGED_RECORD):
+        records = getattr(args, "records_dir", None)
+        fix = (f"make the shards of --records-dir {records} again (scripts/prepare_oct.py --out {records})" if records
+               else "remove the prepared shards it reads (the data dir's tfrecords folder) to have them made again")
+        return f"a TFRecord file this run reads is cut short or damaged ({op_error_line(error)}); {fix}"
     if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)):
         return op_error_line(error)
     return None
+
+
+_DAMAGED_RECORD = ("truncated record", "corrupted record", "Read less bytes than requested")
 
 
 def op_error_line(error):

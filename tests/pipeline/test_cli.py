@@ -95,3 +95,27 @@ def test_a_file_error_tensorflow_raises_as_resources_exhausted_is_not_called_out
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"job.py: error: {advice}"), line
     assert "memory" not in line and "--batch-size" not in line and "\n" not in line
+
+
+@pytest.mark.parametrize("records_dir", [None, "/shards"])
+def test_a_truncated_shard_is_named_with_how_to_make_it_again(capsys, tmp_path, records_dir):
+    """It read 'truncated record at 2156' failed with Read less bytes than requested', naming no fix."""
+    import tensorflow as tf
+    path = str(tmp_path / "train-00000-of-00001.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(b"x" * 5000)
+    with open(path, "r+b") as f:
+        f.truncate(3000)
+    try:
+        list(tf.data.TFRecordDataset(path))
+    except tf.errors.DataLossError as e:
+        error = e
+    parser, work = fail_with(error)
+    parser.add_argument("--records-dir", default=records_dir)
+    assert run_command(parser, work, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("job.py: error: a TFRecord file this run reads is cut short or damaged (") and \
+        len(line.splitlines()) == 1, line
+    fix = "make the shards of --records-dir /shards again (scripts/prepare_oct.py --out /shards)" if records_dir \
+        else "remove the prepared shards it reads (the data dir's tfrecords folder) to have them made again"
+    assert fix in line, line
