@@ -1,6 +1,8 @@
 """The validation split, held out of a folder dataset's training files the same way for every job:
 --validation-dir's images, or --validation-fraction of each class, seeded and grouped (a patient's
 images all on one side)."""
+import collections
+import hashlib
 import os
 
 from acquisition import class_folders, storage
@@ -66,15 +68,42 @@ def check_validation_dir_flags(settings):
 
 def check_kept_apart(validation_dir, validation_files, others):
     """Raises FlagError when a file of `validation_files` is also one of `others` ({'training': files,
-    ...}), by its real path: a model chosen on images it trained on, or on the test images, is
-    chosen on a score that measures nothing, or the test report's."""
+    ...}), by its real path or, for local files, its bytes (a copy of the test folder): a model chosen
+    on images it trained on, or on the test images, is chosen on a score that measures nothing, or the
+    test report's."""
     held_out = {_real(f) for f in validation_files}
+    copies = _ContentIndex(validation_files)
     for side, files in others.items():
-        shared = [f for f in files if _real(f) in held_out]
+        shared = [f for f in files if _real(f) in held_out or copies.holds(f)]
         if shared:
             raise FlagError(f"--validation-dir {validation_dir} holds {len(shared)} of the {side} images ({shared[0]}, "
                             "...); pass a folder of images kept out of training and testing, or "
                             "--validation-fraction to hold some out of the training images")
+
+
+class _ContentIndex:
+    """The local files of a list by their bytes, hashed only where a file of the same size is asked
+    about: a check against 83,484 training scans reads few of them."""
+
+    def __init__(self, files):
+        self._by_size = collections.defaultdict(list)
+        for f in files:
+            if not storage.is_url(f):
+                self._by_size[os.path.getsize(f)].append(f)
+        self._digests = {}
+
+    def _digest(self, path):
+        if path not in self._digests:
+            with open(path, "rb") as f:
+                self._digests[path] = hashlib.sha256(f.read()).digest()
+        return self._digests[path]
+
+    def holds(self, path):
+        """Returns whether a file of the list has the bytes of the local file at `path`."""
+        if storage.is_url(path):
+            return False
+        same_size = self._by_size.get(os.path.getsize(path), ())
+        return any(self._digest(path) == self._digest(f) for f in same_size)
 
 
 def _real(path):

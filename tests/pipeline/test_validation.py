@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import random
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -310,7 +311,7 @@ def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
     from pipeline.tasks import images_job
     from tests.images_data import make_shapes_folder
     data, held = make_shapes_folder(str(tmp_path / "data"), per_class=5), make_shapes_folder(
-        str(tmp_path / "val"), per_class=2)
+        str(tmp_path / "val"), per_class=2, seed=1)  # other images: the same seed draws the same bytes
     args = build_parser(images.TASK).parse_args(["--data-dir", data, "--model-dir", str(tmp_path / "model"),
                                                  "--image-size", "32", "--validation-dir", held])
     dataset = images_job.load_dataset(args)
@@ -327,7 +328,7 @@ def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
     assert listing.read_text().splitlines() == files
 
 
-@pytest.mark.parametrize("where", ["data dir", "its test folder", "a link to the data dir"])
+@pytest.mark.parametrize("where", ["data dir", "its test folder", "a link to the data dir", "a copy of the test folder"])
 def test_a_validation_dir_holding_training_or_test_images_is_refused(tmp_path, where):
     from pipeline.errors import FlagError
     from pipeline.tasks import images_job
@@ -337,6 +338,12 @@ def test_a_validation_dir_holding_training_or_test_images_is_refused(tmp_path, w
         data = str(tmp_path / "data")
         make_shapes_folder(os.path.join(data, "train"), per_class=4)
         validation_dir, side = make_shapes_folder(os.path.join(data, "test"), per_class=2, seed=1), "test"
+    elif where == "a copy of the test folder":  # the same bytes under other paths
+        data = str(tmp_path / "data")
+        make_shapes_folder(os.path.join(data, "train"), per_class=4)
+        make_shapes_folder(os.path.join(data, "test"), per_class=2, seed=1)
+        validation_dir, side = str(tmp_path / "copy"), "test"
+        shutil.copytree(os.path.join(data, "test"), validation_dir)
     else:
         data, side = make_shapes_folder(str(tmp_path / "data"), per_class=5), "training"
         validation_dir = data
