@@ -13,6 +13,8 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # make_serving_input_fn's pixels_key. The Estimator names an alternative receiver's '<receiver>:<output>'.
 PIXELS_RECEIVER = "pixels"
 PIXELS_SIGNATURE = PIXELS_RECEIVER + ":serving_default"
+# In an export's assets.extra (and beside its .tflite files): how serving_default decodes image files.
+DECODE_FILE = "decode.txt"
 
 
 def scale_to_unit(images):
@@ -63,12 +65,29 @@ def decode_and_resize(contents, image_size, channels=1, fast=False):
     return tf.saturate_cast(tf.round(image), tf.uint8)
 
 
-def decode_to_pixels(contents, pixels_shape):
+def decode_to_pixels(contents, pixels_shape, fast=False):
     """Returns the image files' `contents` (a list of bytes) as one uint8 array [n, *pixels_shape],
-    each decoded and resized as the export's serving_default decodes it (decode_and_resize): what a
-    client that feeds pixels (a .tflite model, test-time views) gives the model."""
+    each decoded and resized as the export's serving_default decodes it (decode_and_resize, `fast` as
+    the export's DECODE_FILE says): what a client that feeds pixels (a .tflite model, test-time views)
+    gives the model."""
     height, width, channels = pixels_shape
-    return np.stack([decode_and_resize(tf.constant(c), (height, width), channels).numpy() for c in contents])
+    return np.stack([decode_and_resize(tf.constant(c), (height, width), channels, fast).numpy() for c in contents])
+
+
+def read_decode_mode(text):
+    """Returns whether a DECODE_FILE's `text` ('reduced' or 'full') says libjpeg's reduced decoding."""
+    return text.strip() == "reduced"
+
+
+class ServingInputFn:
+    """A serving_input_receiver_fn (call it) that also says how it decodes files: `decode`, 'reduced' or
+    'full', which an export writes to its DECODE_FILE for the clients that decode files themselves."""
+
+    def __init__(self, receiver_fn, fast_decode):
+        self._receiver_fn, self.decode = receiver_fn, "reduced" if fast_decode else "full"
+
+    def __call__(self):
+        return self._receiver_fn()
 
 
 def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key=FEATURE_KEY, bytes_key="jpeg_bytes",
@@ -96,4 +115,4 @@ def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key
         features = {feature_key: scale_to_unit(images) if scale else images}
         return tf.estimator.export.ServingInputReceiver(features, {bytes_key: contents}, alternatives)
 
-    return serving_input_receiver_fn
+    return ServingInputFn(serving_input_receiver_fn, fast_decode)

@@ -8,6 +8,7 @@ import tempfile
 import tensorflow as tf
 
 from acquisition import storage
+from input_fns.decode import DECODE_FILE
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ def softmax_logits(probabilities):
 
 def export_model(estimator, serving_input_fn, class_names, export_base, checkpoint_path=None, extra_assets=None):
     """Exports the checkpoint `checkpoint_path` (default: the estimator's latest) under `export_base`
-    with the class names (and `extra_assets`, {file name: text}) in assets.extra; returns the export's path.
+    with the class names, how it decodes image files (DECODE_FILE, when `serving_input_fn` says: see
+    input_fns.decode.ServingInputFn) and `extra_assets` ({file name: text}) in assets.extra; returns the
+    export's path.
 
     A local export is written in a temporary folder and renamed when whole (the
     Estimator's way). A folder's rename is not atomic on GCS or S3 (a copy of each
@@ -48,7 +51,8 @@ def export_model(estimator, serving_input_fn, class_names, export_base, checkpoi
     """
     with tempfile.TemporaryDirectory() as tmp:
         assets = {}
-        for name, text in {CLASS_NAMES_FILE: "\n".join(class_names) + "\n", **(extra_assets or {})}.items():
+        decode = {DECODE_FILE: serving_input_fn.decode + "\n"} if hasattr(serving_input_fn, "decode") else {}
+        for name, text in {CLASS_NAMES_FILE: "\n".join(class_names) + "\n", **decode, **(extra_assets or {})}.items():
             assets[name] = os.path.join(tmp, name)
             with open(assets[name], "w") as f:
                 f.write(text)

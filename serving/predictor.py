@@ -16,6 +16,7 @@ class Predictor:
     classify: Callable
     pixels_shape: Optional[Tuple[int, ...]] = None
     classify_pixels: Optional[Callable] = None
+    fast_decode: bool = False  # image files decoded with libjpeg's reduced decoding, as the export does
 
     @property
     def channels(self):

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from acquisition import storage
 from input_fns import FEATURE_KEY
-from input_fns.decode import PIXELS_SIGNATURE, decode_to_pixels
+from input_fns.decode import DECODE_FILE, PIXELS_SIGNATURE, decode_to_pixels, read_decode_mode
 from serving import ConversionError, ExportNotFoundError
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
 from serving.predictor import Predictor, check_class_count
@@ -192,8 +192,10 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
     log.info("evaluating %s on the test split beside the SavedModel", ", ".join(kinds))
     accuracy, count, tallies, timed = evaluate(export_dir, models, pixel_batches(eval_input_fn))
     storage.makedirs(target)
-    storage.write_atomically(storage.join(target, CLASS_NAMES_FILE),
-                             storage.read_bytes(storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE)))
+    for name in (CLASS_NAMES_FILE, DECODE_FILE):  # what the .tflite files' clients read beside them
+        source = storage.join(export_dir, "assets.extra", name)
+        if storage.isfile(source):
+            storage.write_atomically(storage.join(target, name), storage.read_bytes(source))
     files, earlier = {}, _earlier_figures(target, kinds, count, accuracy)
     files.update(earlier.get("files", {}))
     if "int8" not in kinds and "int8" in files:
@@ -277,7 +279,7 @@ def summary_lines(record):
 def load_tflite_predictor(path):
     """Returns a serving.predictor.Predictor over the .tflite file at `path` (its class names read from the
     class_names.txt beside it): image files are decoded and resized here as the export's serving_default
-    decodes them (input_fns.decode), then fed as pixels."""
+    decodes them (input_fns.decode, reduced when the DECODE_FILE beside it says so), then fed as pixels."""
     if not storage.isfile(path):
         raise ExportNotFoundError(f"no TFLite model at {path}: pass a .tflite file a run wrote (--tflite) into "
                                   f"<model dir>/export/{TFLITE_DIR}/<timestamp>/")
@@ -297,10 +299,13 @@ def load_tflite_predictor(path):
         probabilities = runner(**{name: np.asarray(batch, np.uint8)})[PROBABILITIES]
         return probabilities, [class_names[i] for i in probabilities.argmax(axis=-1)]
 
-    def classify(contents):
-        return classify_pixels(decode_to_pixels(contents, shape))
+    decode_path = storage.join(os.path.dirname(path), DECODE_FILE)
+    fast = storage.isfile(decode_path) and read_decode_mode(storage.read_text(decode_path))
 
-    return Predictor(path, class_names, classify, shape, classify_pixels)
+    def classify(contents):
+        return classify_pixels(decode_to_pixels(contents, shape, fast))
+
+    return Predictor(path, class_names, classify, shape, classify_pixels, fast)
 
 
 def check_whole_model(model, path):

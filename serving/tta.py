@@ -29,12 +29,13 @@ def with_views(predictor, views):
                                     "no pixels signature (exported before every job's export took them): export the "
                                     "model again")
     classify_pixels, shape, names = predictor.classify_pixels, predictor.pixels_shape, predictor.class_names
+    fast = predictor.fast_decode
 
     def averaged_pixels(batch):
         probabilities = mean_over_views(classify_pixels, views, np.asarray(batch, np.uint8))
         return probabilities, [names[i] for i in probabilities.argmax(axis=-1)]
 
     def averaged_files(contents):
-        return averaged_pixels(decode_to_pixels(contents, shape))
+        return averaged_pixels(decode_to_pixels(contents, shape, fast))
 
     return dataclasses.replace(predictor, classify=averaged_files, classify_pixels=averaged_pixels)

@@ -60,6 +60,10 @@ def prepare_data(args, batch_size):
                         SYNTHETIC_SIZES["test"], "synthetic", class_names=retinal_oct.CLASS_NAMES,
                         serving_input_fn=serving)
     if args.records_dir:
+        if args.decode == "reduced":
+            raise FlagError("--decode reduced decodes JPEG files, and --records-dir's shards hold scans decoded in "
+                            "full (scripts/prepare_oct.py): the export would decode otherwise than training did; "
+                            "drop --decode, or train on the JPEG folders (--data-dir)")
         asked = args.validation_fraction and "validation_fraction" in getattr(args, "explicit_flags", ())
         if args.validation_dir or asked:
             raise FlagError("--records-dir's shards hold no file names, so no validation split by patient can be "

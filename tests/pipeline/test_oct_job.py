@@ -44,3 +44,15 @@ def test_calibrating_on_shards_names_the_folders_not_a_validation_fraction_the_s
                                         r"no file names, .* train on the JPEG folders \(--data-dir\) for one, or drop "
                                         "--calibrate$"):
         oct_job.prepare_data(args, 4)
+
+
+def test_reduced_decoding_of_shards_decoded_in_full_is_refused(tmp_path):
+    """The export would have decoded files reduced while training read scans decoded in full."""
+    import pytest
+    from pipeline.errors import FlagError
+    from pipeline.flags import build_parser
+    from pipeline.tasks.oct import TASK
+    args = build_parser(TASK).parse_args(["--records-dir", str(tmp_path), "--decode", "reduced"])
+    with pytest.raises(FlagError, match="--decode reduced decodes JPEG files, and --records-dir's shards hold scans "
+                                        "decoded in full"):
+        oct_job.prepare_data(args, 4)

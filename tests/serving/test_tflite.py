@@ -269,11 +269,12 @@ def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_
 
 
 def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path):
+    """With --decode reduced: the .tflite client decoded files in full, the export reduced (2e-3 apart)."""
     model_dir = str(tmp_path / "oct")
     assert train_main(oct_task.TASK, ["--data-dir", os.path.dirname(oct_tree), "--model-dir", model_dir,
                                       "--max-steps", "4", "--image-size", "32", "--weights", "none", "--batch-size",
                                       "8", "--warm-up-steps", "1", "--bootstrap-resamples", "10", "--on-bad-image",
-                                      "skip", "--tflite", "float32,int8"]) == 0
+                                      "skip", "--tflite", "float32,int8", "--decode", "reduced"]) == 0
     with open(os.path.join(model_dir, "results.json")) as f:
         results = json.load(f)
     record = results["tflite"]
@@ -288,8 +289,9 @@ def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path):
     got = runner(**{name: images})["probabilities"]
     assert np.abs(got - expected).max() < 1e-4 and (got.argmax(1) == expected.argmax(1)).all()
     assert record["files"]["int8"]["bytes"] < 0.4 * record["files"]["float32"]["bytes"]
-    saved, lite = (list(classify_files(load_predictor(m), scans[:6])) for m in
-                   (results["export_dir"], record["files"]["float32"]["file"]))
+    predictors = [load_predictor(m) for m in (results["export_dir"], record["files"]["float32"]["file"])]
+    assert [p.fast_decode for p in predictors] == [True, True]  # decode.txt in assets.extra, and beside the file
+    saved, lite = (list(classify_files(p, scans[:6])) for p in predictors)
     assert [r["class"] for r in saved] == [r["class"] for r in lite] and len(saved) == 6
     assert np.allclose([list(r["probabilities"].values()) for r in saved],
                        [list(r["probabilities"].values()) for r in lite], atol=1e-4)
