@@ -115,6 +115,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                        settings.model_dir, settings.precision)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),
                                           settings.model_dir)
+    training_record.check_same_model(record.segments, start_step, getattr(settings, "model", None),
+                                     settings.model_dir)
     if settings.eval_only:
         training_record.check_convertible(record.segments, start_step, settings.tflite, settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,

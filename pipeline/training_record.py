@@ -28,8 +28,9 @@ MAX_IMAGES = 2 ** 53  # the images a run plans, exact in the learning-rate sched
 @dataclasses.dataclass
 class Segment:
     """One run's part of training: from `start_step`, having trained `images_at_start`, at `global_batch`,
-    to `max_steps`, in `precision`, with or without --deterministic and its `seed`, at `image_size` (the
-    last five None in records of earlier versions; the size None too for a job without --image-size)."""
+    to `max_steps`, in `precision`, with or without --deterministic and its `seed`, at `image_size`, of
+    `model` (the last six None in records of earlier versions; the size and the model None too for a
+    job without --image-size or --model)."""
     start_step: int
     images_at_start: int
     global_batch: int
@@ -38,6 +39,7 @@ class Segment:
     deterministic: Optional[bool] = None
     seed: Optional[int] = None
     image_size: Optional[int] = None
+    model: Optional[str] = None
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -192,6 +194,19 @@ def check_convertible(segments, start_step, tflite, model_dir):
                         "or bf16-amp")
 
 
+def check_same_model(segments, start_step, model, model_dir):
+    """Raises FlagError (exit 2) when steps before `start_step` trained another --model than `model`: its
+    checkpoint does not fit (or, worse, would fit) the network these flags build. Steps of an earlier
+    version (no model on record) are taken on trust."""
+    if model is None or not start_step:
+        return
+    for segment in segments:
+        if segment.start_step < start_step and segment.model not in (None, model):
+            raise FlagError(f"--model {model}: the checkpoints in {model_dir} were trained with --model "
+                            f"{segment.model}; resume (or evaluate) with --model {segment.model}, or pass another "
+                            "--model-dir")
+
+
 def check_same_image_size(segments, start_step, image_size, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` were trained at another --image-size than
     `image_size`: a model that pools globally takes any size, so its weights would go on at another
@@ -207,10 +222,10 @@ def check_same_image_size(segments, start_step, image_size, model_dir):
 
 def record_start(model_dir, task_name, record, plan_, data, settings):
     """Writes this run's segment to the model dir's record, before its first step; returns the path.
-    `settings` says how it trains: its precision, --deterministic and seed, and its --image-size."""
+    `settings` says how it trains: its precision, --deterministic and seed, its --image-size and --model."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps,
                         settings.precision, bool(settings.deterministic), settings.seed,
-                        getattr(settings, "image_size", None)))
+                        getattr(settings, "image_size", None), getattr(settings, "model", None)))
     return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

@@ -53,7 +53,7 @@ def test_balanced_class_weights():
     assert images_job.balanced_class_weights([30, 10]) == pytest.approx([40 / 60, 40 / 20])
 
 
-def test_a_finished_run_asked_again_with_another_model_says_its_results_are_not_of_that_model(tmp_path, capsys):
+def test_a_finished_run_asked_again_with_other_flags_refuses_or_notes_them(tmp_path, capsys):
     from pipeline.roles import run
     from pipeline.settings import Settings
     from pipeline.run_output import flags_not_trained_with
@@ -62,13 +62,9 @@ def test_a_finished_run_asked_again_with_another_model_says_its_results_are_not_
               "--precision", "fp32"]
     results = run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common))
     written = (tmp_path / "model" / "results.json").read_bytes()
-    capsys.readouterr()
-    again = run(TASK, args_for(data, model_dir, "--model", "keras_scratch", *common))
-    out = capsys.readouterr().out
-    assert "already finished at global step 2" in out
-    assert "note: it was trained with --model small_cnn (not keras_scratch): these results are not of this " \
-           "command's flags; pass another --model-dir to train with them" in out
-    assert again["model"] == results["model"] == "small_cnn"
+    with pytest.raises(FlagError, match="--model keras_scratch: the checkpoints in .* were trained with --model "
+                                        "small_cnn; resume"):  # finished or not: the record names its model
+        run(TASK, args_for(data, model_dir, "--model", "keras_scratch", *common))
     assert (tmp_path / "model" / "results.json").read_bytes() == written
     capsys.readouterr()
     run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common))
@@ -77,6 +73,12 @@ def test_a_finished_run_asked_again_with_another_model_says_its_results_are_not_
     assert "note: --tta, --tflite act when a run finishes, and this one finished without them: run again with " \
            "--eval-only to apply them" in capsys.readouterr().out
     assert (tmp_path / "model" / "results.json").read_bytes() == written
+    with pytest.raises(FlagError, match="--model keras_scratch: the checkpoints in .* were trained with --model "
+                                        "small_cnn; resume"):  # it was "does not fit ... (the same --image-size, say)"
+        run(TASK, args_for(data, model_dir, "--model", "keras_scratch", *common, "--max-steps", "4"))
+    # a record of an earlier version names no model: the finished run's results note it
+    assert flags_not_trained_with(results, Settings.from_args(args_for(data, model_dir, "--model", "vgg16"))) == \
+        ["--model small_cnn (not vgg16)"]
 
     def asked(precision, requested):
         return Settings.from_args(args_for(data, model_dir, "--model", "small_cnn")).replace(

@@ -65,9 +65,11 @@ def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     saved = json.loads((tmp_path / progress.PROGRESS_FILE).read_text())
     assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
                      "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
-                               "precision": "fp32", "deterministic": False, "seed": None, "image_size": None},
+                               "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
+                               "model": None},
                               {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70,
-                               "precision": "fp32", "deterministic": False, "seed": None, "image_size": None}]}
+                               "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
+                               "model": None}]}
 
 
 def test_a_resume_on_other_data_is_refused(tmp_path):
@@ -97,6 +99,16 @@ def test_an_eval_only_conversion_of_a_bf16_policy_export_is_refused_before_anyth
     progress.check_convertible([bf16], 10, (), "/m")  # no conversion asked
     progress.check_convertible([bf16, fp32], 20, ("int8",), "/m")  # the newest run's export is float32
     progress.check_convertible([progress.Segment(0, 0, 32)], 10, ("int8",), "/m")  # an earlier version's: on trust
+
+
+def test_a_resume_with_another_model_is_refused_naming_the_one_it_trained():
+    small = progress.Segment(0, 0, 32, 10, "fp32", False, None, 32, "small_cnn")
+    with pytest.raises(FlagError, match="--model small_resnet: the checkpoints in /m were trained with --model "
+                                        "small_cnn; resume \\(or evaluate\\) with --model small_cnn"):
+        progress.check_same_model([small], 10, "small_resnet", "/m")
+    progress.check_same_model([small], 10, "small_cnn", "/m")
+    progress.check_same_model([small], 10, None, "/m")  # a job without --model
+    progress.check_same_model([progress.Segment(0, 0, 32)], 10, "small_resnet", "/m")  # an earlier version's
 
 
 def test_a_model_dir_without_a_record_counts_its_steps_at_this_batch():
