@@ -41,6 +41,10 @@ def run_command(parser, work, argv=None, parse=None):
     except KeyboardInterrupt:  # Ctrl-C in a tool that does not catch stop signals itself
         print(f"{parser.prog}: stopped by SIGINT", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head`: whatever reads the output has stopped reading
+        _silence_stdout()
+        message, code = ("stopped: the program reading this output closed it (a pipe into head, say); "
+                         "send the output to a file instead (> out.txt), or read it all"), 1
     except OSError as e:  # writing results, an export's assets, a download, a conversion
         message, code = _io_failure(e.errno, e.strerror or str(e), e.filename, args), 1
         _show_traceback(e)
@@ -52,6 +56,13 @@ def run_command(parser, work, argv=None, parse=None):
         _show_traceback(e)
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     return code
+
+
+def _silence_stdout():
+    """Points stdout at /dev/null: Python flushes it again at exit, into the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def set_tensorflow_environment(args):

@@ -95,3 +95,18 @@ def test_a_home_where_no_folder_can_be_made_names_the_path_and_the_flag(tmp_path
     line = assert_clean_failure(result, "No such file or directory (/proc/.keras)", "create it, or pass another "
                                 "--data-dir")
     assert "free some space" not in line and "write failed" not in line
+
+
+def test_output_piped_into_a_reader_that_stops_ends_in_one_line_that_says_so(tmp_path):
+    """`train_fashion.py | head -1`: it said 'a file operation failed: Broken pipe; fix that path, or pass
+    another folder; then run the same command: it resumes from ...', naming no path and no checkpoint."""
+    with subprocess.Popen([sys.executable, SCRIPT, "--synthetic", "--max-steps", "2", "--batch-size", "8",
+                           "--model-dir", str(tmp_path / "m")], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+        assert run.stdout.readline().startswith(b"fashion: ")
+        run.stdout.close()  # as head does after its line
+        err = run.stderr.read().decode()
+        assert run.wait(timeout=300) == 1, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last == ("train_fashion.py: error: stopped: the program reading this output closed it (a pipe into "
+                    "head, say); send the output to a file instead (> out.txt), or read it all"), err[-2000:]
+    assert "Traceback" not in err and "Exception ignored" not in err
