@@ -107,7 +107,7 @@ def _cache_report(args):
 
 def _folder_data(args, batch_size, size, serving):
     """Returns TaskData over the JPEG folders: test/, and train/ less the validation split (by patient)."""
-    root = retinal_oct.ensure_dataset(args.data_dir)
+    root = dataset_root(args.data_dir)
     scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS)
              for split in ("train", "test")}
@@ -193,6 +193,13 @@ def _records_data(args, batch_size, size, serving):
                     train_input_at=lambda skip: make("train", True, skip))
 
 
+def dataset_root(data_dir):
+    """Returns retinal_oct.ensure_dataset's root, a local one by its real path: the caches and shards keyed
+    by its files are then one for any spelling of the folder (oct/, ./oct, a link to it)."""
+    root = retinal_oct.ensure_dataset(data_dir)
+    return root if storage.is_url(root) else os.path.realpath(root)
+
+
 def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shards=(16, 2), seed=0):
     """Writes the OCT train and test images, resized to `image_size`, as shards in `out_dir` (or
     reuses those already there from the same files and settings); returns (manifest, reused).
@@ -202,7 +209,7 @@ def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shar
     images go in sorted order. The manifest (acquisition.shards) is what
     --records-dir reads.
     """
-    root = retinal_oct.ensure_dataset(data_dir)
+    root = dataset_root(data_dir)
     scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS) for split in ("train", "test")}
     image_checks.check_bad_files(scans.values(), on_bad_image)

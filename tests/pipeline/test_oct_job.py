@@ -56,3 +56,19 @@ def test_reduced_decoding_of_shards_decoded_in_full_is_refused(tmp_path):
     with pytest.raises(FlagError, match="--decode reduced decodes JPEG files, and --records-dir's shards hold scans "
                                         "decoded in full"):
         oct_job.prepare_data(args, 4)
+
+
+def test_one_cache_for_every_spelling_of_the_data_dir(oct_tree, tmp_path, monkeypatch):
+    """oct/, ./oct and the absolute path each wrote a cache of their own (4.2 GB each at full size)."""
+    import glob
+    from pipeline.flags import build_parser
+    from pipeline.tasks.oct import TASK
+    data = os.path.dirname(oct_tree)
+    os.symlink(data, tmp_path / "linked")
+    monkeypatch.chdir(tmp_path)
+    for spelling in (data, data + "/", "linked", "./linked/OCT2017"):
+        args = build_parser(TASK).parse_args(["--data-dir", spelling, "--model-dir", str(tmp_path / "m"),
+                                              "--image-size", "32", "--cache", str(tmp_path / "cache"),
+                                              "--validation-fraction", "0"])
+        oct_job.prepare_data(args, 4).train_input_fn()  # names its cache file (and writes what it holds)
+    assert len(glob.glob(str(tmp_path / "cache" / "images-*.json"))) == 1
