@@ -59,6 +59,19 @@ def acquire(path, wait=False):
         raise
 
 
+def share(path):
+    """Takes a shared hold on the lock at `path` (created if absent) for the rest of the process; returns
+    its file descriptor. Many processes share it; `acquire` of the same path fails while any holds it.
+    Raises LockHeld when a process holds it exclusively."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockHeld(path, "a process rewriting them") from None
+    return fd
+
+
 def release(fd):
     """Releases a lock taken by acquire()."""
     fcntl.flock(fd, fcntl.LOCK_UN)

@@ -8,6 +8,7 @@ and `source` (what they were made from, and how) are those asked for and every s
 otherwise they are made anew. A manifest lists, for each split, its record count, examples per
 class and shard count; for evaluation splits also the labels in the order an evaluation reads them.
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -25,6 +26,8 @@ from acquisition.files import write_json_atomically
 VERSION = 3
 MANIFEST = "manifest.json"
 LOCK = ".shards.lock"
+READERS = ".readers.lock"  # held shared by each run reading the shards: none is rewritten under it
+_reading = {}  # shard folder -> its READERS hold, kept until this process ends
 IMAGE_EXAMPLE_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
                       "label": tf.io.FixedLenFeature([], tf.int64)}
 _PARTIAL = ".partial-"  # the start of write_shards' temporary folders
@@ -143,12 +146,41 @@ def prepare(directory, source, image_shape, class_names, write_splits):
         manifest = _reusable(directory, source)
         if manifest:
             return manifest, True
-        remove_partial_shards(directory)  # of a preparation that was killed: we hold the lock
-        splits, skipped = write_splits(directory)
-        manifest = {"version": VERSION, "source": source, "image_shape": list(image_shape),
-                    "class_names": list(class_names), "splits": splits, "skipped_files": list(skipped)}
-        write_json_atomically(os.path.join(directory, MANIFEST), manifest)
+        with _unread(directory):
+            remove_partial_shards(directory)  # of a preparation that was killed: we hold the lock
+            splits, skipped = write_splits(directory)
+            manifest = {"version": VERSION, "source": source, "image_shape": list(image_shape),
+                        "class_names": list(class_names), "splits": splits, "skipped_files": list(skipped)}
+            write_json_atomically(os.path.join(directory, MANIFEST), manifest)
         return _with_patterns(manifest, directory), False
+
+
+def hold_for_reading(directory):
+    """Marks the local shard folder `directory` as read by this process until it ends: prepare() then
+    refuses to rewrite it (a run whose shards changed under it failed mid-training). Raises
+    InputDataError while a preparation rewrites it."""
+    if storage.is_url(directory) or directory in _reading or not os.path.isdir(directory):
+        return  # (a folder that is not there: reading its manifest says so)
+    try:
+        _reading[directory] = locks.share(os.path.join(directory, READERS))
+    except locks.LockHeld:
+        raise InputDataError(f"the shards in {directory} are being written; wait until scripts/prepare_oct.py "
+                             "has finished, then run again") from None
+
+
+@contextlib.contextmanager
+def _unread(directory):
+    """Holds the shards in `directory` from readers while the block writes them; raises InputDataError
+    when a run reads them (see hold_for_reading)."""
+    try:
+        fd = locks.acquire(os.path.join(directory, READERS))
+    except locks.LockHeld:
+        raise InputDataError(f"a run is training from the shards in {directory}, and these settings would "
+                             "write them anew; wait until it has finished, or pass another output folder") from None
+    try:
+        yield
+    finally:
+        locks.release(fd)
 
 
 def _reusable(directory, source):

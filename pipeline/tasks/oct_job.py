@@ -173,6 +173,7 @@ def read_records_manifest(records_dir):
 
 
 def _records_data(args, batch_size, size, serving):
+    shards.hold_for_reading(args.records_dir)
     manifest = read_records_manifest(args.records_dir)
     if tuple(manifest["image_shape"][:2]) != size:
         raise InputDataError(f"the shards in {args.records_dir} hold {manifest['image_shape'][0]}-pixel images; "

@@ -77,3 +77,38 @@ def test_shards_on_a_url_are_read_as_local_ones(tmp_path):
     storage.remove(files[1])
     with pytest.raises(InputDataError, match="test-00001-of-00002.tfrecord, listed in ram://shared/shards/manifest"):
         shards.read_manifest("ram://shared/shards", "make them again", splits=("test",))
+
+
+READER = ("import sys, time; sys.path.insert(0, {root!r}); from acquisition import shards\n"
+          "try:\n    shards.hold_for_reading({out!r})\nexcept Exception as e:\n    print(e, flush=True); sys.exit(1)\n"
+          "print('reading', flush=True); time.sleep(60)")
+
+
+def test_shards_a_run_reads_are_not_rewritten_under_it_nor_read_while_written(tmp_path):
+    """prepare_oct.py into the folder a run trained from replaced its shards; the run died with a traceback."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out, calls = str(tmp_path / "shards"), []
+    _prepare(out, {"files": "v1"}, calls)
+    reader = subprocess.Popen([sys.executable, "-c", READER.format(root=root, out=out)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert reader.stdout.readline() == "reading\n"
+        assert _prepare(out, {"files": "v1"}, calls)[1]  # the same shards: reused beside the reader
+        with pytest.raises(InputDataError, match=r"a run is training from the shards in .*shards, and these settings "
+                                                 "would write them anew; wait until it has finished"):
+            _prepare(out, {"files": "v2"}, calls)
+        assert len(calls) == 1
+    finally:
+        reader.kill()
+        reader.wait()
+
+    def write_while_a_run_starts(directory):
+        started = subprocess.run([sys.executable, "-c", READER.format(root=root, out=directory)],
+                                 capture_output=True, text=True, timeout=60)
+        calls.append(started.stdout)
+        return {"test": shards.write_split([np.zeros((2, 2, 1), np.uint8)], [0], directory, "test", 1, 2,
+                                           keep_order=True)}, []
+    assert not shards.prepare(out, {"files": "v2"}, (2, 2, 1), ("a", "b"), write_while_a_run_starts)[1]
+    assert calls[-1].startswith(f"the shards in {out} are being written; wait until")
