@@ -60,7 +60,8 @@ def figures(report, after_temperature=False):
 
 
 def _run(command, log_path):
-    """Runs `command` with its output in `log_path`; raises TrainingError naming the log on failure.
+    """Runs `command` with its output in `log_path`; raises FlagError when the job refused its flags
+    (exit 2), TrainingError on another failure, each naming the log.
     The run holds the read end of a lifeline (cluster.lifeline, which every job follows): if this
     process dies, kill -9 included, the run checkpoints and ends rather than train on unwatched."""
     with held_lifeline() as (env, lifeline), open(log_path, "w") as log:
@@ -68,7 +69,8 @@ def _run(command, log_path):
     if code:
         with open(log_path) as log:
             last = (log.read().strip().splitlines() or ["(no output)"])[-1]
-        raise TrainingError(f"{' '.join(command[1:3])} ... exited {code}: {last} (log: {log_path})")
+        error = FlagError if code == 2 else TrainingError
+        raise error(f"{' '.join(command[1:3])} ... exited {code}: {last} (log: {log_path})")
 
 
 def claim_output(output, job_argv, arms):
@@ -124,7 +126,12 @@ def measure(script, job_argv, arms, seeds, output, progress=print):
     rows = []
     for seed in seeds:
         for arm in arms.values():
-            report = run_arm(script, job_argv, arm, seed, output)
+            try:
+                report = run_arm(script, job_argv, arm, seed, output)
+            except FlagError:
+                if not os.path.isdir(os.path.join(output, "reports")):  # nothing measured: these flags are free
+                    os.remove(os.path.join(output, PLAN_FILE))
+                raise
             row = {"seed": seed, "arm": arm.name, **figures(report, arm.kind == "temperature")}
             progress(", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
             rows.append(row)

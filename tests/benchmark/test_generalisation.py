@@ -125,6 +125,24 @@ def test_a_failed_run_names_its_last_line_and_its_log(tmp_path):
                              "print('train.py: error: no data', file=sys.stderr); sys.exit(3)"], log)
 
 
+
+def test_a_job_refusing_its_flags_is_a_flag_error_that_leaves_the_output_free_for_other_flags(tmp_path, monkeypatch):
+    """It exited 1, and the corrected command was then refused: the output held a plan of the bad flags."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train_fake.py").write_text(
+        "import sys\nif '--bad' in sys.argv:\n    print('train_fake.py: error: --bad: no such thing', "
+        "file=sys.stderr); sys.exit(2)\n" + FAKE_JOB)
+    monkeypatch.setattr(generalisation, "ROOT", str(tmp_path))
+    arms = {"baseline": generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")["baseline"]}
+    out = str(tmp_path / "out")
+    generalisation.claim_output(out, ["--bad"], arms)
+    with pytest.raises(FlagError, match=r"exited 2: train_fake.py: error: --bad: no such thing \(log: "):
+        generalisation.measure("train_fake.py", ["--bad"], arms, [1], out, progress=lambda line: None)
+    generalisation.claim_output(out, [], arms)  # nothing was measured: the corrected flags take the folder
+    assert [r["arm"] for r in generalisation.measure("train_fake.py", [], arms, [1], out,
+                                                     progress=lambda line: None)] == ["baseline"]
+
+
 CHILD = """
 import os, sys, time
 from cluster.lifeline import follow_launcher
