@@ -99,6 +99,11 @@ def scan_class_folders(data_dir, channels=None, workers=4):
         if extra:
             raise InputDataError(f"{os.path.join(data_dir, top['test'])} has class folder(s) {', '.join(extra)} "
                                  "that train does not; every test class needs training images")
+        absent = [n for n in class_names if n not in set(_class_dirs(storage.join(data_dir, top["test"])))]
+        if absent:
+            raise InputDataError(f"{os.path.join(data_dir, top['test'])} has no folder for class(es) "
+                                 f"{', '.join(repr(n) for n in absent)}, which train has; add its test images in "
+                                 "one, or take the class out of train")
         folders = {s: storage.join(data_dir, top[s]) for s in SPLITS}
     else:
         class_names, folders = tuple(top.values()), {"all": data_dir}

@@ -38,6 +38,17 @@ def test_train_and_test_folders_are_used_as_they_are(tmp_path):
     assert folders.scans["train"].num_good == 12 and folders.scans["test"].num_good == 4
 
 
+def test_a_test_folder_without_a_class_of_train_is_named_as_such(tmp_path):
+    """It said 'no readable images of class 'b' in .../test; add some or remove the folder' of a folder
+    that is not there."""
+    for split, names in (("train", ("a", "b")), ("test", ("a",))):
+        for name in names:
+            write_images(str(tmp_path / split / name), 3)
+    with pytest.raises(InputDataError, match=r"test has no folder for class\(es\) 'b', which train has; add its "
+                                             "test images in one, or take the class out of train"):
+        class_folders.scan_class_folders(str(tmp_path))
+
+
 def test_the_bad_files_of_train_and_test_folders_are_counted_together(tmp_path):
     for split, count in (("train", 6), ("test", 3)):
         for name in ("a", "b"):
