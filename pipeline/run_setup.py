@@ -105,7 +105,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     # An evaluation counts no epochs, but a report fitted on a validation split other than training's would
     # fit on images the model trained on.
     training_record.check_same_data(record, trained_on, settings.model_dir,
-                                    training=not settings.eval_only or evaluation_report.uses_validation(settings))
+                                    training=not settings.eval_only or evaluation_report.uses_validation(settings),
+                                    skipped=data.report.get("skipped_files", ()))
     if check_checkpoint:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
     start_step = estimator_lib.latest_global_step(settings.model_dir)

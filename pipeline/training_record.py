@@ -102,11 +102,12 @@ def describe_data(synthetic, train_examples):
     return {"synthetic": bool(synthetic), "train_examples": int(train_examples)}
 
 
-def check_same_data(record, data, model_dir, training=True):
+def check_same_data(record, data, model_dir, training=True, skipped=()):
     """Raises UsageError when `data` (describe_data's) is not the data the model dir's epochs were
     counted on: generated instead of real data, or another number of training images (the
     shipped sample against the full dataset, or another validation split, say). Without `training`
-    (--eval-only) only the kind of data must match: an evaluation counts no epochs."""
+    (--eval-only) only the kind of data must match: an evaluation counts no epochs. `skipped`, the files
+    --on-bad-image skip leaves out now, are named as a cause."""
     if record.data is None or not record.segments or record.data == data:
         return
     if not training and record.data["synthetic"] == data["synthetic"]:
@@ -115,6 +116,9 @@ def check_same_data(record, data, model_dir, training=True):
         return f"{'generated' if d['synthetic'] else 'real'} data of {d['train_examples']:,} training images"
     if record.data["synthetic"] != data["synthetic"]:
         fix = "pass --synthetic" if record.data["synthetic"] else "drop --synthetic"
+    elif skipped:
+        fix = (f"{len(skipped)} file(s) are now skipped as bad ({skipped[0]}, ...): restore them, or pass the "
+               "--data-dir and validation split (--validation-fraction, --validation-dir) it was trained with")
     else:
         fix = "pass the --data-dir and validation split (--validation-fraction, --validation-dir) it was trained with"
     raise UsageError(f"the model dir {model_dir} was trained on {words(record.data)}, and this run's is "
