@@ -3,12 +3,11 @@ centre and resized back, and an evaluation input_fn whose images are one view of
 
 Every view is deterministic and keeps the batch's shape and dtype, so a model takes it as it takes the
 images themselves; integer images are rounded back to their dtype after a crop's bilinear resize (as
-input_fns.decode rounds a decoded image). The views' names are pipeline.flags.tta's.
+input_fns.decode rounds a decoded image). The views' names are input_fns' own (its __init__, without TensorFlow, for --tta's flag).
 """
 import tensorflow as tf
 
-from input_fns import FEATURE_KEY
-from pipeline.flags.tta import CROP_FRACTION, CROP_VIEWS, FLIP_VIEWS, IDENTITY
+from input_fns import CROP_FRACTION, CROP_VIEWS, FEATURE_KEY, FLIP_VIEWS, IDENTITY
 
 _FLIP_AXES = {FLIP_VIEWS["horizontal"]: [2], FLIP_VIEWS["vertical"]: [1], FLIP_VIEWS["both"]: [1, 2]}
 # Where each crop starts along each side: 0 at the top (left), 1 at the bottom (right), 0.5 centred.

@@ -10,9 +10,9 @@ import types
 import numpy as np
 
 from hooks.scores import ScoreCollectorHook
+from input_fns import CROP_FRACTION, CROP_VIEWS
 from input_fns.views import view_input_fn
 from pipeline import evaluation_report
-from pipeline.flags.tta import CROP_FRACTION, CROP_VIEWS
 from pipeline.metrics import CROSS_ENTROPY, EPSILON
 
 log = logging.getLogger(__name__)

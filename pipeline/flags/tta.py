@@ -2,13 +2,7 @@
 predict.py average; input_fns.views makes them). Nothing here imports TensorFlow."""
 import argparse
 
-from input_fns import FLIP_DIRECTIONS
-
-IDENTITY = "identity"  # the image as it is: always the first view
-FLIP_VIEWS = {"horizontal": "flip", "vertical": "flip_vertical", "both": "flip_both"}  # a view's name by direction
-# The corner and centre crops of --tta crops, each resized back to the model's input size.
-CROP_VIEWS = ("crop_top_left", "crop_top_right", "crop_bottom_left", "crop_bottom_right", "crop_centre")
-CROP_FRACTION = 0.875  # a crop's side, as a fraction of the image's
+from input_fns import CROP_FRACTION, CROP_VIEWS, FLIP_DIRECTIONS, FLIP_VIEWS, IDENTITY
 TTA_HELP = ("test-time augmentation: average the class probabilities over views of each test image: 'flip' "
             "(the image and its mirror image; flip=vertical|both to choose the axis), 'crops' (the image, its four "
             "corner crops and centre crop of %g of each side, resized back), or both ('flip,crops'); 'none' "

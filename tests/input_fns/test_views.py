@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from input_fns import CROP_FRACTION, CROP_VIEWS
 from input_fns.views import VIEWS, apply_view, view_input_fn
-from pipeline.flags.tta import CROP_FRACTION, CROP_VIEWS, tta_views
+from pipeline.flags.tta import tta_views
 
 
 @pytest.fixture(scope="module")

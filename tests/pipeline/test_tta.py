@@ -22,7 +22,7 @@ from input_fns.decode import PIXELS_SIGNATURE
 from input_fns.views import apply_view
 from pipeline.evaluation_report import EVAL_ONLY_DIR
 from pipeline.cli import train_main
-from pipeline.flags.tta import CROP_VIEWS
+from input_fns import CROP_VIEWS
 from pipeline.tasks import fashion
 from tests.conftest import ROOT, assert_clean_failure
 
