@@ -101,8 +101,8 @@ def gpu_table_peak(device_name, precision):
     return None
 
 
-def _chained_graph(kind, shape, dtype, device):
-    """Returns (graph, its initializer, op to run, FLOPs of one run) of CHAIN dependent matmuls or
+def _chained_graph(kind, shape, dtype, device, chain=CHAIN):
+    """Returns (graph, its initializer, op to run, FLOPs of one run) of `chain` dependent matmuls or
     convolutions on inputs held in variables, so that a run times the math and not the making of
     its inputs (which took up to a third of a run when they were generated in it)."""
     graph = tf.Graph()
@@ -110,26 +110,48 @@ def _chained_graph(kind, shape, dtype, device):
         if kind == "gemm":
             rows, columns = shape
             x_shape, w_shape, fan_in = (rows, columns), (columns, columns), columns
-            flops_each = 2 * rows * columns * columns
         else:
             batch, size, channels = shape
             x_shape, w_shape, fan_in = (batch, size, size, channels), (3, 3, channels, channels), 9 * channels
-            flops_each = 2 * batch * size * size * channels * channels * 9
         # Seeded: under --deterministic (op determinism on) an unseeded random op is an error.
         x = tf.compat.v1.Variable(tf.cast(tf.random.normal(x_shape, seed=1), dtype))
         w = tf.compat.v1.Variable(tf.cast(tf.random.normal(w_shape, stddev=fan_in ** -0.5, seed=2), dtype))
         y = x.read_value()
-        for _ in range(CHAIN):
+        for _ in range(chain):
             y = tf.matmul(y, w) if kind == "gemm" else tf.nn.conv2d(y, w, strides=1, padding="SAME")
         op = tf.reduce_sum(tf.cast(y[:1], tf.float32))
         initializer = tf.compat.v1.variables_initializer([x, w])
-    return graph, initializer, op, CHAIN * flops_each
+    return graph, initializer, op, _chained_graph_flops(kind, shape, chain)
+
+
+def _seconds_per_run(kind, shape, dtype, device):
+    """Returns the wall seconds one run of the shape's chained graph should take, from one run of a
+    pilot of a 256th of its FLOPs (a 64th of the rows or the batch, unchained): float16 matmuls on a
+    CPU without native float16 ran at 1 GFLOP/s, 150 s a run, against 0.6 s for its convolutions."""
+    pilot_shape = (max(1, shape[0] // 64),) + tuple(shape[1:])
+    graph, initializer, op, flops = _chained_graph(kind, pilot_shape, dtype, device, chain=1)
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(initializer)
+        start = time.perf_counter()
+        session.run(op)
+        seconds = time.perf_counter() - start
+    return seconds * _chained_graph_flops(kind, shape) / flops
+
+
+def _chained_graph_flops(kind, shape, chain=CHAIN):
+    """Returns the FLOPs of one run of _chained_graph(kind, shape, ..., chain)."""
+    if kind == "gemm":
+        rows, columns = shape
+        return chain * 2 * rows * columns * columns
+    batch, size, channels = shape
+    return chain * 2 * batch * size * size * channels * channels * 9
 
 
 def probe_shapes(precision, device="/cpu:0", budget_seconds=6.0):
     """Returns [(shape, best FLOP/s)] over PROBE_SHAPES in `precision` on `device`:
     each shape run once to warm up, then timed up to 3 times while the budget lasts (at least
-    one shape is timed).
+    one shape is timed; after the first, a shape one run of which would overrun the budget by more
+    than the budget, by a pilot run, is left out).
 
     On a CPU a run's rate is its FLOPs over the process CPU seconds it took, times the cores:
     what all the cores do when they are the process's. Other processes on a shared machine
@@ -140,6 +162,8 @@ def probe_shapes(precision, device="/cpu:0", budget_seconds=6.0):
     scale = os.cpu_count() if on_cpu else 1
     figures, spent = [], 0.0
     for kind, shape in PROBE_SHAPES:
+        if figures and _seconds_per_run(kind, shape, DTYPES[precision], device) > 2 * budget_seconds - spent:
+            continue  # one run would overrun the budget by more than the budget: a kernel far from the peak
         graph, initializer, op, flops = _chained_graph(kind, shape, DTYPES[precision], device)
         best = 0.0
         with tf.compat.v1.Session(graph=graph) as session:

@@ -15,6 +15,43 @@ def test_the_probe_returns_a_positive_figure_in_each_precision():
         assert flops > 1e8 and shape.startswith(("gemm", "conv"))
 
 
+def test_a_shape_whose_pilot_says_one_run_would_overrun_the_budget_is_left_out(monkeypatch):
+    """float16 matmuls on a CPU without native float16 took 150 s a run against a 6 s budget: the probe
+    of an --precision fp16 run took 2.5 minutes before its first step."""
+    import tensorflow as tf
+    built, piloted = [], []
+    real_graph = peak._chained_graph
+
+    def chained_graph(kind, shape, dtype, device, chain=peak.CHAIN):
+        built.append((kind, shape, chain))
+        return real_graph(kind, (2,) + tuple(shape[1:2]) + (8,) * (len(shape) - 2), dtype, device, chain)
+
+    def seconds_per_run(kind, shape, dtype, device):
+        piloted.append((kind, shape))
+        return 1e6 if kind == "gemm" else 0.0
+    monkeypatch.setattr(peak, "_chained_graph", chained_graph)
+    monkeypatch.setattr(peak, "_seconds_per_run", seconds_per_run)
+    figures = peak.probe_shapes("fp32", budget_seconds=1e3)
+    assert [shape for shape, _ in figures] == [f"conv {'x'.join(map(str, s))}" for k, s in peak.PROBE_SHAPES
+                                              if k == "conv"]
+    assert not any(kind == "gemm" for kind, _, _ in built)  # no full run of a slow shape at all
+    assert piloted == [(k, s) for k, s in peak.PROBE_SHAPES[1:]]  # the first shape is timed whatever it costs
+
+
+def test_a_pilot_predicts_a_run_s_seconds_from_a_256th_of_its_flops(monkeypatch):
+    import tensorflow as tf
+    pilots = []
+    real_graph = peak._chained_graph
+
+    def chained_graph(kind, shape, dtype, device, chain=peak.CHAIN):
+        pilots.append((shape, chain))
+        return real_graph(kind, shape, dtype, device, chain)
+    monkeypatch.setattr(peak, "_chained_graph", chained_graph)
+    assert peak._seconds_per_run("gemm", (128, 64), tf.float32, "/cpu:0") > 0
+    assert pilots == [((2, 64), 1)]
+    assert peak._chained_graph_flops("gemm", (128, 64)) == 256 * peak._chained_graph_flops("gemm", (2, 64), chain=1)
+
+
 def test_the_probe_runs_under_op_determinism():
     # The first --deterministic run in a precision not yet probed (train_fashion.py --deterministic
     # --precision bf16) probes with op determinism on, and an unseeded random op is an error there.
