@@ -19,7 +19,7 @@ from pipeline.tasks import FILE_KEY
 from serving.export import with_class_names
 
 
-def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_when_due=False):
+def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_when_due=False, trains=True):
     """Returns (the Estimator of `setup`'s model, (its FLOPs per image, the devices' peak)), the
     model checked to fit the model dir's checkpoint; without `figures`, (the Estimator, None) and
     no MFU header lines (the benchmark's time to accuracy). With a validation `pacing` (a
@@ -27,7 +27,8 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
     unknown peak is not probed (a cluster's workers leave it to the chief). With `saves_when_due` (one
     machine), checkpoints come every --checkpoint-steps global steps counted from step 0 and at each
     step an evaluation will start at (hooks.checkpoint_saver, Pacing.checkpoint_due); otherwise every
-    --checkpoint-steps, at most the cadence's interval, counted from the step training started at."""
+    --checkpoint-steps, at most the cadence's interval, counted from the step training started at.
+    Without `trains` (an evaluation) a --deterministic model dir is not checked to resume repeatably."""
     settings = setup.settings
     if settings.seed is not None:
         tf.keras.utils.set_random_seed(settings.seed)
@@ -49,7 +50,8 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
         run_figures = mfu_lib.run_figures(keras_model, settings.precision, setup.plan.devices, probe=probe_peak)
         print(mfu_lib.header_lines(*run_figures), flush=True)
     model_dir_lib.check_fits(settings.model_dir, keras_model)
-    determinism.check_resumable(settings, setup.start_step, keras_model)
+    if trains:  # (an evaluation draws no dropout: any model dir evaluates)
+        determinism.check_resumable(settings, setup.start_step, keras_model)
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
                                      settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema,
                                      checkpoints=checkpoints)

@@ -67,7 +67,7 @@ def run_local(task, settings, cluster, stop):
             return finished
         pacing = _pacing(setup)
         _announce(setup, pacing)
-        estimator, figures = build_estimator(setup, pacing, saves_when_due=True)
+        estimator, figures = build_estimator(setup, pacing, saves_when_due=True, trains=not settings.eval_only)
         validation = _validation(setup, estimator, pacing, stop)
         hooks = build_training_hooks(setup, stop_hook(stop.requested, stop), validation).adding(
             listeners=[validation] if validation else [])
@@ -142,7 +142,7 @@ def run_evaluator(task, settings, cluster, stop):
     when there is none; TensorBoard's eval_validation) until training ends; returns None."""
     setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
     _announce(setup, None)
-    estimator, _ = build_estimator(setup, probe_peak=False)
+    estimator, _ = build_estimator(setup, probe_peak=False, trains=False)
     watch_evaluator(cluster, settings, setup.max_steps)
     train_spec, eval_spec = _specs(setup, build_training_hooks(setup, stop_hook(stop.requested, stop)))
     with stop.training():

@@ -21,6 +21,26 @@ from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
 
 _CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
 _FOLLOWERS = ("BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Identity", "FusedBatchNormV3", "Cast")
+_PASS_THROUGH = "GradCamPassThrough"
+
+
+@tf.RegisterGradient(_PASS_THROUGH)
+def _pass_through(unused_op, *gradients):
+    """An IdentityN's gradient: each output's to its input."""
+    return list(gradients)
+
+
+def differentiable(graph):
+    """Makes a loaded graph's custom-gradient ops differentiable again; returns how many it changed.
+
+    tf.custom_gradient (Keras's swish, in EfficientNet) marks an IdentityN over its result and inputs
+    with a gradient registered by name in the process that built it: in any other process tf.gradients
+    finds none. Passing each output's gradient through to the result, whose ops are in the graph, gives
+    autodiff's gradient of the same function (a custom gradient that changes it, as a clip does, is lost)."""
+    marked = [op for op in graph.get_operations() if op.type == "IdentityN" and "_gradient_op_type" in op.node_def.attr]
+    for op in marked:
+        op._set_attr("_gradient_op_type", tf.compat.v1.AttrValue(s=_PASS_THROUGH.encode()))  # noqa: SLF001
+    return len(marked)
 
 
 def _last_convolution(graph):
@@ -61,6 +81,7 @@ class GradCam:
                 self.pixels_shape = tuple(self._pixels.shape[1:])
             self._probabilities = self._graph.get_tensor_by_name(signature.outputs[PROBABILITIES].name)
             self._activation, self.layer = _last_convolution(self._graph)
+            differentiable(self._graph)
             self._target = tf.compat.v1.placeholder(tf.int32, [None], name="gradcam_class")
             scores = softmax_logits(self._probabilities)
             scores = self._probabilities if scores is None else scores

@@ -111,3 +111,21 @@ def test_a_deterministic_resume_of_a_model_with_keras_s_own_dropout_is_refused()
     check_resumable(deterministic, 0, streamed)  # a run from scratch repeats: its stream starts where it did
     check_resumable(deterministic, 20, kept)
     check_resumable(types.SimpleNamespace(deterministic=False), 20, streamed)
+
+
+def test_a_deterministic_model_dir_with_keras_s_own_dropout_is_evaluated_but_not_resumed(tmp_path, capsys):
+    """The refusal is for training: an --eval-only draws no dropout and repeats whatever it resumes."""
+    from pipeline.tasks.images import TASK as IMAGES
+    from tests.images_data import make_shapes_folder
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=4)
+    common = ["--data-dir", data, "--model-dir", str(tmp_path / "model"), "--image-size", "32", "--batch-size", "4",
+              "--bootstrap-resamples", "10", "--deterministic", "--seed", "3", "--validation-fraction", "0",
+              "--precision", "fp32", "--model", "efficientnet_b0", "--weights", "none", "--warm-up-steps", "0"]
+    assert train_main(IMAGES, [*common, "--max-steps", "1"]) == 0
+    capsys.readouterr()
+    tf.keras.backend.clear_session()  # each launch names EfficientNet's unnamed layers afresh, as a new process
+    assert train_main(IMAGES, [*common, "--max-steps", "1", "--eval-only"]) == 0
+    assert "eval_only/report.md" in capsys.readouterr().out  # evaluated, its report beside
+    tf.keras.backend.clear_session()
+    assert train_main(IMAGES, [*common, "--max-steps", "2"]) == 2
+    assert "draw from a random stream that starts over in each process" in capsys.readouterr().err

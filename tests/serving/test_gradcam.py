@@ -78,3 +78,31 @@ def test_explain_files_writes_a_heatmap_png_per_image(patch_export, tmp_path):
             assert png.format == "PNG" and png.size == (SIZE, SIZE) and png.mode == "RGB"
         assert entry["explained_class"] in CLASSES
     assert "heatmap" not in results[3]
+
+
+def test_a_custom_gradient_loaded_in_another_process_is_differentiated_as_autodiff_would():
+    """EfficientNet's swish is a tf.custom_gradient, whose gradient is registered by name only in the
+    process that built it: --eval-only and predict.py --explain of an efficientnet_b0 export ended in
+    'No gradient defined for operation top_activation/IdentityN'."""
+    from serving.gradcam import differentiable
+    built = tf.Graph()
+    with built.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [5], name="x")
+        tf.identity(tf.nn.silu(x), name="y")
+    graph = tf.Graph()
+    with graph.as_default():
+        definition = built.as_graph_def()
+        for node in definition.node:  # as another process would name it: no gradient registered here
+            if "_gradient_op_type" in node.attr:
+                node.attr["_gradient_op_type"].s = b"CustomGradient-from-another-process"
+        tf.compat.v1.import_graph_def(definition, name="")
+        x, y = graph.get_tensor_by_name("x:0"), graph.get_tensor_by_name("y:0")
+        with pytest.raises(LookupError, match="No gradient defined"):
+            tf.gradients(y, x)
+        assert differentiable(graph) == 1
+        gradient = tf.gradients(y, x)[0]
+        values = np.array([-3.0, -0.5, 0.0, 0.7, 4.0], np.float32)
+        with tf.compat.v1.Session(graph=graph) as session:
+            got = session.run(gradient, {x: values})
+    sigmoid = 1 / (1 + np.exp(-values))
+    np.testing.assert_allclose(got, sigmoid * (1 + values * (1 - sigmoid)), rtol=1e-5)  # swish's derivative
