@@ -102,15 +102,15 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     record = training_record.read(settings.model_dir, task.name)
     global_batch = settings.batch_size * plan.replicas
     trained_on = training_record.describe_data(data.source == "synthetic", data.num_train_examples)
-    # An evaluation counts no epochs, but a report fitted on a validation split other than training's would
-    # fit on images the model trained on.
-    training_record.check_same_data(record, trained_on, settings.model_dir,
-                                    training=not settings.eval_only or evaluation_report.uses_validation(settings),
+    # An evaluation counts no epochs and reads no validation split, but a report fitted on a validation split
+    # other than training's would fit on images the model trained on.
+    validates = not settings.eval_only or evaluation_report.uses_validation(settings)
+    training_record.check_same_data(record, trained_on, settings.model_dir, training=validates,
                                     skipped=data.report.get("skipped_files", ()))
     if check_checkpoint:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
     start_step = estimator_lib.latest_global_step(settings.model_dir)
-    if start_step:
+    if start_step and validates:
         check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files)
     training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
                                        settings.model_dir, settings.precision)

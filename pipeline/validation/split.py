@@ -90,20 +90,23 @@ class _ContentIndex:
         for f in files:
             if not storage.is_url(f):
                 self._by_size[os.path.getsize(f)].append(f)
-        self._digests = {}
+        self._digests = {}  # size -> the digests of the list's files of that size
 
-    def _digest(self, path):
-        if path not in self._digests:
-            with open(path, "rb") as f:
-                self._digests[path] = hashlib.sha256(f.read()).digest()
-        return self._digests[path]
+    @staticmethod
+    def _digest(path):
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).digest()
 
     def holds(self, path):
         """Returns whether a file of the list has the bytes of the local file at `path`."""
         if storage.is_url(path):
             return False
-        same_size = self._by_size.get(os.path.getsize(path), ())
-        return any(self._digest(path) == self._digest(f) for f in same_size)
+        size = os.path.getsize(path)
+        if size not in self._by_size:
+            return False
+        if size not in self._digests:  # (fixed-size formats: one set for all, not a comparison with each)
+            self._digests[size] = {self._digest(f) for f in self._by_size[size]}
+        return self._digest(path) in self._digests[size]
 
 
 def _real(path):

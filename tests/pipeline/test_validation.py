@@ -412,8 +412,15 @@ def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but
                                                       "--batch-size", "16", "--bootstrap-resamples", "10", *extra])
     results = run(fashion.TASK, args("--max-steps", "3", "--validation-fraction", "0"))
     assert results["train_examples"] == 800 and results["eval_step"] == 3
+
+    def report_images(folder):  # TensorBoard's events files of the test report at step 3, by size
+        return {p: os.path.getsize(p) for p in glob.glob(os.path.join(model_dir, folder, "*.test_report.step3.*"))}
+    trained_report = report_images("eval")
+    assert trained_report
     again = run(fashion.TASK, args("--eval-only"))  # the default --validation-fraction would train on 718
     assert again["eval_step"] == 3 and again["eval_accuracy"] == pytest.approx(results["eval_accuracy"])
+    # its report's images beside its report files, the training run's left as they were
+    assert report_images("eval") == trained_report and report_images(os.path.join("eval_only", "eval"))
     # but a temperature fitted on that default split would be fitted on images the model trained on
     with pytest.raises(UsageError, match=r"trained on real data of 800 training images, and this run's is real data "
                                          r"of \d+ .* pass the --data-dir and validation split"):
@@ -447,6 +454,26 @@ def test_a_resume_validates_on_the_images_its_model_dir_lists_or_is_refused(tmp_
     with pytest.raises(UsageError, match=r"the validation split is not the one .*validation_files.txt lists \(6 "
                                          r"images then, 5 now: 1 gone, 0 new; \S+ no longer in it\)"):
         run(images.TASK, args("--validation-dir", held, "--max-steps", "6"))
+    # an evaluation reads no validation split, unless it fits a temperature on it
+    assert run(images.TASK, args("--validation-dir", held, "--eval-only"))["eval_step"] == 4
+    with pytest.raises(UsageError, match=r"the validation split is not the one .*validation_files.txt lists"):
+        run(images.TASK, args("--validation-dir", held, "--eval-only", "--calibrate", "temperature"))
     # a share of the training images instead (the count of training images tells it first)
     with pytest.raises(UsageError, match=r"pass the --data-dir and validation split \(--validation-fraction"):
         run(images.TASK, args("--max-steps", "6"))
+
+
+def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(tmp_path):
+    """Fixed-size formats (BMP, .gray): one set of digests per size, and a file of the same size but
+    other bytes is no copy."""
+    from pipeline.validation.split import _ContentIndex
+    listed = []
+    for i in range(50):
+        listed.append(tmp_path / f"v{i}.bmp")
+        listed[-1].write_bytes(bytes([i]) * 64)
+    index = _ContentIndex([str(p) for p in listed])
+    (tmp_path / "copy.bmp").write_bytes(bytes([7]) * 64)
+    (tmp_path / "other.bmp").write_bytes(bytes([200]) * 64)
+    (tmp_path / "longer.bmp").write_bytes(bytes([7]) * 65)
+    assert index.holds(str(tmp_path / "copy.bmp"))
+    assert not index.holds(str(tmp_path / "other.bmp")) and not index.holds(str(tmp_path / "longer.bmp"))
