@@ -4,9 +4,10 @@ beside them that says what they hold.
 Every job's prepared records go through `prepare` (Fashion-MNIST's conversion of its IDX files,
 the OCT job's resized scans): one record format, one manifest schema and VERSION, one lock
 (LOCK, in the shard folder) and one reuse rule: shards are reused while the manifest's version
-and `source` (what they were made from, and how) are those asked for and every shard is there;
-otherwise they are made anew. A manifest lists, for each split, its record count, examples per
-class and shard count; for evaluation splits also the labels in the order an evaluation reads them.
+and `source` (what they were made from, and how) are those asked for and every shard is there at
+the size it was written; otherwise they are made anew. A manifest lists, for each split, its record
+count, examples per class, shard count and each shard's bytes; for evaluation splits also the labels
+in the order an evaluation reads them.
 """
 import contextlib
 import hashlib
@@ -107,11 +108,12 @@ def write_split(images, labels, directory, split, num_shards, num_classes, keep_
     """Writes `images` (uint8 arrays, an iterable) with their class indices `labels` (a sequence, in
     the same order) as the shards of `split`; returns the split's manifest entry. With `keep_order`
     the entry lists the labels in the order an evaluation reads them (shard 0, then 1, ...)."""
-    write_shards((serialize_image_example(image, label) for image, label in zip(images, labels)),
-                 directory, split, num_shards)
+    paths = write_shards((serialize_image_example(image, label) for image, label in zip(images, labels)),
+                         directory, split, num_shards)
     labels = [int(label) for label in labels]
     entry = {"count": len(labels), "num_shards": num_shards,
-             "class_counts": np.bincount(np.asarray(labels, np.int64), minlength=num_classes).tolist()}
+             "class_counts": np.bincount(np.asarray(labels, np.int64), minlength=num_classes).tolist(),
+             "shard_bytes": [os.path.getsize(path) for path in paths]}
     if keep_order:
         entry["labels_in_order"] = [label for s in range(num_shards) for label in labels[s::num_shards]]
     return entry
@@ -131,7 +133,7 @@ def prepare(directory, source, image_shape, class_names, write_splits):
     """Returns (the manifest of the shards in `directory`, whether they were reused).
 
     Reuses the shards when their manifest has this VERSION, this `source` (a JSON-able dict: what
-    they are made from and how) and every shard is present. Otherwise calls `write_splits(directory)`,
+    they are made from and how) and every shard is present at the size it was written. Otherwise calls `write_splits(directory)`,
     which writes each split with write_split and returns ({split: entry}, skipped files), and writes
     the manifest. One process at a time prepares a folder; the others wait and reuse its shards.
     """
@@ -196,7 +198,7 @@ def read_manifest(directory, advice, splits=()):
 
     Raises InputDataError, ending with `advice` (how to make the shards again), when the
     manifest is missing, damaged, from another version, incomplete (`splits` names the splits
-    it must have), or a shard is gone.
+    it must have), or a shard is gone or not of the size it was written.
     """
     required = splits
     path = storage.join(directory, MANIFEST)
@@ -218,9 +220,15 @@ def read_manifest(directory, advice, splits=()):
     if missing:
         raise InputDataError(f"{path} lacks {', '.join(missing)}; {advice}")
     for split, entry in splits.items():
-        absent = [p for p in shard_paths(directory, split, entry["num_shards"]) if not storage.isfile(p)]
+        paths = shard_paths(directory, split, entry["num_shards"])
+        absent = [p for p in paths if not storage.isfile(p)]
         if absent:
             raise InputDataError(f"{absent[0]}, listed in {path}, is missing; {advice}")
+        # (manifests written before the sizes were recorded have none to check)
+        for shard, written in zip(paths, entry.get("shard_bytes", ())):
+            if storage.size(shard) != written:
+                raise InputDataError(f"{shard} holds {storage.size(shard)} bytes, {written} when it was written "
+                                     f"(cut short or damaged); {advice}")
     return _with_patterns(manifest, directory)
 
 

@@ -204,6 +204,11 @@ def open_binary(path):
         raise OSError(5, (getattr(e, "message", "") or type(e).__name__).strip().splitlines()[0], path) from None
 
 
+def size(path):
+    """Returns the size in bytes of the file `path`."""
+    return _gfile().stat(path).length if is_url(path) else os.path.getsize(path)
+
+
 def size_and_mtime(path, opened):
     """Returns (size in bytes, modification time in ns) of the file `path`, `opened` by open_binary."""
     if not is_url(path):

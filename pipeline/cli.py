@@ -3,6 +3,7 @@ failure turned into one line and an exit code."""
 import errno
 import os
 import re
+import select
 import sys
 import traceback
 
@@ -41,10 +42,15 @@ def run_command(parser, work, argv=None, parse=None):
     except KeyboardInterrupt:  # Ctrl-C in a tool that does not catch stop signals itself
         print(f"{parser.prog}: stopped by SIGINT", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `... | head`: whatever reads the output has stopped reading
-        _silence_stdout()
-        message, code = ("stopped: the program reading this output closed it (a pipe into head, say); "
-                         "send the output to a file instead (> out.txt), or read it all"), 1
+    except BrokenPipeError as e:
+        if _stdout_closed():  # `... | head`: whatever reads the output has stopped reading
+            _silence_stdout()
+            message = ("stopped: the program reading this output closed it (a pipe into head, say); "
+                       "send the output to a file instead (> out.txt), or read it all")
+        else:  # another pipe or socket: a download's, a subprocess's
+            message = _io_failure(e.errno, e.strerror or str(e), e.filename, args)
+            _show_traceback(e)
+        code = 1
     except OSError as e:  # writing results, an export's assets, a download, a conversion
         message, code = _io_failure(e.errno, e.strerror or str(e), e.filename, args), 1
         _show_traceback(e)
@@ -56,6 +62,16 @@ def run_command(parser, work, argv=None, parse=None):
         _show_traceback(e)
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     return code
+
+
+def _stdout_closed():
+    """Returns whether stdout is a pipe whose reader has closed it (poll says POLLERR)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLERR)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor (captured output), or no poll
+        return False
 
 
 def _silence_stdout():
@@ -120,7 +136,10 @@ def _tensorflow_failure(error, args):
                            None, args)
     if isinstance(error, tf.errors.DataLossError) and any(w in error.message for w in _DAMAGED_RECORD):
         records = getattr(args, "records_dir", None)
-        fix = (f"make the shards of --records-dir {records} again (scripts/prepare_oct.py --out {records})" if records
+        from acquisition.shards import MANIFEST  # TensorFlow is loaded: the error is its own
+        # A shard of the size it was written is reused by a preparation: its manifest must go first.
+        fix = (f"remove {os.path.join(records, MANIFEST)}, then make the shards of --records-dir {records} "
+               f"again (scripts/prepare_oct.py --out {records}, with the --image-size they were made at)" if records
                else "remove the prepared shards it reads (the data dir's tfrecords folder) to have them made again")
         return f"a TFRecord file this run reads is cut short or damaged ({op_error_line(error)}); {fix}"
     if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)):

@@ -50,6 +50,22 @@ def test_prepare_writes_one_manifest_reuses_it_for_the_same_source_and_rebuilds_
     assert not _prepare(out, {"files": "v2"}, calls)[1] and len(calls) == 3
 
 
+def test_a_shard_cut_short_is_named_when_read_and_made_again_when_prepared(tmp_path):
+    out, calls = str(tmp_path / "shards"), []
+    manifest, _ = _prepare(out, {"files": "v1"}, calls)
+    shard = shards.shard_paths(out, "test", 2)[0]
+    whole = os.path.getsize(shard)
+    assert manifest["splits"]["test"]["shard_bytes"][0] == whole
+    with open(shard, "r+b") as f:
+        f.truncate(whole - 7)
+    with pytest.raises(InputDataError, match=rf"test-00000-of-00002.tfrecord holds {whole - 7} bytes, {whole} when it "
+                                             r"was written \(cut short or damaged\); make them again$"):
+        shards.read_manifest(out, "make them again", splits=("test",))
+    assert not _prepare(out, {"files": "v1"}, calls)[1] and len(calls) == 2  # not reused as it was
+    assert os.path.getsize(shard) == whole
+    assert sum(1 for _ in tf.data.TFRecordDataset(shards.shard_paths(out, "test", 2))) == 5
+
+
 @pytest.mark.parametrize("manifest, message", [
     ({"counts": {}}, "written in class order by an earlier version"),
     ({"version": 2, "splits": {}}, "manifest version 2, this one reads 3"),

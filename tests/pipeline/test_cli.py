@@ -116,6 +116,16 @@ def test_a_truncated_shard_is_named_with_how_to_make_it_again(capsys, tmp_path, 
     line = capsys.readouterr().err.strip()
     assert line.startswith("job.py: error: a TFRecord file this run reads is cut short or damaged (") and \
         len(line.splitlines()) == 1, line
-    fix = "make the shards of --records-dir /shards again (scripts/prepare_oct.py --out /shards)" if records_dir \
+    fix = ("remove /shards/manifest.json, then make the shards of --records-dir /shards again (scripts/prepare_oct.py "
+           "--out /shards, with the --image-size they were made at)") if records_dir \
         else "remove the prepared shards it reads (the data dir's tfrecords folder) to have them made again"
     assert fix in line, line
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_named_as_a_failed_file_operation(capsys):
+    """Only a closed stdout (`| head`) is 'the program reading this output closed it': a subprocess's or a
+    socket's broken pipe is the operation's failure, with its path."""
+    parser, work = fail_with(BrokenPipeError(errno.EPIPE, "Broken pipe", "/runs/m/events.out"))
+    assert run_command(parser, work, []) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "Broken pipe (/runs/m/events.out)" in line and "reading this output" not in line, line
