@@ -152,8 +152,7 @@ def report_dir(args):
     return storage.join(args.model_dir, EVAL_ONLY_DIR) if args.eval_only else args.model_dir
 
 
-def write_report(task, args, data, collector, model_dir, step, export_dir=None, estimator=None,
-                 checkpoint_path=None):
+def write_report(task, args, data, collector, step, export_dir=None, estimator=None, checkpoint_path=None):
     """Returns results.json's per-class figures ('confusion_matrix', 'per_class'), 'clinical' and
     'test_examples', from the scores `collector` gathered (and, with --calibrate temperature, the
     scaled export's 'export_dir'); writes the report files into report_dir(args) and the plots to its
@@ -180,17 +179,19 @@ def write_report(task, args, data, collector, model_dir, step, export_dir=None, 
     folder = report_dir(args)
     storage.makedirs(folder)
     pngs = report_files.write_report_files(folder, report, probabilities, labels, keys)
-    remove_report_events(storage.join(model_dir, EVAL_SUMMARY_DIR), step)
-    write_images(storage.join(model_dir, EVAL_SUMMARY_DIR), pngs, step)
+    # TensorBoard's images beside the report files: an --eval-only's leave the training run's as they were.
+    summary_dir = storage.join(folder, EVAL_SUMMARY_DIR)
+    remove_report_events(summary_dir, step)
+    write_images(summary_dir, pngs, step)
     results.update(classification_report(labels, probabilities.argmax(axis=1), data.class_names))
     results["clinical"] = report
     if export_dir and collector.named:  # the test images are files (not Fashion-MNIST's records)
-        results["test_examples"] = write_examples(export_dir, collector, model_dir, step, args.bootstrap_seed)
+        results["test_examples"] = write_examples(export_dir, collector, summary_dir, step, args.bootstrap_seed)
     return results
 
 
-def write_examples(export_dir, collector, model_dir, step, seed, per_kind=EXAMPLES_PER_KIND, max_side=256):
-    """Writes to TensorBoard up to `per_kind` right and `per_kind` wrong test images (drawn with
+def write_examples(export_dir, collector, summary_dir, step, seed, per_kind=EXAMPLES_PER_KIND, max_side=256):
+    """Writes to TensorBoard's `summary_dir` up to `per_kind` right and `per_kind` wrong test images (drawn with
     `seed`), each with the Grad-CAM heatmap of its predicted class from the export at
     `export_dir`; returns [{'file', 'label', 'predicted', 'tag'}] of them."""
     from PIL import Image
@@ -224,7 +225,7 @@ def write_examples(export_dir, collector, model_dir, step, seed, per_kind=EXAMPL
         pngs[tag] = buffer.getvalue()
         examples.append({"file": collector.keys[i], "label": label, "predicted": guess,
                          "tag": f"test_report/examples/{tag}"})
-    write_images(storage.join(model_dir, EVAL_SUMMARY_DIR), pngs, step, prefix="test_report/examples/")
+    write_images(summary_dir, pngs, step, prefix="test_report/examples/")
     return examples
 
 

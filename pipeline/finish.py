@@ -65,9 +65,8 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     if data.serving_input_fn:
         extra["export_dir"] = _export_dir(setup, estimator, best, eval_step)
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
-        extra.update(evaluation_report.write_report(setup.task, args, data, scores, args.model_dir,
-                                                    results.eval_step, extra.get("export_dir"), estimator,
-                                                    best and best["checkpoint"]))
+        extra.update(evaluation_report.write_report(setup.task, args, data, scores, results.eval_step,
+                                                    extra.get("export_dir"), estimator, best and best["checkpoint"]))
     if args.tflite and extra.get("export_dir"):  # the served export (calibrated, if asked), for devices
         extra["tflite"] = convert_and_evaluate(extra["export_dir"], data.train_input_fn, data.eval_input_fn,
                                                args.tflite, args.tflite_tolerance, describe_cpu())

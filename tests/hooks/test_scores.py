@@ -66,4 +66,4 @@ def test_an_image_the_evaluation_dropped_is_caught(trained, tmp_path):
     mirrored = mirrored_scores(model, model_dir, data)
     assert len(mirrored.keys) < 24
     with pytest.raises(RuntimeError, match=f"scored {len(mirrored.keys)} images of the 24 test images"):
-        test_report.write_report(TASK, args, data, mirrored, str(tmp_path), 1)
+        test_report.write_report(TASK, args, data, mirrored, 1)
