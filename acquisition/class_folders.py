@@ -95,11 +95,12 @@ def scan_class_folders(data_dir, channels=None, workers=4):
     presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
     if presplit:
         class_names = tuple(_class_dirs(storage.join(data_dir, top["train"])))
-        extra = sorted(set(_class_dirs(storage.join(data_dir, top["test"]))) - set(class_names))
+        test_classes = set(_class_dirs(storage.join(data_dir, top["test"])))
+        extra = sorted(test_classes - set(class_names))
         if extra:
             raise InputDataError(f"{os.path.join(data_dir, top['test'])} has class folder(s) {', '.join(extra)} "
                                  "that train does not; every test class needs training images")
-        absent = [n for n in class_names if n not in set(_class_dirs(storage.join(data_dir, top["test"])))]
+        absent = [n for n in class_names if n not in test_classes]
         if absent:
             raise InputDataError(f"{os.path.join(data_dir, top['test'])} has no folder for class(es) "
                                  f"{', '.join(repr(n) for n in absent)}, which train has; add its test images in "

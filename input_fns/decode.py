@@ -5,6 +5,7 @@ takes those pixels too)."""
 import numpy as np
 import tensorflow as tf
 
+from acquisition import storage
 from input_fns import FEATURE_KEY
 
 _DECODE_RATIOS = (1, 2, 4, 8)  # the scales libjpeg can decode at
@@ -74,9 +75,11 @@ def decode_to_pixels(contents, pixels_shape, fast=False):
     return np.stack([decode_and_resize(tf.constant(c), (height, width), channels, fast).numpy() for c in contents])
 
 
-def read_decode_mode(text):
-    """Returns whether a DECODE_FILE's `text` ('reduced' or 'full') says libjpeg's reduced decoding."""
-    return text.strip() == "reduced"
+def decodes_reduced(folder):
+    """Returns whether the DECODE_FILE in `folder` (an export's assets.extra, a .tflite file's folder) says
+    libjpeg's reduced decoding ('reduced'; 'full', or no such file: full decoding)."""
+    path = storage.join(folder, DECODE_FILE)
+    return storage.isfile(path) and storage.read_text(path).strip() == "reduced"
 
 
 class ServingInputFn:

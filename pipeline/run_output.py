@@ -166,7 +166,9 @@ def finishing_flags_not_applied(results, settings):
            "tflite": tuple(sorted((results.get("tflite") or {}).get("files", {})))}
     asked = {"tta": tuple(getattr(settings, "tta", ()) or ()), "calibrate": getattr(settings, "calibrate", "none"),
              "tflite": tuple(sorted(getattr(settings, "tflite", ()) or ()))}
-    return [f"--{name}" for name, value in asked.items() if value and value != "none" and value != had[name]]
+    def applied(name, value):  # a conversion of more kinds holds the kinds asked now
+        return set(value) <= set(had[name]) if name == "tflite" else value == had[name]
+    return [f"--{name}" for name, value in asked.items() if value and value != "none" and not applied(name, value)]
 
 
 def flags_not_trained_with(results, settings):

@@ -107,7 +107,7 @@ def check_same_data(record, data, model_dir, training=True, skipped=()):
     counted on: generated instead of real data, or another number of training images (the
     shipped sample against the full dataset, or another validation split, say). Without `training`
     (--eval-only) only the kind of data must match: an evaluation counts no epochs. `skipped`, the files
-    --on-bad-image skip leaves out now, are named as a cause."""
+    --on-bad-image skip leaves out now, are named as a cause when there are fewer training images."""
     if record.data is None or not record.segments or record.data == data:
         return
     if not training and record.data["synthetic"] == data["synthetic"]:
@@ -116,9 +116,11 @@ def check_same_data(record, data, model_dir, training=True, skipped=()):
         return f"{'generated' if d['synthetic'] else 'real'} data of {d['train_examples']:,} training images"
     if record.data["synthetic"] != data["synthetic"]:
         fix = "pass --synthetic" if record.data["synthetic"] else "drop --synthetic"
-    elif skipped:
-        fix = (f"{len(skipped)} file(s) are now skipped as bad ({skipped[0]}, ...): restore them, or pass the "
-               "--data-dir and validation split (--validation-fraction, --validation-dir) it was trained with")
+    elif skipped and data["train_examples"] < record.data["train_examples"]:
+        # (`skipped` holds every split's, and files skipped when it trained too: a cause, not the cause)
+        fix = (f"{len(skipped)} file(s) are skipped as bad ({skipped[0]}, ...): restore any that were readable when "
+               "it trained, or pass the --data-dir and validation split (--validation-fraction, --validation-dir) it "
+               "was trained with")
     else:
         fix = "pass the --data-dir and validation split (--validation-fraction, --validation-dir) it was trained with"
     raise UsageError(f"the model dir {model_dir} was trained on {words(record.data)}, and this run's is "

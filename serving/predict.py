@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from acquisition.errors import InputDataError
 from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name
-from input_fns.decode import DECODE_FILE, PIXELS_SIGNATURE, read_decode_mode
+from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced
 from serving import ExportNotFoundError
 from acquisition import storage
 from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, is_complete
@@ -62,8 +62,7 @@ def load_predictor(path):
     probabilities = outputs[PROBABILITIES] if PROBABILITIES in outputs else next(iter(outputs.values()))
     check_class_count(class_names, int(probabilities.shape[-1]), names_path, export_dir)
     predictor = Predictor(export_dir, class_names, _classifier(signatures["serving_default"], class_names))
-    decode_path = storage.join(export_dir, "assets.extra", DECODE_FILE)
-    predictor.fast_decode = storage.isfile(decode_path) and read_decode_mode(storage.read_text(decode_path))
+    predictor.fast_decode = decodes_reduced(storage.join(export_dir, "assets.extra"))
     if PIXELS_SIGNATURE in signatures:
         pixels = signatures[PIXELS_SIGNATURE]
         predictor.pixels_shape = tuple(_input_spec(pixels)[1].shape[1:])

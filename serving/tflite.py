@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from acquisition import storage
 from input_fns import FEATURE_KEY
-from input_fns.decode import DECODE_FILE, PIXELS_SIGNATURE, decode_to_pixels, read_decode_mode
+from input_fns.decode import DECODE_FILE, PIXELS_SIGNATURE, decode_to_pixels, decodes_reduced
 from serving import ConversionError, ExportNotFoundError
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
 from serving.predictor import Predictor, check_class_count
@@ -196,7 +196,7 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
         source = storage.join(export_dir, "assets.extra", name)
         if storage.isfile(source):
             storage.write_atomically(storage.join(target, name), storage.read_bytes(source))
-    files, earlier = {}, _earlier_figures(target, kinds, count, accuracy)
+    files, earlier = {}, _earlier_figures(target, kinds, count, accuracy, tolerance)
     files.update(earlier.get("files", {}))
     if "int8" not in kinds and "int8" in files:
         calibrated = earlier["calibration_images"]
@@ -215,11 +215,11 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
     return record
 
 
-def _earlier_figures(target, kinds, count, accuracy):
+def _earlier_figures(target, kinds, count, accuracy, tolerance):
     """Returns FIGURES_FILE's record in `target` with only the files of other kinds than `kinds` that are
     still there and were measured on the same test images (`count`, the SavedModel's `accuracy`): a
-    conversion of one kind (--eval-only --tflite float16, say) keeps the figures of the others. {} when
-    there is none."""
+    conversion of one kind (--eval-only --tflite float16, say) keeps the figures of the others, an int8
+    file's held against this `tolerance`. {} when there is none."""
     try:
         record = json.loads(storage.read_text(storage.join(target, FIGURES_FILE)))
     except (OSError, ValueError):
@@ -229,6 +229,9 @@ def _earlier_figures(target, kinds, count, accuracy):
     files = {kind: {**figures, "file": storage.absolute(storage.join(target, kind + TFLITE_EXTENSION))}
              for kind, figures in record.get("files", {}).items()
              if kind not in kinds and storage.isfile(storage.join(target, kind + TFLITE_EXTENSION))}
+    for figures in files.values():
+        if "over_tolerance" in figures:
+            figures["over_tolerance"] = accuracy - figures["accuracy"] > tolerance
     return {**record, "files": files}
 
 
@@ -299,8 +302,7 @@ def load_tflite_predictor(path):
         probabilities = runner(**{name: np.asarray(batch, np.uint8)})[PROBABILITIES]
         return probabilities, [class_names[i] for i in probabilities.argmax(axis=-1)]
 
-    decode_path = storage.join(os.path.dirname(path), DECODE_FILE)
-    fast = storage.isfile(decode_path) and read_decode_mode(storage.read_text(decode_path))
+    fast = decodes_reduced(os.path.dirname(path))
 
     def classify(contents):
         return classify_pixels(decode_to_pixels(contents, shape, fast))

@@ -49,6 +49,20 @@ def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path, monkeypatch):
         images_job.load_dataset(args_for(data, model_dir))
 
 
+def test_a_finished_run_that_converted_more_kinds_than_asked_now_applied_them():
+    from types import SimpleNamespace
+    from pipeline.run_output import finishing_flags_not_applied
+    results = {"tflite": {"files": {"float32": {}, "int8": {}}}, "tta": ["identity", "flip"]}
+    def asked(**flags):
+        return SimpleNamespace(**{"tta": (), "calibrate": "none", "tflite": (), **flags})
+    assert finishing_flags_not_applied(results, asked(tflite=("float32",))) == []
+    assert finishing_flags_not_applied(results, asked(tflite=("int8", "float32"))) == []
+    assert finishing_flags_not_applied(results, asked(tflite=("float16",))) == ["--tflite"]
+    assert finishing_flags_not_applied(results, asked(tta=("identity", "flip"))) == []
+    assert finishing_flags_not_applied(results, asked(tta=("identity",), calibrate="temperature")) == \
+        ["--tta", "--calibrate"]
+
+
 def test_balanced_class_weights():
     assert images_job.balanced_class_weights([30, 10]) == pytest.approx([40 / 60, 40 / 20])
 

@@ -86,9 +86,14 @@ def test_a_resume_on_other_data_is_refused(tmp_path):
     with pytest.raises(UsageError, match="this run's is generated data of 800 .*; drop --synthetic, or pass"):
         progress.check_same_data(record, progress.describe_data(True, 800), model_dir)
     # a listed image damaged since, left out by --on-bad-image skip: named, not the flags alone
-    with pytest.raises(UsageError, match=r"real data of 799 training images: .*; 1 file\(s\) are now skipped as bad "
-                                         r"\(/d/a/1.png, ...\): restore them, or pass the --data-dir"):
+    with pytest.raises(UsageError, match=r"real data of 799 training images: .*; 1 file\(s\) are skipped as bad "
+                                         r"\(/d/a/1.png, ...\): restore any that were readable when it trained, or "
+                                         "pass the --data-dir"):
         progress.check_same_data(record, progress.describe_data(False, 799), model_dir, skipped=["/d/a/1.png"])
+    # more training images than it trained on (another validation split): a skipped file is no cause
+    with pytest.raises(UsageError, match=r"real data of 801 training images: .*; pass the --data-dir") as refused:
+        progress.check_same_data(record, progress.describe_data(False, 801), model_dir, skipped=["/d/a/1.png"])
+    assert "skipped" not in str(refused.value)
     # an evaluation counts no epochs: another validation split (or test data beside it) is its business
     progress.check_same_data(record, progress.describe_data(False, 720), model_dir, training=False)
     with pytest.raises(UsageError, match="this run's is generated data of 800"):

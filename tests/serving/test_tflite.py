@@ -241,6 +241,18 @@ def test_an_int8_file_losing_more_than_the_tolerance_is_flagged_with_a_loud_line
     assert not tflite._file_figures("/x/int8.tflite", 100, tally, 4, 1.0, 0.5, "int8", 0.25)["over_tolerance"]
 
 
+def test_figures_kept_from_an_earlier_conversion_are_held_against_the_tolerance_asked_now(tmp_path):
+    int8 = {"file": "/old/int8.tflite", "accuracy": 0.9, "over_tolerance": False}
+    (tmp_path / "int8.tflite").write_bytes(b"model")
+    (tmp_path / tflite.FIGURES_FILE).write_text(json.dumps({"test_images": 10, "saved_model_accuracy": 1.0,
+                                                            "tolerance": 0.2, "files": {"int8": int8}}))
+    kept = tflite._earlier_figures(str(tmp_path), ("float32",), 10, 1.0, tolerance=0.05)["files"]["int8"]
+    assert kept["over_tolerance"] and kept["file"] == str(tmp_path / "int8.tflite")
+    assert not tflite._earlier_figures(str(tmp_path), ("float32",), 10, 1.0, tolerance=0.2)["files"]["int8"][
+        "over_tolerance"]
+    assert tflite._earlier_figures(str(tmp_path), ("float32",), 11, 1.0, tolerance=0.2) == {}  # other test images
+
+
 def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_dir, tmp_path):
     results, _, trained_dir, _ = fashion_run
     model_dir = str(tmp_path / "copy")  # converted again in a copy: the other tests read the run's own files
