@@ -56,26 +56,50 @@ def settings_of_flags(*argv):
     return Settings.from_args(build_parser(TASK).parse_args(["--synthetic", *argv]))
 
 
+CPUS = {"avx512_bf16": "avx512f avx512_vnni avx512_bf16", "amx": "avx512f avx512_bf16 amx_tile amx_bf16",
+        "avx2 only": "avx2 fma"}
+
+
+def on_cpu(monkeypatch, name):
+    """Makes pipeline.machine read the flags of CPUS[name] (model 'Test CPU')."""
+    from pipeline import machine
+    monkeypatch.setattr(machine, "_cpuinfo", lambda path="/proc/cpuinfo": ("Test CPU", set(CPUS[name].split())))
+    return set(CPUS[name].split())
+
+
+@pytest.mark.parametrize("cpu", sorted(CPUS))
 @pytest.mark.parametrize("precision", ["bf16", "bf16-amp"])
-def test_bfloat16_in_a_cluster_on_cpus_is_refused_and_auto_picks_fp32_there(precision):
-    """TF 2.15's distributed runtime has no bfloat16 ReLU on CPUs: both ways failed at the first step."""
+def test_bfloat16_in_a_cluster_on_cpus_is_refused_and_auto_picks_fp32_there(monkeypatch, precision, cpu):
+    """TF 2.15's distributed runtime has no bfloat16 ReLU on CPUs: both ways failed at the first step.
+    Without AVX-512 the rewrite (bf16-amp) is refused first, for its own reason, anywhere."""
     from pipeline.errors import FlagError
     from pipeline.machine import resolved_precision
-    with pytest.raises(FlagError, match=f"--precision {precision}: a cluster on CPUs .* use --precision fp32"):
+    flags = on_cpu(monkeypatch, cpu)
+    rewrite_refused = precision == "bf16-amp" and "avx512f" not in flags
+    reason = "this CPU has no AVX-512" if rewrite_refused else "a cluster on CPUs .* use --precision fp32"
+    with pytest.raises(FlagError, match=f"--precision {precision}: {reason}"):
         resolved_precision(settings_of_flags("--precision", precision), in_cluster=True)
-    assert resolved_precision(settings_of_flags("--precision", precision)).precision == precision  # one machine
+    if rewrite_refused:
+        with pytest.raises(FlagError, match="this CPU has no AVX-512"):
+            resolved_precision(settings_of_flags("--precision", precision))  # one machine
+    else:
+        assert resolved_precision(settings_of_flags("--precision", precision)).precision == precision
     picked = resolved_precision(settings_of_flags("--precision", "auto"), in_cluster=True)
     assert picked.precision == "fp32" and picked.precision_requested == "auto"
-    assert ("a cluster on CPUs" in picked.precision_reason) == bool(this_cpus_flags() & {"amx_bf16", "avx512_bf16"})
+    assert ("a cluster on CPUs" in picked.precision_reason) == bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
-def test_the_bf16_policy_with_tflite_is_refused_and_auto_picks_fp32_for_it():
+@pytest.mark.parametrize("cpu", sorted(CPUS))
+def test_the_bf16_policy_with_tflite_is_refused_and_auto_picks_fp32_for_it(monkeypatch, cpu):
     """TFLite has no bfloat16 tensors: the converter failed on the bf16 export; bf16-amp's export is float32."""
     from pipeline.errors import FlagError
     from pipeline.machine import resolved_precision
+    flags = on_cpu(monkeypatch, cpu)
     with pytest.raises(FlagError, match="--precision bf16: --tflite converts the export, and TFLite has no bfloat16"):
         resolved_precision(settings_of_flags("--precision", "bf16", "--tflite", "float32"))
-    assert resolved_precision(settings_of_flags("--precision", "bf16-amp", "--tflite", "int8")).precision == "bf16-amp"
+    if "avx512f" in flags:
+        assert resolved_precision(settings_of_flags("--precision", "bf16-amp", "--tflite", "int8")).precision == \
+            "bf16-amp"
     picked = resolved_precision(settings_of_flags("--precision", "auto", "--tflite", "float32"))
     assert picked.precision == "fp32" and ("--tflite" in picked.precision_reason) == bool(
-        this_cpus_flags() & {"amx_bf16", "avx512_bf16"})
+        flags & {"amx_bf16", "avx512_bf16"})

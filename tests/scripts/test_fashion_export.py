@@ -138,7 +138,10 @@ def test_predict_py_answers_for_pngs_jpegs_and_gray_files_and_explains_them(fash
         assert from_gray["probabilities"] == from_png["probabilities"]  # exactly
         assert from_gray["class"] == from_png["class"] == from_png["explained_class"]
         assert os.path.isfile(from_png["heatmap"]) and os.path.isfile(from_gray["heatmap"])
-    assert lines[-2]["probabilities"] == by_png[0]["probabilities"]  # the 56x56 RGB PNG
+    # the 56x56 RGB PNG: the same pixels, classified in another batch (exact only where the kernels do not
+    # depend on the batch's size: TensorFlow's Eigen convolutions, on CPUs without AVX-512, differ by 1e-7)
+    np.testing.assert_allclose([lines[-2]["probabilities"][n] for n in CLASSES],
+                               [by_png[0]["probabilities"][n] for n in CLASSES], rtol=0, atol=1e-6)
     assert lines[-1]["class"] in CLASSES and sum(lines[-1]["probabilities"].values()) == pytest.approx(1, abs=1e-4)
     assert len(os.listdir(tmp_path / "heatmaps")) == len(lines)
 

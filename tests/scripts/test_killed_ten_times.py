@@ -64,7 +64,7 @@ def launch_and_kill(argv, model_dir, kill, rng, log):
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         if kill == "timed":
             start = newest_step(model_dir) if os.path.isdir(model_dir) else None
-            deadline = time.monotonic() + 200
+            deadline = time.monotonic() + 600
             while (newest_step(model_dir) if os.path.isdir(model_dir) else None) in (None, start):
                 assert process.poll() is None and time.monotonic() < deadline, "no new checkpoint before it ended"
                 time.sleep(0.02)
@@ -73,7 +73,7 @@ def launch_and_kill(argv, model_dir, kill, rng, log):
             point = f"timed, {delay:.2f} s after its first checkpoint"
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
-        returncode = process.wait(timeout=300)
+        returncode = process.wait(timeout=900)
     text = open(log).read()
     assert returncode == -signal.SIGKILL, f"{point}: the run ended ({returncode}) before its kill:\n{text[-3000:]}"
     assert "Traceback" not in text, text[-3000:]
@@ -124,10 +124,10 @@ def straight_and_killed(data_dir, tmp_path, replicas):
         for i, kill in enumerate(PLAN):
             kills.append(launch_and_kill(command(data_dir, killed, replicas), str(killed), kill, rng,
                                          tmp_path / f"killed{replicas}-{i}.log"))
-        return subprocess.run(command(data_dir, killed, replicas), capture_output=True, text=True, timeout=300)
+        return subprocess.run(command(data_dir, killed, replicas), capture_output=True, text=True, timeout=900)
     with ThreadPoolExecutor(2) as pool:
         straight_run = pool.submit(subprocess.run, command(data_dir, straight, replicas), capture_output=True,
-                                   text=True, timeout=300)
+                                   text=True, timeout=900)
         last = pool.submit(kill_ten_times).result()
         first = straight_run.result()
     print(f"\n{replicas} replica(s), seed {SEED + replicas}:\n  " + "\n  ".join(kills))
