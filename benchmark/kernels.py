@@ -16,6 +16,10 @@ import re
 from typing import Optional
 
 VERBOSE_ENVIRONMENT = {"ONEDNN_VERBOSE": "1", "ONEDNN_VERBOSE_TIMESTAMP": "1"}
+# A log without a convolution primitive: TensorFlow's own (Eigen) kernels ran, calling oneDNN's gemm alone.
+EIGEN_NOTE = ("**No oneDNN convolution ran**: TensorFlow computed the convolutions with its own Eigen kernels, which "
+              "call oneDNN's gemm (the `gemm_api` rows), because TF_ENABLE_ONEDNN_OPTS=0 was set (the project sets 1 "
+              "unless it is given; TensorFlow 2.15's own default on CPUs without AVX-512 is 0).")
 _SHAPE_FIELD = re.compile(r"([a-z]+)(\d+)")
 
 
@@ -176,6 +180,8 @@ def report(rows, executions, peaks, header):
     lines = ["# oneDNN kernels per timed step", "", header, "",
              "Peaks read against: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" if v else f"{p} unknown"
                                                 for p, v in sorted(peaks.items())), ""]
+    if not any(e.primitive == "convolution" for e in executions):
+        lines += [EIGEN_NOTE, ""]
     for row in rows:
         span, steps = (row["span_unix_start"], row["span_unix_end"]), row["timed_steps"]
         kernels = step_kernels(executions, span, steps, peaks)

@@ -8,6 +8,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as the command lines do, before TensorFlow starts
+from pipeline.cli import TENSORFLOW_DEFAULTS  # noqa: E402 - imports no TensorFlow
+for _name, _value in TENSORFLOW_DEFAULTS.items():  # the kernels the command lines run, in-process too
+    os.environ.setdefault(_name, _value)
 # One peak cache (pipeline.peak) for every test and the command lines they start, even with another
 # HOME: the machine's peak is probed once, not in each run.
 os.environ.setdefault("PIPELINE_PEAK_CACHE", os.path.join(

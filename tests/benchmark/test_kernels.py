@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmark.kernels import parse_execution, problem_flops, read_executions, step_kernels
+from benchmark.kernels import EIGEN_NOTE, parse_execution, problem_flops, read_executions, report, step_kernels
 from tests.conftest import ROOT, assert_ends
 
 # Lines as TensorFlow 2.15's oneDNN 3.2 prints them with ONEDNN_VERBOSE=1 ONEDNN_VERBOSE_TIMESTAMP=1.
@@ -91,6 +91,26 @@ def test_layers_are_kernels_split_by_problem_shape_with_only_those_that_compute(
     kernel = step_kernels(executions, span, steps=1, peaks=peaks)[0]
     assert (kernel.problem, kernel.ms_per_step, kernel.flops_per_step) == \
         ("", 7.0, sum(k.flops_per_step for k in layers))
+
+
+def test_a_log_without_a_convolution_says_tensorflow_ran_its_eigen_kernels():
+    row = {"engine": "estimator", "precision": "fp32", "global_batch_size": 64, "timed_steps": 1,
+           "span_unix_start": 1795535056.0, "span_unix_end": 1795535058.0, "step_time_mean": 0.01,
+           "images_per_sec_span": 100.0}
+    eigen = report([row], read_executions([GEMM]), {"fp32": 1e11}, "header")
+    assert EIGEN_NOTE in eigen and "TF_ENABLE_ONEDNN_OPTS=0" in eigen
+    assert EIGEN_NOTE not in report([row], read_executions([GEMM, CONV]), {"fp32": 1e11, "bf16": 1e11}, "header")
+
+
+def test_the_command_lines_turn_on_tensorflow_s_onednn_kernels_unless_told_otherwise(monkeypatch):
+    import argparse
+    from pipeline.cli import set_tensorflow_environment
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    set_tensorflow_environment(argparse.Namespace())
+    assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # a user's choice stays
+    set_tensorflow_environment(argparse.Namespace())
+    assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 
 def test_a_real_benchmark_run_is_cut_to_its_timed_steps(tmp_path):
