@@ -107,8 +107,12 @@ def print_summary(results, path):
           flush=True)
     if results.get("ema"):
         print(_describe_ema(results["ema"]), flush=True)
-    width = max(map(len, results.get("per_class", {})), default=8)
-    for name, figures in results.get("per_class", {}).items():
+    per_class = results.get("per_class", {})
+    # In class order: results.json's keys are sorted (a finished run's results are printed from it).
+    order = [n for n in (results.get("clinical") or {}).get("class_names", ()) if n in per_class]
+    order += sorted(set(per_class) - set(order))
+    width = max(map(len, per_class), default=8)
+    for name, figures in ((n, per_class[n]) for n in order):
         precision, recall = (f"{v:.3f}" if v is not None else "n/a"
                              for v in (figures["precision"], figures["recall"]))
         print(f"           {name:{width}s} precision {precision}  recall {recall}  ({figures['support']} images)")

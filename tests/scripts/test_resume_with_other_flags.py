@@ -38,6 +38,9 @@ def test_a_resume_with_a_doubled_batch_trains_the_images_that_remain(fashion_dat
     again = subprocess.run(command(fashion_data_dir, model_dir, "--epochs", repr(epochs), "--batch-size", "8"),
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and f"already finished at global step {step + 25}" in again.stdout, again.stderr
+    # its per-class lines in class order, as the run printed them (results.json's keys are sorted)
+    per_class = [line.split()[0] for line in again.stdout.splitlines() if " recall " in line]
+    assert per_class == [name.split()[0] for name in results["clinical"]["class_names"]], again.stdout
 
     # A smaller --max-steps cannot take training back, and says so.
     behind = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", "5"), capture_output=True,
