@@ -37,22 +37,38 @@ def split_off_validation(settings, files, labels, read_validation_dir, seed, gro
 
 def check_same_split(listed_path, files):
     """Raises UsageError when the validation split's `files` are not the ones the model dir's list at
-    `listed_path` names (each by its class folder and file name, however the data dir is spelled): its
-    evaluations, and the best model chosen among them, would compare two validation sets. Nothing is
+    `listed_path` names (each by its class folder and file name, however the data dir is spelled; and
+    by its size where the listed file is still there, see _check_same_files): its evaluations, and the best model chosen among them, would compare two validation sets. Nothing is
     checked without a list (a new run, or one that validated on shards) or without `files`."""
     if files is None or not storage.isfile(listed_path):
         return
     def named(paths):
-        return {os.path.join(os.path.basename(os.path.dirname(p)), os.path.basename(p)) for p in paths}
+        return {os.path.join(os.path.basename(os.path.dirname(p)), os.path.basename(p)): p for p in paths}
     listed, now = named(storage.read_text(listed_path).splitlines()), named(files)
-    if listed == now:
+    if listed.keys() == now.keys():
+        _check_same_files(listed, now, listed_path)
         return
-    gone, new = sorted(listed - now), sorted(now - listed)
+    gone, new = sorted(listed.keys() - now.keys()), sorted(now.keys() - listed.keys())
     example = f"{gone[0]} no longer in it" if gone else f"{new[0]} new in it"
     raise UsageError(f"the validation split is not the one {listed_path} lists ({len(listed)} images then, {len(now)} "
                      f"now: {len(gone)} gone, {len(new)} new; {example}): the run's evaluations and its best model "
                      "would compare two validation sets; restore the data dir's files and pass the validation flags "
                      "it was trained with (--validation-fraction, --validation-dir), or pass another --model-dir")
+
+
+def _check_same_files(listed, now, listed_path):
+    """Raises UsageError when a listed image still at its listed place is not the image of its name now
+    read from another (another --validation-dir of the same file names: IMG_0001.jpg, ...): a data dir
+    moved leaves nothing at the listed places, and a copy has the same sizes."""
+    for name, then in listed.items():
+        here = now[name]
+        if storage.is_url(then) or storage.is_url(here) or _real(then) == _real(here) or not os.path.isfile(then):
+            continue
+        if os.path.getsize(then) != os.path.getsize(here):
+            raise UsageError(f"the validation split is not the one {listed_path} lists: {here} is not {then} (other "
+                             "bytes under the same name), so the run's evaluations and its best model would compare two "
+                             "validation sets; pass the validation folder it was trained with (--validation-dir), or "
+                             "pass another --model-dir")
 
 
 def check_validation_dir_flags(settings):

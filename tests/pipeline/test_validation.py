@@ -449,6 +449,12 @@ def test_a_resume_validates_on_the_images_its_model_dir_lists_or_is_refused(tmp_
     monkeypatch.chdir(tmp_path)  # the same folder spelled another way: the same split
     results = run(images.TASK, args("--validation-dir", "held", "--max-steps", "4"))
     assert [e["step"] for e in results["evaluations"]] == [2, 4]
+    # another folder of the same file names, the first one still there: other images
+    other = make_shapes_folder(str(tmp_path / "other"), per_class=2, seed=7)
+    with pytest.raises(UsageError, match=r"validation_files.txt lists: \S+other\S+ is not \S*held\S+ \(other bytes"):
+        run(images.TASK, args("--validation-dir", other, "--max-steps", "6"))
+    shutil.copytree(held, tmp_path / "copy")  # a copy: the same images
+    assert run(images.TASK, args("--validation-dir", str(tmp_path / "copy"), "--max-steps", "4"))["global_step"] == 4
     listed = (tmp_path / "model" / "validation_files.txt").read_text().splitlines()
     os.remove(listed[0])
     with pytest.raises(UsageError, match=r"the validation split is not the one .*validation_files.txt lists \(6 "
