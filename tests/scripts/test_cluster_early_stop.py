@@ -9,12 +9,13 @@ import sys
 from tests.scripts.test_cluster import LAUNCHER, TRAIN
 
 TARGET = 0.2  # reached after 30-40 steps of 32 images at the scaled learning rate (1.1 epochs' worth)
+ASYNCHRONOUS_MAX_STEPS = 4000
 
 
-def launch(cluster_flags, strategy, data_dir, model_dir, every_steps):
+def launch(cluster_flags, strategy, data_dir, model_dir, every_steps, max_steps=400):
     return subprocess.run([sys.executable, LAUNCHER, *cluster_flags, "--", sys.executable, TRAIN,
                            "--strategy", strategy, "--data-dir", data_dir, "--model-dir", str(model_dir),
-                           "--batch-size", "16", "--max-steps", "400", "--eval-every-steps", str(every_steps),
+                           "--batch-size", "16", "--max-steps", str(max_steps), "--eval-every-steps", str(every_steps),
                            "--stop-at-accuracy", str(TARGET), "--log-steps", "10", "--eval-throttle-secs", "1",
                            "--seed", "1"], capture_output=True, text=True, timeout=240)
 
@@ -53,11 +54,14 @@ def test_asynchronous_workers_the_parameter_server_and_the_evaluator_end_after_a
     model_dir.mkdir()
     # An earlier run's record, which would stop every trainer after its first step: the chief removes it.
     (model_dir / "stop.json").write_text(json.dumps({"stop_after_step": 1, "because": "patience"}))
+    # The worker trains on while the chief evaluates between its own steps (about 200 of its steps in
+    # one evaluation on a quiet 2-core machine): with --max-steps 400 it could reach the final step first.
     result = launch(["--workers", "1", "--ps", "1", "--evaluator"], "parameter_server", fashion_data_dir,
-                    model_dir, 20)
+                    model_dir, 20, max_steps=ASYNCHRONOUS_MAX_STEPS)
     assert result.returncode == 0, result.stdout[-3000:]
     results = json.loads((model_dir / "results.json").read_text())
     assert_stopped_at_the_first_evaluation_reaching_the_target(results)
+    assert results["global_step"] < ASYNCHRONOUS_MAX_STEPS
     stop = json.loads((model_dir / "stop.json").read_text())["stop_after_step"]
     assert stop > 1
     # Each asynchronous trainer ends after its first step at or past the record's step.
