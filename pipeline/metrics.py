@@ -40,25 +40,32 @@ def classification_report(true_labels, predicted_labels, class_names):
 
 def per_class_metric_ops(labels, probabilities, class_names, cell_pixels=16):
     """Returns Estimator eval_metric_ops over one-hot `labels` and softmax `probabilities`:
-    'precision/NAME' and 'recall/NAME' for each class, and 'confusion_matrix', an image of the
-    matrix summed over the evaluation (rows the true class, columns the predicted one, in
-    `class_names` order; a cell's brightness is its share of the row, `cell_pixels` wide)."""
+    'precision/NAME' and 'recall/NAME' for each class (0 for a class never predicted or absent), and
+    'confusion_matrix', an image of the matrix summed over the evaluation (rows the true class, columns
+    the predicted one, in `class_names` order; a cell's brightness is its share of the row, `cell_pixels`
+    wide). All are read from one streamed confusion matrix: a v1 precision and recall metric per class
+    made two variables and their ops each, a second of graph building per evaluation for 10 classes."""
     true, predicted = tf.argmax(labels, -1), tf.argmax(probabilities, -1)
-    ops = {}
-    for i, name in enumerate(class_names):
-        is_true, is_predicted = tf.equal(true, i), tf.equal(predicted, i)
-        ops[f"precision/{name}"] = tf.compat.v1.metrics.precision(is_true, is_predicted)
-        ops[f"recall/{name}"] = tf.compat.v1.metrics.recall(is_true, is_predicted)
-    n = len(class_names)
-    # A metric variable (sync-on-read, summed over the replicas when read) and a value made in
+    # A metric variable (sync-on-read, summed over the replicas when read) and values made in
     # cross-replica context, as tf.compat.v1.metrics.mean_iou does: under a mirrored evaluation
     # a plain variable and a summary made in each replica cannot be read back.
-    counts, update = metrics_impl._streaming_confusion_matrix(true, predicted, n)
+    counts, update = metrics_impl._streaming_confusion_matrix(true, predicted, len(class_names))
+
+    def read(value_fn):
+        return metrics_impl._aggregate_across_replicas(None, value_fn, counts), update
+
+    def share_of(i, axis):  # axis 0: of the images predicted as class i (precision); 1: of those in it (recall)
+        return lambda _, total: tf.cast(tf.math.divide_no_nan(total[i, i], tf.reduce_sum(total, axis=axis)[i]),
+                                        tf.float32)
 
     def image(_, total):
         shares = tf.math.divide_no_nan(total, tf.reduce_sum(total, axis=1, keepdims=True))
         pixels = tf.repeat(tf.repeat(shares, cell_pixels, axis=0), cell_pixels, axis=1)
         picture = tf.cast(tf.round(255.0 * pixels), tf.uint8)[None, :, :, None]
         return tf.compat.v1.summary.image("confusion_matrix", picture, collections=[])
-    ops["confusion_matrix"] = (metrics_impl._aggregate_across_replicas(None, image, counts), update)
+    ops = {}
+    for i, name in enumerate(class_names):
+        ops[f"precision/{name}"] = read(share_of(i, 0))
+        ops[f"recall/{name}"] = read(share_of(i, 1))
+    ops["confusion_matrix"] = read(image)
     return ops

@@ -74,8 +74,12 @@ def test_training_and_evaluation_share_loss_and_accuracy_tags(two_replica_run):
 def test_each_evaluation_writes_per_class_figures_and_a_confusion_matrix_image(two_replica_run):
     model_dir, results, _ = two_replica_run
     evaluation, images = scalars_and_images(f"{model_dir}/eval")
+    # The test evaluation's figures, as results.json's per-class ones (counted in numpy from the predictions;
+    # a class never predicted has no precision there, and 0 in TensorBoard).
     for name in CLASS_NAMES:
-        assert f"precision/{name}" in evaluation and f"recall/{name}" in evaluation
+        expected = results["per_class"][name]
+        assert evaluation[f"precision/{name}"] == [(20, pytest.approx(expected["precision"] or 0.0, abs=1e-6))]
+        assert evaluation[f"recall/{name}"] == [(20, pytest.approx(expected["recall"], abs=1e-6))]
     recalls = [evaluation[f"recall/{name}"][0][1] for name in CLASS_NAMES]
     image = images["confusion_matrix/0"][0].numpy()
     assert image.shape == (10 * 16, 10 * 16, 1)
