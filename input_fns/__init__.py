@@ -1,4 +1,10 @@
-"""tf.data input functions for Estimators: they build datasets and nothing else."""
+"""tf.data input functions for Estimators: they build datasets and nothing else.
+
+The functions they hand to tf.data (Dataset.map, filter) and to tf.map_fn are marked
+tf.autograph.experimental.do_not_convert: they branch on Python settings only, and AutoGraph's
+conversion (each one's source parsed and rewritten, with the functions it calls) took about 0.1 s a
+function every time an input_fn was called: for training, each evaluation and each export.
+"""
 
 # The feature every input_fn yields its images under. model_to_estimator matches features to the
 # Keras model's inputs by name, so the models name their input layer the same (models import it).

@@ -50,10 +50,13 @@ def design_array_input_fn(images, labels, batch_size, feature_key=FEATURE_KEY):
 def bare_decode_input_fn(file_pattern, image_size, batch_size):
     """Returns an input_fn that only reads, decodes and resizes (grayscale), in parallel:
     about the most this machine can decode, the limit for any image pipeline."""
+    @tf.autograph.experimental.do_not_convert
+    def load(path):
+        return decode.decode_and_resize(tf.io.read_file(path), image_size)
+
     def input_fn(input_context=None):
         files = tf.data.Dataset.list_files(file_pattern, shuffle=False).repeat()
-        images = files.map(lambda f: decode.decode_and_resize(tf.io.read_file(f), image_size),
-                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+        images = files.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
         return images.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
     return input_fn

@@ -107,10 +107,13 @@ def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key
     """
     shape = [None, *image_size, channels]
 
+    @tf.autograph.experimental.do_not_convert
+    def decode_file(contents):
+        return decode_and_resize(contents, image_size, channels, fast_decode)
+
     def serving_input_receiver_fn():
         contents = tf.compat.v1.placeholder(tf.string, [None], name=bytes_key)
-        images = tf.map_fn(lambda c: decode_and_resize(c, image_size, channels, fast_decode), contents,
-                           fn_output_signature=tf.uint8)
+        images = tf.map_fn(decode_file, contents, fn_output_signature=tf.uint8)
         alternatives = None
         if pixels_key:  # a placeholder the files' images flow through, unless pixels are fed to it
             images = tf.compat.v1.placeholder_with_default(tf.ensure_shape(images, shape), shape, name=pixels_key)

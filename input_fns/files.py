@@ -40,7 +40,11 @@ def pipeline_files(file_pattern, num_files, input_context=None, training=True, s
     files = tf.data.Dataset.list_files(file_pattern, shuffle=False)
     if exclude:
         excluded = tf.constant(list(exclude))
-        files = files.filter(lambda f: tf.reduce_all(tf.not_equal(f, excluded)))
+
+        @tf.autograph.experimental.do_not_convert
+        def kept(path):
+            return tf.reduce_all(tf.not_equal(path, excluded))
+        files = files.filter(kept)
     if pipelines > 1:
         files = files.shard(pipelines, pipeline_id(input_context))
     if training:

@@ -71,10 +71,12 @@ def make_input_fn(config):
             pairs = pairs.shuffle(len(c.files) // pipelines + 1, seed=c.seed, reshuffle_each_iteration=c.cache is None)
         with_paths = c.file_key is not None and not c.training
 
+        @tf.autograph.experimental.do_not_convert
         def load(path, label):
             image = decode_and_resize(tf.io.read_file(path), c.image_size, c.channels, c.fast_decode)
             return (image, path) if with_paths else image, label
 
+        @tf.autograph.experimental.do_not_convert
         def finish(images, labels):  # on whole batches: fewer, larger ops
             features = {c.feature_key: images[0], c.file_key: images[1]} if with_paths else {c.feature_key: images}
             return features, tf.one_hot(labels, c.num_classes)
@@ -100,7 +102,10 @@ def make_input_fn(config):
 def decoded_images(files, image_size, channels, fast_decode=False):
     """Returns an iterator of the `files` decoded and resized as the training input decodes them
     (uint8 [h, w, channels] NumPy arrays, in list order): what image shards are written from."""
-    dataset = tf.data.Dataset.from_tensor_slices(list(files)).map(
-        lambda path: decode_and_resize(tf.io.read_file(path), image_size, channels, fast_decode),
-        num_parallel_calls=AUTOTUNE).batch(256).prefetch(2)  # batches: less per-image overhead
+    @tf.autograph.experimental.do_not_convert
+    def load(path):
+        return decode_and_resize(tf.io.read_file(path), image_size, channels, fast_decode)
+
+    dataset = tf.data.Dataset.from_tensor_slices(list(files)).map(load, num_parallel_calls=AUTOTUNE)
+    dataset = dataset.batch(256).prefetch(2)  # batches: less per-image overhead
     return (image for batch in dataset.as_numpy_iterator() for image in batch)

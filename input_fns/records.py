@@ -70,7 +70,7 @@ def make_record_input_fn(file_pattern, parse_batch_fn, batch_size, training,
         if training:
             dataset = skip_examples(dataset.shuffle(shuffle_buffer, seed=seed).repeat(), skip, input_context)
         dataset = dataset.batch(batch_size, drop_remainder=training)
-        dataset = dataset.map(parse_batch_fn, num_parallel_calls=AUTOTUNE)
+        dataset = dataset.map(tf.autograph.experimental.do_not_convert(parse_batch_fn), num_parallel_calls=AUTOTUNE)
         return dataset.prefetch(AUTOTUNE)
 
     return input_fn

@@ -49,6 +49,7 @@ def view_input_fn(input_fn, view, feature_key=FEATURE_KEY):
     if view == IDENTITY:
         return input_fn
 
+    @tf.autograph.experimental.do_not_convert
     def viewed(features, labels):
         return {**features, feature_key: apply_view(features[feature_key], view)}, labels
 
