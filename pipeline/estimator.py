@@ -351,6 +351,6 @@ def replica_batched_input_fn(input_fn, num_examples, batch_size, replicas):
             return window.map(tf.autograph.experimental.do_not_convert(lambda index, example: example)).batch(
                 lengths[key])
         examples = input_fn(input_context=input_context).unbatch().enumerate()
-        return examples.group_by_window(batch_of, batched,
-                                        window_size_func=tf.autograph.experimental.do_not_convert(lambda key: lengths[key]))
+        window_size = tf.autograph.experimental.do_not_convert(lambda key: lengths[key])
+        return examples.group_by_window(batch_of, batched, window_size_func=window_size)
     return replica_input_fn

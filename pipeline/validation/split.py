@@ -38,8 +38,9 @@ def split_off_validation(settings, files, labels, read_validation_dir, seed, gro
 def check_same_split(listed_path, files):
     """Raises UsageError when the validation split's `files` are not the ones the model dir's list at
     `listed_path` names (each by its class folder and file name, however the data dir is spelled; and
-    by its size where the listed file is still there, see _check_same_files): its evaluations, and the best model chosen among them, would compare two validation sets. Nothing is
-    checked without a list (a new run, or one that validated on shards) or without `files`."""
+    by its size where the listed file is still there, see _check_same_files): its evaluations, and the
+    best model chosen among them, would compare two validation sets. Nothing is checked without a list
+    (a new run, or one that validated on shards) or without `files`."""
     if files is None or not storage.isfile(listed_path):
         return
     def named(paths):
