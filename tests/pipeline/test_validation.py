@@ -454,14 +454,16 @@ def test_a_resume_validates_on_the_images_its_model_dir_lists_or_is_refused(tmp_
     with pytest.raises(UsageError, match=r"validation_files.txt lists: \S+other\S+ is not \S*held\S+ \(other bytes"):
         run(images.TASK, args("--validation-dir", other, "--max-steps", "6"))
     shutil.copytree(held, tmp_path / "copy")  # a copy: the same images
-    assert run(images.TASK, args("--validation-dir", str(tmp_path / "copy"), "--max-steps", "4"))["global_step"] == 4
+    copied = run(images.TASK, args("--validation-dir", str(tmp_path / "copy"), "--max-steps", "4"))
+    assert copied["global_step"] == 4
     listed = (tmp_path / "model" / "validation_files.txt").read_text().splitlines()
     os.remove(listed[0])
     with pytest.raises(UsageError, match=r"the validation split is not the one .*validation_files.txt lists \(6 "
                                          r"images then, 5 now: 1 gone, 0 new; \S+ no longer in it\)"):
         run(images.TASK, args("--validation-dir", held, "--max-steps", "6"))
-    # an evaluation reads no validation split, unless it fits a temperature on it
-    assert run(images.TASK, args("--validation-dir", held, "--eval-only"))["eval_step"] == 4
+    # an evaluation reads no validation split, unless it fits a temperature on it; it takes the best
+    # checkpoint: step 2 or 4, which differed between machines (CI's kept step 2)
+    assert run(images.TASK, args("--validation-dir", held, "--eval-only"))["eval_step"] == copied["best"]["step"]
     with pytest.raises(UsageError, match=r"the validation split is not the one .*validation_files.txt lists"):
         run(images.TASK, args("--validation-dir", held, "--eval-only", "--calibrate", "temperature"))
     # a share of the training images instead (the count of training images tells it first)
