@@ -44,28 +44,25 @@ def per_class_metric_ops(labels, probabilities, class_names, cell_pixels=16):
     'confusion_matrix', an image of the matrix summed over the evaluation (rows the true class, columns
     the predicted one, in `class_names` order; a cell's brightness is its share of the row, `cell_pixels`
     wide). All are read from one streamed confusion matrix: a v1 precision and recall metric per class
-    made two variables and their ops each, a second of graph building per evaluation for 10 classes."""
+    made two variables and their ops each, a second of graph building per evaluation for 10 classes; the
+    matrix is read once, in one merge of the replicas, not once for each figure."""
     true, predicted = tf.argmax(labels, -1), tf.argmax(probabilities, -1)
     # A metric variable (sync-on-read, summed over the replicas when read) and values made in
     # cross-replica context, as tf.compat.v1.metrics.mean_iou does: under a mirrored evaluation
     # a plain variable and a summary made in each replica cannot be read back.
     counts, update = metrics_impl._streaming_confusion_matrix(true, predicted, len(class_names))
 
-    def read(value_fn):
-        return metrics_impl._aggregate_across_replicas(None, value_fn, counts), update
-
-    def share_of(i, axis):  # axis 0: of the images predicted as class i (precision); 1: of those in it (recall)
-        return lambda _, total: tf.cast(tf.math.divide_no_nan(total[i, i], tf.reduce_sum(total, axis=axis)[i]),
-                                        tf.float32)
-
-    def image(_, total):
-        shares = tf.math.divide_no_nan(total, tf.reduce_sum(total, axis=1, keepdims=True))
-        pixels = tf.repeat(tf.repeat(shares, cell_pixels, axis=0), cell_pixels, axis=1)
+    def values(_, counted):  # in cross-replica context: the matrix summed over the replicas, read once
+        total = tf.convert_to_tensor(counted)
+        diagonal = tf.linalg.diag_part(total)
+        shares = {"precision": tf.math.divide_no_nan(diagonal, tf.reduce_sum(total, axis=0)),  # of the predicted
+                  "recall": tf.math.divide_no_nan(diagonal, tf.reduce_sum(total, axis=1))}  # of those in the class
+        read = {f"{figure}/{name}": tf.cast(share[i], tf.float32)
+                for figure, share in shares.items() for i, name in enumerate(class_names)}
+        rows = tf.math.divide_no_nan(total, tf.reduce_sum(total, axis=1, keepdims=True))
+        pixels = tf.repeat(tf.repeat(rows, cell_pixels, axis=0), cell_pixels, axis=1)
         picture = tf.cast(tf.round(255.0 * pixels), tf.uint8)[None, :, :, None]
-        return tf.compat.v1.summary.image("confusion_matrix", picture, collections=[])
-    ops = {}
-    for i, name in enumerate(class_names):
-        ops[f"precision/{name}"] = read(share_of(i, 0))
-        ops[f"recall/{name}"] = read(share_of(i, 1))
-    ops["confusion_matrix"] = read(image)
-    return ops
+        read["confusion_matrix"] = tf.compat.v1.summary.image("confusion_matrix", picture, collections=[])
+        return read
+    return {name: (value, update)
+            for name, value in metrics_impl._aggregate_across_replicas(None, values, counts).items()}
