@@ -7,11 +7,11 @@ image was counted once and writes results.json's per-class figures and
 `clinical` object, report.json, report.md, the plots (also to TensorBoard) and
 test_scores.csv (see reporting/).
 
-The validation split is evaluated too, with the tested checkpoint, when a figure
-needs it: the referral decision's threshold for --at-specificity is chosen there
-and applied to the test split, and --calibrate temperature fits its temperature
-there (never on the test split), scales every probability of the report by it
-and exports the checkpoint again, serving the scaled probabilities.
+The validation split's scores with the tested checkpoint are read too when a figure needs them:
+those validation during training kept beside the best checkpoint, else an evaluation's. The
+referral decision's threshold for --at-specificity is chosen there and applied to the test split,
+and --calibrate temperature fits its temperature there (never on the test split), scales every
+probability of the report by it and exports the checkpoint again, serving the scaled probabilities.
 """
 import collections
 import io
@@ -27,7 +27,7 @@ from acquisition import storage
 from hooks.scores import ScoreCollectorHook
 from pipeline.errors import FlagError
 from pipeline.metrics import classification_report
-from pipeline.validation.best import BEST_EXPORT_DIR
+from pipeline.validation.best import BEST_EXPORT_DIR, read_scores
 from reporting import calibration, clinical, files as report_files
 from serving.calibrated import export_with_temperature
 
@@ -103,12 +103,24 @@ def uses_validation(args):
     return bool(args.positive_classes) or args.calibrate != "none"
 
 
+def keeps_validation_scores(args, data):
+    """Returns whether validation during training should keep the best checkpoint's scores of each
+    validation image for the report (pipeline.validation.best.write_scores)."""
+    return uses_validation(args) and bool(data.class_names) and data.source != "synthetic"
+
+
 def evaluate_validation(args, data, estimator, checkpoint_path):
-    """Returns the ScoreCollectorHook of the validation split's evaluation with `checkpoint_path`
-    (None: the latest), or None when there is no validation split or nothing needs it (a referral
-    decision's threshold, --calibrate)."""
+    """Returns the validation split's scores with `checkpoint_path` (None: the latest), or None when
+    there is no validation split or nothing needs it (a referral decision's threshold, --calibrate):
+    those kept beside the best checkpoint when it was validated during training, else a
+    ScoreCollectorHook's of an evaluation now."""
     if not uses_validation(args) or data.validation_input_fn is None or estimator is None:
         return None
+    kept = read_scores(checkpoint_path) if checkpoint_path else None
+    if kept is not None and len(kept.labels) == data.num_validation_examples:
+        log.info("the report's %d validation scores: the best checkpoint's, kept from its validation",
+                 data.num_validation_examples)
+        return kept
     log.info("evaluating on %d validation images for the report's threshold and calibration",
              data.num_validation_examples)
     collector = ScoreCollectorHook()

@@ -12,7 +12,7 @@ from acquisition import storage
 from hooks.loss_watch import DivergenceError
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
 from models.optimizers import precision
-from pipeline import determinism, ema as ema_lib, model_dir as model_dir_lib, training_record
+from pipeline import determinism, ema as ema_lib, evaluation_report, model_dir as model_dir_lib, training_record
 from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
     wait_for_chief_checkpoint, watch_evaluator, watch_parameter_server, watch_trainer
 from pipeline.errors import FlagError, TrainingError, UsageError
@@ -216,7 +216,8 @@ def _validation(setup, estimator, pacing, stop):
     else None."""
     if pacing is None:
         return None
-    return build_validation(setup, estimator, pacing, stop.requested, _best_export(setup, estimator))
+    return build_validation(setup, estimator, pacing, stop.requested, _best_export(setup, estimator),
+                            evaluation_report.keeps_validation_scores(setup.settings, setup.data))
 
 
 def _best_export(setup, estimator):

@@ -1,11 +1,23 @@
 """Keeping the best model: its checkpoint copied to <model dir>/best, out of --keep-checkpoints'
-rotation, and exported at once; the copies and exports it supersedes removed."""
+rotation, and exported at once; the copies and exports it supersedes removed. When the report will
+need them, the validation's scores of each image go beside the copy, so that the report reads them
+rather than evaluating the validation split again."""
+import io
+import logging
 import os
+import types
+import zipfile
+
+import numpy as np
 
 from acquisition import faults, storage
 
 BEST_DIR = "best"  # the best checkpoint's copy, beside the rotating ones
 BEST_EXPORT_DIR = "export"  # where the export of a run without validation goes: predict.py finds it the same way
+# Beside a best checkpoint's copy (<checkpoint> + this): its validation's scores. Named after the checkpoint,
+# it goes with the copy it belongs to when a newer best supersedes it.
+SCORES_SUFFIX = ".validation_scores.npz"
+log = logging.getLogger(__name__)
 
 
 def rebased(path, model_dir):
@@ -29,8 +41,9 @@ class BestKeeper:
     def __init__(self, model_dir, export=None):
         self._model_dir, self._export = model_dir, export
 
-    def keep(self, evaluation, checkpoint):
-        """Copies `checkpoint` to <model dir>/best and exports it; returns the new best's record."""
+    def keep(self, evaluation, checkpoint, scores=None):
+        """Copies `checkpoint` to <model dir>/best, with `scores` (its validation's ScoreCollectorHook, or
+        None) beside it, and exports it; returns the new best's record."""
         best_dir = storage.join(self._model_dir, BEST_DIR)
         storage.makedirs(best_dir)
         name = os.path.basename(checkpoint)
@@ -40,6 +53,8 @@ class BestKeeper:
                 storage.rename(storage.join(best_dir, file + ".tmp"), storage.join(best_dir, file))
                 faults.point("best_copy")
         kept = storage.join(best_dir, name)
+        if scores is not None:
+            write_scores(kept, scores)
         faults.point("best_export")
         export_dir = self._export(kept) if self._export else None
         return {**evaluation, "checkpoint": storage.absolute(kept), "export_dir": export_dir}
@@ -47,6 +62,30 @@ class BestKeeper:
     def remove_superseded(self, best):
         """Removes what `best` (the recorded best) superseded: see remove_superseded."""
         remove_superseded(self._model_dir, best)
+
+
+def write_scores(checkpoint, scores):
+    """Writes `scores` (a ScoreCollectorHook after an evaluation of `checkpoint`) beside `checkpoint`;
+    returns the file's path."""
+    buffer = io.BytesIO()
+    np.savez(buffer, probabilities=scores.probabilities, labels=scores.labels, keys=np.asarray(scores.keys, str),
+             named=np.asarray(scores.named))
+    return storage.write_atomically(checkpoint + SCORES_SUFFIX, buffer.getvalue())
+
+
+def read_scores(checkpoint):
+    """Returns the scores write_scores kept beside `checkpoint`, as a ScoreCollectorHook holds them
+    (probabilities, labels, keys, named), or None when there are none or they cannot be read (warned of)."""
+    path = checkpoint + SCORES_SUFFIX
+    try:
+        with np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False) as kept:
+            return types.SimpleNamespace(probabilities=kept["probabilities"], labels=kept["labels"],
+                                         keys=[str(k) for k in kept["keys"]], named=bool(kept["named"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        log.warning("cannot read %s (%s): the validation split is evaluated again", path, e)
+        return None
 
 
 def remove_superseded(model_dir, best):

@@ -5,6 +5,7 @@ applied to the test split. Also the flag's refusals."""
 import csv
 import glob
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pipeline.flags import build_parser
 from pipeline.roles import run
 from pipeline.tasks.oct import TASK
 from pipeline.evaluation_report import calibration_warning, check_calibration
+from pipeline.validation.best import SCORES_SUFFIX, read_scores
 from reporting import calibration
 from reporting.clinical import at_specificity
 from serving.calibrated import CALIBRATION_FILE
@@ -146,6 +148,26 @@ def test_a_temperature_fitted_on_few_validation_images_is_warned_about(calibrate
 
 
 
+def test_the_report_reads_the_validation_scores_kept_beside_the_best_checkpoint(calibrated_run):
+    """The best checkpoint's validation during training kept each image's scores: the report's threshold
+    and temperature come from them, with no second evaluation of the validation split."""
+    results, model_dir, validation_files, _ = calibrated_run
+    kept = read_scores(os.path.join(model_dir, "best", f"model.ckpt-{results['best']['step']}"))
+    assert kept is not None and len(kept.labels) == len(validation_files)
+    probabilities, labels = classify(results["best"]["export_dir"], validation_files)
+
+    def by_label_then_scores(p, l):  # the validation input carries no file names: compared as sets of rows
+        order = np.lexsort((*p.T[::-1], l))
+        return p[order], l[order]
+    (kept_p, kept_l), (export_p, export_l) = by_label_then_scores(kept.probabilities, kept.labels), \
+        by_label_then_scores(probabilities, labels)
+    assert (kept_l == export_l).all()
+    np.testing.assert_allclose(kept_p, export_p, atol=1e-5)
+    assert not os.path.exists(os.path.join(model_dir, "eval_report_validation"))  # not evaluated again
+    kept_files = glob.glob(os.path.join(model_dir, "best", "*" + SCORES_SUFFIX))
+    assert [os.path.basename(f) for f in kept_files] == [f"model.ckpt-{results['best']['step']}{SCORES_SUFFIX}"]
+
+
 def tflite_and_export_probabilities(tflite_file, export_dir):
     """Returns the probabilities of the .tflite file and of the export's pixels signature for the same
     three random images."""
@@ -159,10 +181,11 @@ def tflite_and_export_probabilities(tflite_file, export_dir):
     return got, signature(**{name: tf.constant(images)})["probabilities"].numpy()
 
 
-def test_the_device_files_are_of_the_served_scaled_export(calibrated_run):
+def test_the_device_files_are_of_the_served_scaled_export(calibrated_run, caplog):
     """--tflite converts the export predict.py serves: under --eval-only the one results.json names (the
     scaled one; it converted the unscaled best before), and with --calibrate the one made after the fit
-    (it converted the export made before it). Last in this file: --eval-only writes its own report."""
+    (it converted the export made before it); a damaged file of the best's validation scores is read
+    no more. Last in this file: --eval-only writes its own report."""
     results, model_dir, _, test_files = calibrated_run
     common = ["--data-dir", os.path.dirname(os.path.dirname(os.path.dirname(test_files[0]))), "--model-dir",
               model_dir, "--image-size", "32", "--weights", "none", "--batch-size", "4", "--validation-fraction",
@@ -173,7 +196,14 @@ def test_the_device_files_are_of_the_served_scaled_export(calibrated_run):
     got, served = tflite_and_export_probabilities(recorded["tflite"]["files"]["float32"]["file"],
                                                   results["export_dir"])
     np.testing.assert_allclose(got, served, atol=1e-4)
-    scaled_again = run(TASK, build_parser(TASK).parse_args(common + ["--calibrate", "temperature"]))
+    kept = os.path.join(model_dir, "best", f"model.ckpt-{results['best']['step']}{SCORES_SUFFIX}")
+    with open(kept, "r+b") as f:  # damaged: read no more, the validation split is evaluated again
+        f.truncate(100)
+    with caplog.at_level(logging.WARNING):
+        scaled_again = run(TASK, build_parser(TASK).parse_args(common + ["--calibrate", "temperature"]))
+    assert f"cannot read {kept}" in caplog.text and os.path.isdir(os.path.join(model_dir, "eval_report_validation"))
+    assert scaled_again["clinical"]["calibration"]["temperature"]["temperature"] == pytest.approx(
+        results["clinical"]["calibration"]["temperature"]["temperature"], rel=1e-4)  # the kept scores' fit
     assert scaled_again["export_dir"] not in (results["export_dir"], results["best"]["export_dir"])
     # Its export is the evaluation's, beside its report: predict.py still serves what training exported.
     assert scaled_again["export_dir"].startswith(os.path.join(model_dir, "eval_only", "export") + os.sep)

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from acquisition import storage
 from pipeline.cli import train_main
+from pipeline.validation.best import SCORES_SUFFIX
 from pipeline.tasks.images import TASK
 from serving.export import COMPLETE_MARKER
 from serving.predict import classify_files, load_predictor
@@ -34,7 +35,8 @@ def test_a_whole_run_on_ram(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "matplotlib"))  # matplotlib's font cache, not the run's
     common = ["--data-dir", data, "--model-dir", model_dir, "--image-size", "32", "--batch-size", "8",
-              "--validation-fraction", "0.2", "--eval-every-steps", "2", "--warm-up-steps", "0"]
+              "--validation-fraction", "0.2", "--eval-every-steps", "2", "--warm-up-steps", "0",
+              "--positive-classes", "circle"]  # a referral threshold: the best's validation scores kept
 
     assert train_main(TASK, common + ["--max-steps", "2"]) == 0
     assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-2")
@@ -47,7 +49,9 @@ def test_a_whole_run_on_ram(tmp_path, monkeypatch, capsys):
     assert [s["start_step"] for s in segments] == [0, 2]
     validation = json.loads(storage.read_text(storage.join(model_dir, "validation.json")))
     assert [e["step"] for e in validation["evaluations"]] == [2, 4]
-    assert storage.listdir(storage.join(model_dir, "best"))  # the best checkpoint's copy
+    best = storage.listdir(storage.join(model_dir, "best"))  # the best checkpoint's copy, and its scores
+    assert f"model.ckpt-{validation['best']['step']}.index" in best
+    assert f"model.ckpt-{validation['best']['step']}{SCORES_SUFFIX}" in best
     for name in ("train.txt", "test.txt", "split.json"):
         assert storage.read_text(storage.join(model_dir, "split", name))
     assert storage.isfile(storage.join(model_dir, "validation_files.txt"))

@@ -92,7 +92,7 @@ class ScriptedEstimator:
     def __init__(self, figures):
         self.figures, self.evaluated = list(figures), []
 
-    def evaluate(self, input_fn, checkpoint_path=None, name=None):
+    def evaluate(self, input_fn, checkpoint_path=None, name=None, hooks=None):
         self.evaluated.append(checkpoint_path)
         accuracy, loss = self.figures.pop(0)
         return {"accuracy": accuracy, CROSS_ENTROPY: loss, "global_step": int(checkpoint_path.rsplit("-", 1)[1])}
