@@ -54,6 +54,11 @@ def run_command(parser, work, argv=None, parse=None):
     except OSError as e:  # writing results, an export's assets, a download, a conversion
         message, code = _io_failure(e.errno, e.strerror or str(e), e.filename, args), 1
         _show_traceback(e)
+    except ModuleNotFoundError as e:
+        message, code = _missing_package(e), 1
+        if message is None:  # one of this project's own modules: a bug, not the environment
+            raise
+        _show_traceback(e)
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, told apart below
         # A full disk is a ResourceExhaustedError too: the file's failure is read first.
         message, code = _tensorflow_failure(e, args) or out_of_memory_message(e, args), 1
@@ -100,6 +105,17 @@ def set_tensorflow_environment(args):
     if getattr(args, "xla", False) and "--tf_xla_cpu_global_jit" not in xla_flags:
         # Without it XLA auto-clusters only GPU graphs (see pipeline.estimator.session_config).
         os.environ["TF_XLA_FLAGS"] = f"{xla_flags} --tf_xla_cpu_global_jit".strip()
+
+
+def _missing_package(error):
+    """Returns the one line for a package of requirements.txt this Python lacks (a script run as
+    `scripts/x.py` by the system's Python, say), or None for a module of this project."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = (error.name or "").split(".")[0]
+    if not package or os.path.exists(os.path.join(root, package)):
+        return None
+    return (f"this Python ({sys.executable}) has no {package} module; run the command through "
+            "scripts/in_venv.sh (it installs requirements.txt into .venv/ the first time), or activate .venv/")
 
 
 def _show_traceback(error):

@@ -75,6 +75,27 @@ def train_fashion(home, *argv):
                           capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.parametrize("script, argv", [
+    ("train_fashion.py", ["--synthetic", "--max-steps", "1", "--model-dir", "{tmp}/model"]),
+    ("predict.py", ["--model", "{tmp}/none", "--json", "{tmp}"]),
+])
+def test_a_python_without_tensorflow_is_told_to_use_the_venv_in_one_line(script, argv, tmp_path):
+    """`scripts/x.py` run as written starts the system's Python, which has no TensorFlow (the docs'
+    commands leave out scripts/in_venv.sh)."""
+    blocker = tmp_path / "blocked" / "tensorflow"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'tensorflow'\", "
+                                         "name='tensorflow')\n")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script),
+                             *[a.replace("{tmp}", str(tmp_path)) for a in argv]], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(blocker.parent)}, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
+    assert_clean_failure(result, f"{script}: error: this Python ({sys.executable}) has no tensorflow module",
+                         "scripts/in_venv.sh")
+    assert not (tmp_path / "model").exists()
+
+
 def test_without_network_the_first_run_trains_on_the_shipped_sample_and_says_so(tmp_path):
     model_dir = tmp_path / "model"
     result = train_fashion(tmp_path, "--model-dir", str(model_dir), "--batch-size", "32", "--max-steps", "5")
