@@ -1,10 +1,31 @@
-"""The argparse types of every command line, and its help formatter: each type turns a flag's text
-into its value or raises ArgumentTypeError, which argparse reports in one line with exit 2. Nothing
-here imports TensorFlow."""
+"""The argparse types of every command line, its help formatter and its parser: each type turns a
+flag's text into its value or raises ArgumentTypeError, which the parser reports in one line with
+exit 2. Nothing here imports TensorFlow."""
 import argparse
+import difflib
 
 import hooks
 from input_fns import AUGMENTATIONS, FLIP_DIRECTIONS
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, exit 2: the problem, the nearest flag for an
+    unknown one, and where the flags are listed (argparse printed its whole usage first, 50 lines).
+    `also_known`: another parser whose flags the same command line takes (a tool's, beside a job's)."""
+    also_known = None
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}{self._nearest(message)}; --help lists the flags\n")
+
+    def _nearest(self, message):
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        parsers = [self] + ([self.also_known] if self.also_known else [])
+        known = [flag for parser in parsers for flag in parser._option_string_actions if flag.startswith("--")]
+        guesses = [difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
+                   for word in message.split()[2:] if word.startswith("--")]
+        named = [guess[0] for guess in guesses if guess]
+        return f" (did you mean {', '.join(named)}?)" if named else ""
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

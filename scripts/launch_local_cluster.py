@@ -30,12 +30,12 @@ from cluster.isolation import ISOLATED_VARIABLE, isolate_network  # noqa: E402
 from cluster.launcher import DEFAULT_GRACE_SECS, LocalCluster  # noqa: E402
 from pipeline.cli import run_command  # noqa: E402
 from pipeline.errors import UsageError  # noqa: E402
-from pipeline.flag_types import non_negative_int, positive_float  # noqa: E402
+from pipeline.flag_types import ArgumentParser, non_negative_int, positive_float  # noqa: E402
 
 
 def build_parser():
     """Returns the parser of the launcher's own flags (those before --)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      usage="%(prog)s [--workers N] [--ps N] [--evaluator] [--allow-network] "
                                            "[--grace-secs S] [--log-dir DIR] -- COMMAND ...")
     parser.add_argument("--workers", type=non_negative_int, default=1, help="worker tasks besides the chief")

@@ -1,7 +1,6 @@
 #!/usr/bin/env python
 """Split a t10k-only Fashion-MNIST sample (by default the 1,000 images shipped with the
 project) into train and test IDX files, making a --data-dir that train_fashion.py can use."""
-import argparse
 import os
 import sys
 
@@ -9,12 +8,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
 from pipeline.errors import UsageError  # noqa: E402
-from pipeline.flag_types import HelpFormatter, int_in_range, positive_int  # noqa: E402
+from pipeline.flag_types import ArgumentParser, HelpFormatter, int_in_range, positive_int  # noqa: E402
 
 
 def build_parser():
     """Returns the parser: source, output folder and the split."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--source", default=None,
                         help="folder with t10k-images/labels IDX .gz files (default: acquisition/data/"
                              "fashion-mnist-sample, shipped with the project)")

@@ -2,19 +2,18 @@
 """Lay out the 129 real OCT scans shipped with the project (acquisition/data/oct-sample) as an
 OCT2017 tree (train/ and test/ class folders), a --data-dir that train_oct.py, inspect_input.py
 and benchmark.py can use offline. Far too small to train a useful model: for smoke runs."""
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flag_types import HelpFormatter, positive_int  # noqa: E402
+from pipeline.flag_types import ArgumentParser, HelpFormatter, positive_int  # noqa: E402
 
 
 def build_parser():
     """Returns the parser: source, output folder and the test share."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--source", default=None,
                         help="folder with CNV, DME, DRUSEN and NORMAL folders of JPEG scans (default: "
                              "acquisition/data/oct-sample, shipped with the project)")

@@ -4,7 +4,6 @@
 file named *.gray holding exactly one 28x28 image's 784 bytes, one a pixel, row by row, as in the
 IDX files (0 black, 255 white). Every job's export takes such raw pixels (at its image size and channels),
 and so does a .tflite file converted from one (--tflite, docs/exports.md)."""
-import argparse
 import json
 import os
 import sys
@@ -12,13 +11,13 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flag_types import positive_int  # noqa: E402
+from pipeline.flag_types import ArgumentParser, positive_int  # noqa: E402
 from pipeline.flags.tta import TTA_HELP, tta_views  # noqa: E402
 
 
 def build_parser():
     """Returns the parser: the export, the images, and the output form."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True,
                         help="a training run's model dir, or the export folder it printed, or the <model "
                              "dir>/export folder above it (the newest export there is used: the best model when "

@@ -1,7 +1,6 @@
 #!/usr/bin/env python
 """Convert the OCT2017 JPEG tree into TFRecord shards of images already resized,
 so that later training runs skip JPEG decoding: train_oct.py --records-dir OUT."""
-import argparse
 import os
 import sys
 
@@ -9,13 +8,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
 from pipeline.flags import add_data_dir_flag  # noqa: E402
-from pipeline.flag_types import HelpFormatter  # noqa: E402
+from pipeline.flag_types import ArgumentParser, HelpFormatter  # noqa: E402
 from pipeline.tasks import oct as oct_task  # noqa: E402
 
 
 def build_parser():
     """Returns the parser: train_oct.py's data flags, and --out."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     add_data_dir_flag(parser, oct_task.DEFAULT_DATA_DIR)
     parser.add_argument("--out", required=True, help="folder for the shards and their manifest.json")
     oct_task.add_data_flags(parser)

@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from models import GRAPH_REWRITE_PRECISIONS, PRECISIONS  # noqa: E402
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flag_types import positive_float, positive_int  # noqa: E402
+from pipeline.flag_types import ArgumentParser, positive_float, positive_int  # noqa: E402
 
 
 TYPES = [name for name in PRECISIONS if name not in GRAPH_REWRITE_PRECISIONS]  # the types a peak is probed in
@@ -27,7 +27,7 @@ def precisions(text):
 
 def build_parser():
     """Returns the parser: the precisions to probe and the time each may take."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--precision", type=precisions, default=["fp32"],
                         help="comma-separated, from: " + ", ".join(TYPES))
     parser.add_argument("--seconds", type=positive_float, default=6.0, help="time budget per precision")

@@ -4,9 +4,8 @@ pipeline/validation/flags.py (validation and early stopping); their argparse typ
 pipeline/flag_types.py. A task supplies its defaults and may add flags of its own; `build_parser`
 returns the parser for its script. Nothing here imports TensorFlow, so `--help` and a bad flag answer
 at once."""
-import argparse
 
-from pipeline.flag_types import HelpFormatter
+from pipeline.flag_types import ArgumentParser, HelpFormatter
 from pipeline.flags.devices import STRATEGIES, add_cluster_flags, add_device_flags
 from pipeline.flags.mixing import add_mixing_flags
 from pipeline.flags.output import add_output_flags, add_report_flags
@@ -19,7 +18,7 @@ __all__ = ["STRATEGIES", "add_data_dir_flag", "build_parser"]
 
 def build_parser(task):
     """Returns the argument parser for `task`: the shared flags with the task's defaults, then its own."""
-    parser = argparse.ArgumentParser(description=task.description, formatter_class=HelpFormatter)
+    parser = ArgumentParser(description=task.description, formatter_class=HelpFormatter)
     add_data_flags(parser, task)
     add_training_flags(parser, task)
     add_device_flags(parser)

@@ -57,7 +57,22 @@ def test_help_and_a_bad_flag_answer_without_importing_tensorflow(script):
     assert "usage:" in shown.stdout
     refused = probe(script, *BAD_FLAGS[script])
     assert refused.stderr.endswith("exit=2 tensorflow_imported=False\n"), refused.stderr[-2000:]
-    assert "error: " in refused.stderr and "Traceback" not in refused.stderr
+    (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]  # one line (argparse printed its usage first)
+    assert line.startswith(f"{script}: error: ") and line.endswith("--help lists the flags"), line
+
+
+@pytest.mark.parametrize("script, argv, typo, meant", [
+    ("train_images.py", ["--data-dir", "x"], "--max-stpes", "--max-steps"),
+    ("benchmark.py", ["--task", "fashion"], "--repeets", "--repeats"),  # the tool's flag, not the job's
+    ("benchmark.py", ["--task", "fashion"], "--batchsize", "--batch-size"),  # the job's
+    ("predict.py", ["--model", "x", "image.png"], "--jsno", "--json"),
+])
+def test_a_misspelt_flag_is_one_line_naming_the_nearest(script, argv, typo, meant):
+    refused = probe(script, *argv, f"{typo}=2")
+    assert refused.stderr.endswith("exit=2 tensorflow_imported=False\n"), refused.stderr[-2000:]
+    (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]
+    assert line == (f"{script}: error: unrecognized arguments: {typo}=2 (did you mean {meant}?); "
+                    "--help lists the flags")
 
 
 def refused_url():
