@@ -103,7 +103,7 @@ def describe_data(synthetic, train_examples):
 
 
 def check_same_data(record, data, model_dir, training=True, skipped=()):
-    """Raises UsageError when `data` (describe_data's) is not the data the model dir's epochs were
+    """Raises UsageError (FlagError for --synthetic) when `data` (describe_data's) is not the data the model dir's epochs were
     counted on: generated instead of real data, or another number of training images (the
     shipped sample against the full dataset, or another validation split, say). Without `training`
     (--eval-only) only the kind of data must match: an evaluation counts no epochs. `skipped`, the files
@@ -123,9 +123,11 @@ def check_same_data(record, data, model_dir, training=True, skipped=()):
                "was trained with")
     else:
         fix = "pass the --data-dir and validation split (--validation-fraction, --validation-dir) it was trained with"
-    raise UsageError(f"the model dir {model_dir} was trained on {words(record.data)}, and this run's is "
-                     f"{words(data)}: its epochs and figures would mix two datasets; {fix}, or pass another "
-                     "--model-dir")
+    # --synthetic against the record is a flag to change (exit 2); another count of images, the data itself
+    error = FlagError if record.data["synthetic"] != data["synthetic"] else UsageError
+    raise error(f"the model dir {model_dir} was trained on {words(record.data)}, and this run's is "
+                f"{words(data)}: its epochs and figures would mix two datasets; {fix}, or pass another "
+                "--model-dir")
 
 
 def _results_task(model_dir):

@@ -55,4 +55,5 @@ def test_a_resume_with_a_doubled_batch_trains_the_images_that_remain(fashion_dat
                            capture_output=True, text=True, timeout=300)
     assert_clean_failure(other, "was trained on real data of 800 training images, and this run's is generated data "
                                 "of 60,000 training images", "pass another --model-dir")
+    assert other.returncode == 2  # a flag to drop, as a changed --test-fraction is
     assert {f: (model_dir / f).read_bytes() for f in before} == before
