@@ -153,8 +153,9 @@ def _splits_from_lists(folders, data_dir, model_dir):
         listed.update(files)
     new = len(set(label_of) - listed)
     if new:
-        log.warning("%d images were added to the data dir after this model dir's split was made; they are left "
-                    "out (another --model-dir splits the folder anew)", new)
+        log.warning("%d image%s added to the data dir after this model dir's split was made; %s left out "
+                    "(another --model-dir splits the folder anew)", new, " was" if new == 1 else "s were",
+                    "it is" if new == 1 else "they are")
     return splits
 
 
