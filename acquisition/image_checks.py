@@ -4,6 +4,7 @@ pipeline needs, so that a bad file is named before training, not mid-epoch."""
 import collections
 import dataclasses
 import hashlib
+import logging
 import os
 import struct
 from typing import Dict, List, Tuple
@@ -12,6 +13,8 @@ import tensorflow as tf
 
 from acquisition import storage
 from acquisition.errors import InputDataError
+
+log = logging.getLogger(__name__)
 
 BAD_IMAGE_POLICIES = ("fail", "skip")
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame: 0xC4, C8, CC are others
@@ -70,7 +73,7 @@ def shown_path(path):
 def check_bad_files(scans, on_bad_image):
     """Raises InputDataError naming the first bad file of the FolderScans `scans` (the splits of one
     dataset), its problem and how many more there are in them all, when `on_bad_image` is 'fail';
-    with 'skip' such files are left out, and nothing is raised."""
+    with 'skip' such files are left out, warned of in one line, and nothing is raised."""
     if on_bad_image not in BAD_IMAGE_POLICIES:
         raise ValueError(f"on_bad_image must be one of {BAD_IMAGE_POLICIES}, got {on_bad_image!r}")
     problems = {f: problem for scan in scans for f, problem in scan.problems.items()}
@@ -79,6 +82,11 @@ def check_bad_files(scans, on_bad_image):
         more = f" (and {len(problems) - 1} more bad files)" if len(problems) > 1 else ""
         raise InputDataError(f"{shown_path(first)} {problems[first]}{more}; remove or convert it, "
                              "or pass --on-bad-image=skip to leave such files out")
+    if problems:
+        first = min(problems)
+        log.warning("%d bad image file%s left out (--on-bad-image skip), the first %s %s; results.json lists "
+                    "each (skipped_files)", len(problems), "" if len(problems) == 1 else "s", shown_path(first),
+                    problems[first])
 
 
 def jpeg_frame_header(f):

@@ -1,7 +1,9 @@
 """Folders of class folders: their layouts, the stratified and grouped split, and a 100,000-image
 folder scanned and split at real size."""
 import collections
+import logging
 import os
+import re
 import time
 
 import numpy as np
@@ -49,7 +51,7 @@ def test_a_test_folder_without_a_class_of_train_is_named_as_such(tmp_path):
         class_folders.scan_class_folders(str(tmp_path))
 
 
-def test_the_bad_files_of_train_and_test_folders_are_counted_together(tmp_path):
+def test_the_bad_files_of_train_and_test_folders_are_counted_together(tmp_path, caplog):
     for split, count in (("train", 6), ("test", 3)):
         for name in ("a", "b"):
             write_images(str(tmp_path / split / name), count)
@@ -58,8 +60,12 @@ def test_the_bad_files_of_train_and_test_folders_are_counted_together(tmp_path):
     folders = class_folders.scan_class_folders(str(tmp_path))
     with pytest.raises(InputDataError, match=r"^\S+/test/a/0001\.png .* \(and 2 more bad files\); remove"):
         check_bad_files(folders.scans.values(), "fail")
-    check_bad_files(folders.scans.values(), "skip")
+    with caplog.at_level(logging.WARNING):
+        check_bad_files(folders.scans.values(), "skip")
     assert folders.scans["train"].num_good == 11 and folders.scans["test"].num_good == 4
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert re.match(r"^3 bad image files left out \(--on-bad-image skip\), the first \S+/test/a/0001\.png .*; "
+                    r"results\.json lists each \(skipped_files\)$", warning), warning
 
 
 @pytest.mark.parametrize("layout,message", [
