@@ -1,6 +1,7 @@
 """The one way a command line runs: arguments parsed first, then the work, and every known
 failure turned into one line and an exit code."""
 import errno
+import importlib.util
 import os
 import re
 import select
@@ -107,15 +108,30 @@ def set_tensorflow_environment(args):
         os.environ["TF_XLA_FLAGS"] = f"{xla_flags} --tf_xla_cpu_global_jit".strip()
 
 
+# The module names of requirements.txt's packages where they differ from the package's name.
+_MODULE_OF_PACKAGE = {"pillow": "PIL", "pyyaml": "yaml", "pytest-xdist": "xdist"}
+
+
 def _missing_package(error):
-    """Returns the one line for a package of requirements.txt this Python lacks (a script run as
-    `scripts/x.py` by the system's Python, say), or None for a module of this project."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """Returns the one line for a package of requirements.txt this Python lacks altogether (a script run
+    as `scripts/x.py` by the system's Python, say), or None: a module of this project, of a package not
+    required, or inside an installed one (another version of it) is a bug to show."""
     package = (error.name or "").split(".")[0]
-    if not package or os.path.exists(os.path.join(root, package)):
+    if not package or importlib.util.find_spec(package) is not None or package not in _required_modules():
         return None
     return (f"this Python ({sys.executable}) has no {package} module; run the command through "
             "scripts/in_venv.sh (it installs requirements.txt into .venv/ the first time), or activate .venv/")
+
+
+def _required_modules():
+    """Returns the top-level module names of the packages requirements.txt lists."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "requirements.txt")
+    try:
+        with open(path) as f:
+            names = [re.split(r"[<>=!~\[; ]", line.strip(), 1)[0].lower() for line in f]
+    except OSError:
+        return set()
+    return {_MODULE_OF_PACKAGE.get(name, name.replace("-", "_")) for name in names if name and name[0] != "#"}
 
 
 def _show_traceback(error):

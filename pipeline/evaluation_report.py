@@ -27,7 +27,7 @@ from acquisition import storage
 from hooks.scores import ScoreCollectorHook
 from pipeline.errors import FlagError
 from pipeline.metrics import classification_report
-from pipeline.validation.best import BEST_EXPORT_DIR, read_scores
+from pipeline.validation.best import BEST_EXPORT_DIR, index_digest, read_scores
 from reporting import calibration, clinical, files as report_files
 from serving.calibrated import export_with_temperature
 
@@ -103,23 +103,26 @@ def uses_validation(args):
     return bool(args.positive_classes) or args.calibrate != "none"
 
 
-def keeps_validation_scores(args, data):
-    """Returns whether validation during training should keep the best checkpoint's scores of each
-    validation image for the report (pipeline.validation.best.write_scores)."""
-    return uses_validation(args) and bool(data.class_names) and data.source != "synthetic"
+def scores_made_with(args, data):
+    """Returns the settings a validation's scores depend on besides the checkpoint, which validation during
+    training keeps with the best checkpoint's scores of each image for the report
+    (pipeline.validation.best.write_scores); None when the report needs none."""
+    if not (uses_validation(args) and data.class_names and data.source != "synthetic"):
+        return None
+    return {"precision": args.precision, "xla": bool(args.xla), "image_size": getattr(args, "image_size", None),
+            "channels": getattr(args, "channels", None), "decode": getattr(args, "decode", None),
+            "classes": list(data.class_names), "images": data.num_validation_examples}
 
 
 def evaluate_validation(args, data, estimator, checkpoint_path):
     """Returns the validation split's scores with `checkpoint_path` (None: the latest), or None when
     there is no validation split or nothing needs it (a referral decision's threshold, --calibrate):
-    those kept beside the best checkpoint when it was validated during training, else a
-    ScoreCollectorHook's of an evaluation now."""
+    those kept beside the best checkpoint when it was validated during training (see kept_scores),
+    else a ScoreCollectorHook's of an evaluation now."""
     if not uses_validation(args) or data.validation_input_fn is None or estimator is None:
         return None
-    kept = read_scores(checkpoint_path) if checkpoint_path else None
-    if kept is not None and len(kept.labels) == data.num_validation_examples:
-        log.info("the report's %d validation scores: the best checkpoint's, kept from its validation",
-                 data.num_validation_examples)
+    kept = kept_scores(args, data, checkpoint_path) if checkpoint_path else None
+    if kept is not None:
         return kept
     log.info("evaluating on %d validation images for the report's threshold and calibration",
              data.num_validation_examples)
@@ -128,6 +131,27 @@ def evaluate_validation(args, data, estimator, checkpoint_path):
                        name=VALIDATION_EVAL_NAME)
     _check_counted_once(collector, data.num_validation_examples, split="validation")
     return collector
+
+
+def kept_scores(args, data, checkpoint_path):
+    """Returns the validation scores kept beside `checkpoint_path` when they are this evaluation's: of the
+    same checkpoint (its index file), made with the same settings (scores_made_with), one row of
+    finite probabilities over the classes for each validation image; else None (a difference is warned of)."""
+    kept = read_scores(checkpoint_path)
+    if kept is None:
+        return None
+    now = {**scores_made_with(args, data), "checkpoint": index_digest(checkpoint_path)}
+    differs = [key for key in sorted(now) if kept.made_with.get(key) != now[key]]
+    n = data.num_validation_examples
+    if not differs and not (kept.probabilities.shape == (n, len(data.class_names)) and kept.labels.shape == (n,)
+                            and np.isfinite(kept.probabilities).all()):
+        differs = ["scores"]
+    if differs:
+        log.warning("the validation scores kept beside %s differ from this evaluation's (%s): the validation "
+                    "split is evaluated again", checkpoint_path, ", ".join(differs))
+        return None
+    log.info("the report's %d validation scores: the best checkpoint's, kept from its validation", n)
+    return kept
 
 
 def scaled_scores(args, collector, validation):

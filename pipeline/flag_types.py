@@ -21,10 +21,11 @@ class ArgumentParser(argparse.ArgumentParser):
         if not message.startswith("unrecognized arguments:"):
             return ""
         parsers = [self] + ([self.also_known] if self.also_known else [])
-        known = [flag for parser in parsers for flag in parser._option_string_actions if flag.startswith("--")]
-        guesses = [difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
+        names = [flag[2:] for parser in parsers for flag in parser._option_string_actions  # '--' would count
+                 if flag.startswith("--") and flag != "--help"]
+        guesses = [difflib.get_close_matches(word.split("=")[0][2:], names, n=1, cutoff=0.6)
                    for word in message.split()[2:] if word.startswith("--")]
-        named = [guess[0] for guess in guesses if guess]
+        named = [f"--{guess[0]}" for guess in guesses if guess]
         return f" (did you mean {', '.join(named)}?)" if named else ""
 
 

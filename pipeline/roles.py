@@ -217,7 +217,7 @@ def _validation(setup, estimator, pacing, stop):
     if pacing is None:
         return None
     return build_validation(setup, estimator, pacing, stop.requested, _best_export(setup, estimator),
-                            evaluation_report.keeps_validation_scores(setup.settings, setup.data))
+                            evaluation_report.scores_made_with(setup.settings, setup.data))
 
 
 def _best_export(setup, estimator):

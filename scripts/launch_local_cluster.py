@@ -57,7 +57,10 @@ def build_parser():
 def parse(parser, argv):
     """Returns the launcher's args, with `command`: what follows --."""
     argv = sys.argv[1:] if argv is None else argv
-    split = argv.index("--") if "--" in argv else len(argv)
+    if "--" not in argv:  # the command given without it is no flag of the launcher's
+        _, command = parser.parse_known_args(argv)
+        parser.error("give the training command after --" + (f", as in ... -- {' '.join(command)}" if command else ""))
+    split = argv.index("--")
     args = parser.parse_args(argv[:split])
     args.command = argv[split + 1:]
     if not args.command:

@@ -2,7 +2,9 @@
 rotation, and exported at once; the copies and exports it supersedes removed. When the report will
 need them, the validation's scores of each image go beside the copy, so that the report reads them
 rather than evaluating the validation split again."""
+import hashlib
 import io
+import json
 import logging
 import os
 import types
@@ -36,10 +38,16 @@ def rebased(path, model_dir):
 
 class BestKeeper:
     """Keeps a new best checkpoint: `export(checkpoint_path)` exports one and returns the export's
-    path (None: no export)."""
+    path (None: no export). With `scores_made_with` (the settings the validation's scores depend on,
+    see write_scores), the scores of each image are kept beside the copy."""
 
-    def __init__(self, model_dir, export=None):
-        self._model_dir, self._export = model_dir, export
+    def __init__(self, model_dir, export=None, scores_made_with=None):
+        self._model_dir, self._export, self._made_with = model_dir, export, scores_made_with
+
+    @property
+    def keeps_scores(self):
+        """Returns whether keep() wants the validation's scores."""
+        return self._made_with is not None
 
     def keep(self, evaluation, checkpoint, scores=None):
         """Copies `checkpoint` to <model dir>/best, with `scores` (its validation's ScoreCollectorHook, or
@@ -47,14 +55,16 @@ class BestKeeper:
         best_dir = storage.join(self._model_dir, BEST_DIR)
         storage.makedirs(best_dir)
         name = os.path.basename(checkpoint)
+        kept = storage.join(best_dir, name)
+        if storage.exists(kept + SCORES_SUFFIX):  # an earlier copy's (a run resumed from before step N)
+            storage.remove(kept + SCORES_SUFFIX)
         for file in storage.listdir(self._model_dir):
             if file.startswith(name + "."):
                 storage.copy_file(storage.join(self._model_dir, file), storage.join(best_dir, file + ".tmp"))
                 storage.rename(storage.join(best_dir, file + ".tmp"), storage.join(best_dir, file))
                 faults.point("best_copy")
-        kept = storage.join(best_dir, name)
-        if scores is not None:
-            write_scores(kept, scores)
+        if scores is not None and self.keeps_scores:
+            write_scores(kept, scores, self._made_with)
         faults.point("best_export")
         export_dir = self._export(kept) if self._export else None
         return {**evaluation, "checkpoint": storage.absolute(kept), "export_dir": export_dir}
@@ -64,23 +74,32 @@ class BestKeeper:
         remove_superseded(self._model_dir, best)
 
 
-def write_scores(checkpoint, scores):
-    """Writes `scores` (a ScoreCollectorHook after an evaluation of `checkpoint`) beside `checkpoint`;
+def index_digest(checkpoint):
+    """Returns the SHA-256 of `checkpoint`'s index file, which names its weights' shards and checksums."""
+    return hashlib.sha256(storage.read_bytes(checkpoint + ".index")).hexdigest()
+
+
+def write_scores(checkpoint, scores, made_with):
+    """Writes `scores` (a ScoreCollectorHook after an evaluation of `checkpoint`) beside `checkpoint`, with
+    `made_with` (a JSON-able dict of the settings they depend on) and the checkpoint's index_digest;
     returns the file's path."""
     buffer = io.BytesIO()
     np.savez(buffer, probabilities=scores.probabilities, labels=scores.labels, keys=np.asarray(scores.keys, str),
-             named=np.asarray(scores.named))
+             named=np.asarray(scores.named),
+             made_with=np.asarray(json.dumps({**made_with, "checkpoint": index_digest(checkpoint)}, sort_keys=True)))
     return storage.write_atomically(checkpoint + SCORES_SUFFIX, buffer.getvalue())
 
 
 def read_scores(checkpoint):
     """Returns the scores write_scores kept beside `checkpoint`, as a ScoreCollectorHook holds them
-    (probabilities, labels, keys, named), or None when there are none or they cannot be read (warned of)."""
+    (probabilities, labels, keys, named) and their `made_with`, or None when there are none or they
+    cannot be read (warned of)."""
     path = checkpoint + SCORES_SUFFIX
     try:
         with np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False) as kept:
             return types.SimpleNamespace(probabilities=kept["probabilities"], labels=kept["labels"],
-                                         keys=[str(k) for k in kept["keys"]], named=bool(kept["named"]))
+                                         keys=[str(k) for k in kept["keys"]], named=bool(kept["named"]),
+                                         made_with=json.loads(str(kept["made_with"])))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:

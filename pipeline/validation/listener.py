@@ -29,13 +29,13 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
     run's max_steps) allows it: under the auto cadence it waits after the last one, or is left to the
     final step's, which never waits. After training, `record` holds the evaluations and the best, `stopped_because` is
     'target_accuracy', 'patience' or None, and `seconds` the time spent evaluating and exporting.
-    With `keep_scores`, each image's scores of a new best's evaluation are kept beside it, for the report.
+    When `keeper` keeps scores, each image's scores of a new best's evaluation are kept beside it, for the
+    report.
     """
 
     def __init__(self, estimator, input_fn, pacing, model_dir, start_step, keeper,
-                 early_stopping=EarlyStopping(), stop_requested=lambda: False, keep_scores=False):
+                 early_stopping=EarlyStopping(), stop_requested=lambda: False):
         self._estimator, self._input_fn, self._pacing = estimator, input_fn, pacing
-        self._keep_scores = keep_scores
         self._model_dir, self._keeper, self.early_stopping = model_dir, keeper, early_stopping
         self._stop_requested = stop_requested
         self.record = read_record(model_dir)
@@ -85,7 +85,7 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         self._last_step = step
         checkpoint = storage.join(self._model_dir, f"model.ckpt-{step}")
         faults.point("validation")
-        scores = ScoreCollectorHook() if self._keep_scores else None
+        scores = ScoreCollectorHook() if self._keeper.keeps_scores else None
         metrics = self._estimator.evaluate(self._input_fn, checkpoint_path=checkpoint, name=EVAL_NAME,
                                            hooks=[scores] if scores else None)
         evaluation = {"step": step, "validation_accuracy": float(metrics["accuracy"]),
@@ -112,14 +112,14 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
                  best["step"], " (new best, exported)" if improved and best.get("export_dir") else "")
 
 
-def build_validation(setup, estimator, pacing, stop_requested, export=None, keep_scores=False):
+def build_validation(setup, estimator, pacing, stop_requested, export=None, scores_made_with=None):
     """Returns the ValidationListener of `setup` (a RunSetup with a validation split) evaluating when
     `pacing` (a Pacing of the cadence) allows until `stop_requested()`: the best kept in <model dir>/best
-    (with its validation's scores, `keep_scores`) and exported with `export(checkpoint)` (None: not
-    exported), early stopping as the settings say."""
+    (with its validation's scores, when `scores_made_with` says what they depend on) and exported with
+    `export(checkpoint)` (None: not exported), early stopping as the settings say."""
     settings = setup.settings
     return ValidationListener(
         estimator, setup.data.validation_input_fn, pacing, settings.model_dir, setup.start_step,
-        BestKeeper(settings.model_dir, export),
+        BestKeeper(settings.model_dir, export, scores_made_with),
         EarlyStopping(settings.stop_at_accuracy, settings.patience, settings.min_delta),
-        stop_requested=stop_requested, keep_scores=keep_scores)
+        stop_requested=stop_requested)

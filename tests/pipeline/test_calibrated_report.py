@@ -168,6 +168,40 @@ def test_the_report_reads_the_validation_scores_kept_beside_the_best_checkpoint(
     assert [os.path.basename(f) for f in kept_files] == [f"model.ckpt-{results['best']['step']}{SCORES_SUFFIX}"]
 
 
+def test_kept_validation_scores_of_other_weights_settings_or_images_are_evaluated_again(tmp_path, caplog):
+    from pipeline.evaluation_report import kept_scores, scores_made_with
+    from pipeline.validation.best import BestKeeper, write_scores
+    (tmp_path / "model.ckpt-3.index").write_bytes(b"the weights of step 3")
+    args = types.SimpleNamespace(positive_classes=None, calibrate="temperature", precision="bf16", xla=False,
+                                 image_size=64, decode="full")
+    data = types.SimpleNamespace(class_names=OCT_CLASSES, source="real", num_validation_examples=5)
+    rng = np.random.default_rng(0)
+    scores = types.SimpleNamespace(probabilities=rng.dirichlet(np.ones(4), 5), labels=np.arange(5) % 4,
+                                   keys=[f"image {i}" for i in range(5)], named=False)
+    keeper = BestKeeper(str(tmp_path), scores_made_with=scores_made_with(args, data))
+    keeper.keep({"step": 3}, str(tmp_path / "model.ckpt-3"), scores)
+    best = str(tmp_path / "best" / "model.ckpt-3")
+    np.testing.assert_array_equal(kept_scores(args, data, best).probabilities, scores.probabilities)
+
+    def refused(args, data, differs):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert kept_scores(args, data, best) is None
+        assert f"differ from this evaluation's ({differs}): the validation split is evaluated again" in caplog.text
+    refused(types.SimpleNamespace(**{**vars(args), "precision": "fp32"}), data, "precision")  # --precision auto
+    refused(types.SimpleNamespace(**{**vars(args), "decode": "reduced"}), data, "decode")
+    refused(args, types.SimpleNamespace(**{**vars(data), "num_validation_examples": 6}), "images")
+    (tmp_path / "best" / "model.ckpt-3.index").write_bytes(b"the weights of another step 3")
+    refused(args, data, "checkpoint")
+    # A step-3 checkpoint kept again without scores (a run resumed from before it): the old scores go.
+    (tmp_path / "model.ckpt-3.index").write_bytes(b"the weights of another step 3")
+    BestKeeper(str(tmp_path)).keep({"step": 3}, str(tmp_path / "model.ckpt-3"))
+    assert not os.path.exists(best + SCORES_SUFFIX) and os.path.exists(best + ".index")
+    write_scores(best, types.SimpleNamespace(**{**vars(scores), "probabilities": scores.probabilities * np.nan}),
+                 scores_made_with(args, data))
+    refused(args, data, "scores")
+
+
 def tflite_and_export_probabilities(tflite_file, export_dir):
     """Returns the probabilities of the .tflite file and of the export's pixels signature for the same
     three random images."""

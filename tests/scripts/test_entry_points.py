@@ -2,6 +2,7 @@
 job's first run works without network on the sample shipped with the project."""
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -66,13 +67,22 @@ def test_help_and_a_bad_flag_answer_without_importing_tensorflow(script):
     ("benchmark.py", ["--task", "fashion"], "--repeets", "--repeats"),  # the tool's flag, not the job's
     ("benchmark.py", ["--task", "fashion"], "--batchsize", "--batch-size"),  # the job's
     ("predict.py", ["--model", "x", "image.png"], "--jsno", "--json"),
+    ("train_images.py", ["--data-dir", "x"], "--foo", None),  # nothing near: no guess (the dashes alone matched)
+    ("compare_runs.py", ["x"], "--model", None),  # nor --help
 ])
 def test_a_misspelt_flag_is_one_line_naming_the_nearest(script, argv, typo, meant):
     refused = probe(script, *argv, f"{typo}=2")
     assert refused.stderr.endswith("exit=2 tensorflow_imported=False\n"), refused.stderr[-2000:]
     (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]
-    assert line == (f"{script}: error: unrecognized arguments: {typo}=2 (did you mean {meant}?); "
-                    "--help lists the flags")
+    guess = f" (did you mean {meant}?)" if meant else ""
+    assert line == f"{script}: error: unrecognized arguments: {typo}=2{guess}; --help lists the flags"
+
+
+def test_the_launcher_given_a_command_without_double_dash_says_where_it_goes():
+    refused = probe("launch_local_cluster.py", "--workers", "1", "python", "train.py", "--max-steps", "5")
+    (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]
+    assert line == ("launch_local_cluster.py: error: give the training command after --, as in ... -- python "
+                    "train.py --max-steps 5; --help lists the flags")
 
 
 def refused_url():
@@ -94,21 +104,27 @@ def train_fashion(home, *argv):
     ("train_fashion.py", ["--synthetic", "--max-steps", "1", "--model-dir", "{tmp}/model"]),
     ("predict.py", ["--model", "{tmp}/none", "--json", "{tmp}"]),
 ])
-def test_a_python_without_tensorflow_is_told_to_use_the_venv_in_one_line(script, argv, tmp_path):
-    """`scripts/x.py` run as written starts the system's Python, which has no TensorFlow (the docs'
-    commands leave out scripts/in_venv.sh)."""
-    blocker = tmp_path / "blocked" / "tensorflow"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'tensorflow'\", "
-                                         "name='tensorflow')\n")
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script),
-                             *[a.replace("{tmp}", str(tmp_path)) for a in argv]], cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(blocker.parent)}, capture_output=True, text=True,
-                            timeout=120)
+def test_a_python_without_the_packages_is_told_to_use_the_venv_in_one_line(script, argv, tmp_path):
+    """`scripts/x.py` run as written starts the system's Python, which lacks the packages (the docs'
+    commands leave out scripts/in_venv.sh): here a bare virtualenv of this Python."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = str(bare / "bin" / "python")
+    result = subprocess.run([python, os.path.join(ROOT, "scripts", script),
+                             *[a.replace("{tmp}", str(tmp_path)) for a in argv]], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
-    assert_clean_failure(result, f"{script}: error: this Python ({sys.executable}) has no tensorflow module",
-                         "scripts/in_venv.sh")
+    line = assert_clean_failure(result, f"{script}: error: this Python ({python}) has no ", "scripts/in_venv.sh")
+    assert re.search(r"has no (tensorflow|numpy) module;", line), line
     assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("name", ["pipline", "tensorflow.python.not_in_this_version", "scipy"])
+def test_a_missing_module_that_is_no_absent_requirement_stays_a_bug(name):
+    """A misspelt module of the project's, one inside an installed package, or a package the project does
+    not require: shown as the bug it is (a traceback), not sent to the venv."""
+    from pipeline.cli import _missing_package
+    assert _missing_package(ModuleNotFoundError(f"No module named {name!r}", name=name)) is None
 
 
 def test_without_network_the_first_run_trains_on_the_shipped_sample_and_says_so(tmp_path):
