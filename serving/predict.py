@@ -97,11 +97,18 @@ def is_pixels_name(name):
     return not base.startswith(".") and os.path.splitext(base)[1].lower() == PIXELS_EXTENSION
 
 
+def _not_found(path):
+    """Returns the error of a file that is not there, with where a relative path was looked for."""
+    if storage.is_url(path) or os.path.isabs(path):
+        return "file not found; check the path"
+    return f"file not found; check the path (a relative path starts from the current folder, {os.getcwd()})"
+
+
 def read_pixels(path, pixels_shape):
     """Returns (uint8 pixels of `pixels_shape`, None) from the raw pixel file at `path`, or (None, its
     problem) when the export takes no pixels (`pixels_shape` None) or the file's size is not theirs."""
     if not storage.isfile(path):
-        return None, "file not found"
+        return None, _not_found(path)
     if pixels_shape is None:
         return None, (f"is raw pixels ({PIXELS_EXTENSION}), which this model does not take: pass it as a JPEG, "
                       "PNG, BMP or GIF file")
@@ -123,7 +130,7 @@ def _pixels_words(pixels_shape):
 def _image_problem(path, predictor):
     """Returns why the image file at `path` cannot be classified (the fix included), or None."""
     if not storage.isfile(path):
-        return "file not found"
+        return _not_found(path)
     problem = check_image(path, predictor.channels).problem  # a CMYK JPEG decodes to RGB, not to gray
     if problem != NOT_AN_IMAGE:
         return problem

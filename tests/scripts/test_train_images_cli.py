@@ -65,7 +65,7 @@ def test_shapes_in_mixed_formats_train_to_high_accuracy_export_and_predict(shape
     png, jpeg, absent = [json.loads(line) for line in pair.stdout.splitlines()]
     assert png["class"] == jpeg["class"] == "square"
     assert png["probabilities"] == pytest.approx(jpeg["probabilities"], abs=0.05)
-    assert absent == {"file": str(tmp_path / "absent.gif"), "error": "file not found"} and pair.returncode == 1
+    assert absent == {"file": str(tmp_path / "absent.gif"), "error": "file not found; check the path"} and pair.returncode == 1
 
 
 @pytest.mark.parametrize("channels", [1, 3])

@@ -141,6 +141,18 @@ def test_gray_files_of_a_pixels_model_are_checked_for_size_and_classified_with_t
     assert image["class"] == "a"
 
 
+def test_a_missing_file_says_where_a_relative_path_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    predictor = counting_predictor(calls)
+    predictor.pixels_shape = (28, 28, 1)
+    results = list(classify_files(predictor, ["typo.png", "typo.gray", str(tmp_path / "gone.png")]))
+    assert calls == []
+    assert [r["error"] for r in results] == [
+        f"file not found; check the path (a relative path starts from the current folder, {tmp_path})"] * 2 + [
+        "file not found; check the path"]
+
+
 def test_an_export_copied_in_part_is_named_in_one_line(tmp_path):
     """Without its class names it said 'a folder on that path is missing ... create it'; without variables/,
     TensorFlow's 'Unsuccessful TensorSliceReader constructor'."""
