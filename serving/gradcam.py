@@ -93,11 +93,12 @@ class GradCam:
     def explain(self, contents, class_index=None, pixels=False):
         """Returns (probabilities [n, classes], the explained class per image [n], heatmaps [n, h, w] of the
         last convolution's grid) for a list of image file contents (or, with `pixels`, uint8 pixels
-        [n, *pixels_shape]): for `class_index`, or each image's predicted class when None."""
+        [n, *pixels_shape]): for `class_index` (one for all, or one an image), or each image's predicted
+        class when None."""
         feed = {self._pixels if pixels else self._input: contents}
         probabilities = self._session.run(self._probabilities, feed)
         targets = (probabilities.argmax(axis=1) if class_index is None
-                   else np.full(len(contents), class_index)).astype(np.int32)
+                   else np.broadcast_to(class_index, (len(contents),))).astype(np.int32)
         heatmaps = self._session.run(self._map, {**feed, self._target: targets})
         return probabilities, targets, heatmaps
 
@@ -139,7 +140,9 @@ def _read(gradcam, path):
 
 def explain_files(gradcam, results, out_dir, class_index=None, batch_size=32):
     """Writes a heatmap PNG into `out_dir` for each classified entry of `results` (classify_files's
-    dicts), adding 'heatmap' (its path) and 'explained_class' to the entry; returns `results`."""
+    dicts), adding 'heatmap' (its path) and 'explained_class' to the entry; returns `results`. Each
+    explains `class_index`, or when None the class the entry names: the class printed, which under
+    --tta is the mean over views' and may not be the plain image's."""
     os.makedirs(out_dir, exist_ok=True)
     readable = [r for r in results if "error" not in r]
     used = set()
@@ -150,7 +153,9 @@ def explain_files(gradcam, results, out_dir, class_index=None, batch_size=32):
             if not batch:
                 continue
             inputs = [data for _, data, _, _ in batch]
-            _, targets, heatmaps = gradcam.explain(np.stack(inputs) if pixels else inputs, class_index, pixels)
+            classes = class_index if class_index is not None else [
+                gradcam.class_names.index(entry["class"]) for entry, _, _, _ in batch]
+            _, targets, heatmaps = gradcam.explain(np.stack(inputs) if pixels else inputs, classes, pixels)
             for (entry, _, _, image), target, heatmap in zip(batch, targets, heatmaps):
                 name = _heatmap_name(entry["file"], used)
                 entry["heatmap"] = write_heatmap_png(image, heatmap, os.path.join(out_dir, name))

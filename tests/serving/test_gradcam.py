@@ -64,20 +64,28 @@ def test_the_top_cell_of_the_heatmap_covers_the_patch(patch_export):
     assert (explained == 1).all() and np.isfinite(other).all()
 
 
-def test_explain_files_writes_a_heatmap_png_per_image(patch_export, tmp_path):
-    images, _, _ = patch_images(3, np.random.default_rng(2))
+def test_explain_files_writes_a_heatmap_png_per_image_of_the_class_printed(patch_export, tmp_path):
+    """Each heatmap explains the class its entry names, the one predict.py printed: under --tta that is
+    the mean over views', which need not be the plain image's (it explained the plain image's)."""
+    images, labels, _ = patch_images(3, np.random.default_rng(2))
     results = []
-    for i, image in enumerate(images):
+    for i, (image, label) in enumerate(zip(images, labels)):
         path = tmp_path / f"scan-{i}.jpeg"
         path.write_bytes(jpeg(image))
-        results.append({"file": str(path)})
+        printed = CLASSES[1 - label] if i == 0 else CLASSES[label]  # the first as if the views disagreed
+        results.append({"file": str(path), "class": printed})
     results.append({"file": "missing.jpeg", "error": "file not found"})
-    explain_files(GradCam(patch_export), results, str(tmp_path / "out"))
+    gradcam = GradCam(patch_export)
+    predicted, _, _ = gradcam.explain([jpeg(i) for i in images])
+    assert (predicted.argmax(1) == labels).all()
+    explain_files(gradcam, results, str(tmp_path / "out"))
     for entry in results[:3]:
         with Image.open(entry["heatmap"]) as png:
             assert png.format == "PNG" and png.size == (SIZE, SIZE) and png.mode == "RGB"
-        assert entry["explained_class"] in CLASSES
+        assert entry["explained_class"] == entry["class"]
     assert "heatmap" not in results[3]
+    explain_files(gradcam, results[:3], str(tmp_path / "dark"), class_index=1)  # --explain-class DARK
+    assert [entry["explained_class"] for entry in results[:3]] == ["DARK"] * 3
 
 
 def test_a_custom_gradient_loaded_in_another_process_is_differentiated_as_autodiff_would():
