@@ -118,8 +118,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                           settings.model_dir)
     training_record.check_same_model(record.segments, start_step, getattr(settings, "model", None),
                                      settings.model_dir)
-    if settings.eval_only:
-        training_record.check_convertible(record.segments, start_step, settings.tflite, settings.model_dir)
+    training_record.check_convertible(record.segments, start_step, settings.tflite, settings.model_dir,
+                                      settings.eval_only, keeps_best=data.validation_input_fn is not None)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
                                  epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,

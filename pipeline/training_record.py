@@ -191,15 +191,24 @@ def check_reproducible(segments, start_step, deterministic, seed, model_dir, pre
                             "--model-dir")
 
 
-def check_convertible(segments, start_step, tflite, model_dir):
-    """Raises FlagError (exit 2) when --eval-only --tflite would convert the export of steps the newest run
-    trained under the bf16 Keras policy: TFLite has no bfloat16 tensors, and the converter fails only
-    after the evaluation, in many lines of its own (a training run with --tflite refuses bf16 up front)."""
+def check_convertible(segments, start_step, tflite, model_dir, eval_only, keeps_best):
+    """Raises FlagError (exit 2) when --tflite would convert an export of steps trained under the bf16 Keras
+    policy: TFLite has no bfloat16 tensors, and the converter fails only after the training or evaluation,
+    in many lines of its own (a run in bf16 with --tflite is refused up front). Which steps' export is
+    converted: the newest run's (--eval-only; a training run's own is made by this run's graph), or, when
+    validation keeps the best model (`keeps_best`), that of whichever steps scored best, any run's."""
     trained = [s for s in segments if s.start_step < start_step]
-    if tflite and trained and trained[-1].precision == "bf16":
+    exported = trained if keeps_best else trained[-1:] if eval_only else []
+    bf16 = [s for s in exported if s.precision == "bf16"]
+    if not tflite or not bf16:
+        return
+    if eval_only and not keeps_best:
         raise FlagError(f"--tflite: the export in {model_dir} was trained with --precision bf16, whose bfloat16 "
                         "tensors TFLite cannot hold; drop --tflite, or convert a run trained with --precision fp32 "
                         "or bf16-amp")
+    raise FlagError(f"--tflite: steps from {bf16[0].start_step} of the checkpoints in {model_dir} were trained with "
+                    "--precision bf16, and the best model validation keeps may be of them, whose bfloat16 tensors "
+                    "TFLite cannot hold; drop --tflite, or pass another --model-dir")
 
 
 def check_same_model(segments, start_step, model, model_dir):

@@ -100,14 +100,22 @@ def test_a_resume_on_other_data_is_refused(tmp_path):
         progress.check_same_data(record, progress.describe_data(True, 800), model_dir, training=False)
 
 
-def test_an_eval_only_conversion_of_a_bf16_policy_export_is_refused_before_anything_runs():
+def test_a_conversion_of_a_bf16_policy_export_is_refused_before_anything_runs():
     bf16, fp32 = progress.Segment(0, 0, 32, 10, "bf16"), progress.Segment(10, 320, 32, 20, "fp32")
-    with pytest.raises(FlagError, match="--tflite: the export in /m was trained with --precision bf16, whose "
-                                        "bfloat16 tensors TFLite cannot hold; drop --tflite"):
-        progress.check_convertible([bf16], 10, ("float32",), "/m")
-    progress.check_convertible([bf16], 10, (), "/m")  # no conversion asked
-    progress.check_convertible([bf16, fp32], 20, ("int8",), "/m")  # the newest run's export is float32
-    progress.check_convertible([progress.Segment(0, 0, 32)], 10, ("int8",), "/m")  # an earlier version's: on trust
+    newest = "--tflite: the export in /m was trained with --precision bf16, whose bfloat16 tensors TFLite cannot hold"
+    kept = ("--tflite: steps from 0 of the checkpoints in /m were trained with --precision bf16, and the best model "
+            "validation keeps may be of them, whose bfloat16 tensors TFLite cannot hold; drop --tflite")
+    with pytest.raises(FlagError, match=newest):
+        progress.check_convertible([bf16], 10, ("float32",), "/m", eval_only=True, keeps_best=False)
+    progress.check_convertible([bf16], 10, (), "/m", eval_only=True, keeps_best=False)  # no conversion asked
+    # the newest run's export is float32, and no best model is kept
+    progress.check_convertible([bf16, fp32], 20, ("int8",), "/m", eval_only=True, keeps_best=False)
+    progress.check_convertible([progress.Segment(0, 0, 32)], 10, ("int8",), "/m", True, False)  # earlier version's
+    # a resume in fp32 trains and exports with its own graph, but the best kept may be a bf16 step's
+    progress.check_convertible([bf16], 10, ("float32",), "/m", eval_only=False, keeps_best=False)
+    for eval_only, start in ((False, 10), (True, 20)):
+        with pytest.raises(FlagError, match=kept):
+            progress.check_convertible([bf16, fp32][:start // 10], start, ("int8",), "/m", eval_only, keeps_best=True)
 
 
 def test_a_resume_with_another_model_is_refused_naming_the_one_it_trained():

@@ -217,6 +217,26 @@ def test_converting_a_bf16_export_later_is_one_line_before_the_evaluation(tmp_pa
                                  "--precision fp32 or bf16-amp")
 
 
+def test_a_resume_in_fp32_converting_a_validated_bf16_run_is_refused_before_training(fashion_data_dir, tmp_path,
+                                                                                     capfd):
+    """Resumed in fp32 with --tflite, a run that validated in bf16 trained on, then its best export (of a
+    bf16 step) failed to convert at the end, in the converter's lines, leaving results.json behind the
+    checkpoints."""
+    model_dir = str(tmp_path / "m")
+    flags = ["--data-dir", fashion_data_dir, "--model-dir", model_dir, "--batch-size", "32", "--eval-every-steps",
+             "1", "--bootstrap-resamples", "10"]
+    assert train_main(fashion.TASK, [*flags, "--max-steps", "2", "--precision", "bf16"]) == 0
+    capfd.readouterr()
+    before = tf.train.latest_checkpoint(model_dir)
+    assert train_main(fashion.TASK, [*flags, "--max-steps", "4", "--precision", "fp32", "--tflite", "float32"]) == 2
+    err = capfd.readouterr().err
+    assert err.strip().splitlines()[-1].endswith(  # the prog: pytest's in this process
+        f": error: --tflite: steps from 0 of the checkpoints in {model_dir} were trained with "
+        "--precision bf16, and the best model validation keeps may be of them, whose bfloat16 tensors TFLite "
+        "cannot hold; drop --tflite, or pass another --model-dir"), err[-2000:]
+    assert tf.train.latest_checkpoint(model_dir) == before and "Traceback" not in err
+
+
 @pytest.mark.parametrize("value", ["int4", "float32,float32", "float32,", "fp16"])
 def test_a_bad_tflite_value_exits_2_in_one_line(tmp_path, value):
     result = script("train_fashion.py", "--synthetic", "--model-dir", str(tmp_path / "m"), "--tflite", value)
