@@ -2,6 +2,7 @@
 import os
 
 from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
+from pipeline.flags.tta import tta_text
 from pipeline.validation.early_stopping import EarlyStopping
 
 
@@ -155,24 +156,36 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None)
               "flags; pass another --model-dir to train with them", flush=True)
     unapplied = finishing_flags_not_applied(results, settings)
     if unapplied:
-        print(f"  note: {', '.join(unapplied)} act when a run finishes, and this one finished without them: run "
-              "again with --eval-only to apply them to its best checkpoint", flush=True)
+        print(f"  note: {'; '.join(unapplied)}: these act when a run finishes, and this one finished with other "
+              "values; run again with --eval-only to apply them to its best checkpoint", flush=True)
     print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results
 
 
 def finishing_flags_not_applied(results, settings):
-    """Returns ['--tta', ...]: the flags that act when a run finishes (--tta, --calibrate, --tflite) given
-    in `settings` with other values than the finished run's `results` record."""
+    """Returns ['--tta flip=horizontal (it finished with none)', ...]: the flags that act when a run finishes
+    (--tta, --calibrate, --tflite, --positive-classes and --at-specificity: the test report and the exports)
+    given in `settings` with other values than the finished run's `results` record."""
     clinical = results.get("clinical") or {}
+    referral = clinical.get("referral") or {}
     had = {"tta": tuple(results.get("tta") or ()),
            "calibrate": "temperature" if (clinical.get("calibration") or {}).get("temperature") else "none",
-           "tflite": tuple(sorted((results.get("tflite") or {}).get("files", {})))}
+           "tflite": tuple(sorted((results.get("tflite") or {}).get("files", {}))),
+           "positive_classes": tuple(referral.get("positive_classes") or ()),
+           "at_specificity": (referral.get("at_specificity") or {}).get("target")}
     asked = {"tta": tuple(getattr(settings, "tta", ()) or ()), "calibrate": getattr(settings, "calibrate", "none"),
-             "tflite": tuple(sorted(getattr(settings, "tflite", ()) or ()))}
+             "tflite": tuple(sorted(getattr(settings, "tflite", ()) or ())),
+             # a run without a test report (--synthetic data's) has no referral decision to make
+             "positive_classes": tuple(getattr(settings, "positive_classes", ()) or ()) if clinical else (),
+             "at_specificity": getattr(settings, "at_specificity", None) if had["positive_classes"] else None}
+    texts = {"tta": tta_text, "tflite": lambda kinds: ",".join(kinds) or "none",
+             "positive_classes": lambda names: ",".join(names) or "none"}
+
     def applied(name, value):  # a conversion of more kinds holds the kinds asked now
         return set(value) <= set(had[name]) if name == "tflite" else value == had[name]
-    return [f"--{name}" for name, value in asked.items() if value and value != "none" and not applied(name, value)]
+    return [f"--{name.replace('_', '-')} {texts.get(name, str)(value)} (it finished with "
+            f"{texts.get(name, str)(had[name])})" for name, value in asked.items()
+            if value not in ((), "none", None) and not applied(name, value)]
 
 
 def flags_not_trained_with(results, settings):

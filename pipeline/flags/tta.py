@@ -44,3 +44,13 @@ def add_tta_flag(group, task):
                                                task.augment_forbidden), default=(),
                        metavar="none|flip[=DIRECTION],crops",
                        help=TTA_HELP + "; validation during training never averages (see docs/clinical-report.md)")
+
+
+def tta_text(views):
+    """Returns --tta's value that gives `views` (tta_views' tuple): 'none', or e.g. 'flip=horizontal,crops'."""
+    if not views:
+        return "none"
+    by_view = {view: direction for direction, view in FLIP_VIEWS.items()}
+    items = [f"flip={by_view[v]}" for v in views if v in by_view]
+    items += ["crops"] if set(CROP_VIEWS) <= set(views) else []
+    return ",".join(items)

@@ -4,6 +4,7 @@ import os
 import pytest
 
 from acquisition.errors import InputDataError
+from input_fns import CROP_VIEWS
 from pipeline.errors import FlagError
 from pipeline.flags import build_parser
 from pipeline.tasks import images_job
@@ -49,18 +50,31 @@ def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path, monkeypatch):
         images_job.load_dataset(args_for(data, model_dir))
 
 
-def test_a_finished_run_that_converted_more_kinds_than_asked_now_applied_them():
+def test_a_finished_run_notes_the_finishing_flags_it_did_not_apply_and_what_it_finished_with():
     from types import SimpleNamespace
     from pipeline.run_output import finishing_flags_not_applied
-    results = {"tflite": {"files": {"float32": {}, "int8": {}}}, "tta": ["identity", "flip"]}
+    results = {"tflite": {"files": {"float32": {}, "int8": {}}}, "tta": ["identity", "flip"],
+               "clinical": {"referral": {"positive_classes": ["circle"], "at_specificity": {"target": 0.95}}}}
     def asked(**flags):
-        return SimpleNamespace(**{"tta": (), "calibrate": "none", "tflite": (), **flags})
-    assert finishing_flags_not_applied(results, asked(tflite=("float32",))) == []
+        return SimpleNamespace(**{"tta": (), "calibrate": "none", "tflite": (), "positive_classes": ("circle",),
+                                  "at_specificity": 0.95, **flags})
+    assert finishing_flags_not_applied(results, asked(tflite=("float32",))) == []  # converted more kinds
     assert finishing_flags_not_applied(results, asked(tflite=("int8", "float32"))) == []
-    assert finishing_flags_not_applied(results, asked(tflite=("float16",))) == ["--tflite"]
+    assert finishing_flags_not_applied(results, asked(tflite=("float16",))) == [
+        "--tflite float16 (it finished with float32,int8)"]
     assert finishing_flags_not_applied(results, asked(tta=("identity", "flip"))) == []
-    assert finishing_flags_not_applied(results, asked(tta=("identity",), calibrate="temperature")) == \
-        ["--tta", "--calibrate"]
+    assert finishing_flags_not_applied(results, asked(tta=("identity",) + CROP_VIEWS, calibrate="temperature")) == \
+        ["--tta crops (it finished with flip=horizontal)", "--calibrate temperature (it finished with none)"]
+    # the referral decision: other classes, or another operating point (read only with positive classes)
+    assert finishing_flags_not_applied(results, asked(positive_classes=("square", "circle"), at_specificity=0.5)) == \
+        ["--positive-classes square,circle (it finished with circle)", "--at-specificity 0.5 (it finished with 0.95)"]
+    assert finishing_flags_not_applied(results, asked(at_specificity=0.5)) == [
+        "--at-specificity 0.5 (it finished with 0.95)"]
+    no_referral = {"clinical": {"class_names": ["circle", "square"]}}
+    assert finishing_flags_not_applied(no_referral, asked(positive_classes=("circle",), at_specificity=0.5)) == [
+        "--positive-classes circle (it finished with none)"]
+    assert finishing_flags_not_applied(no_referral, asked(positive_classes=())) == []
+    assert finishing_flags_not_applied({}, asked()) == []  # no report (--synthetic data): no referral to make
 
 
 def test_balanced_class_weights():
@@ -84,8 +98,9 @@ def test_a_finished_run_asked_again_with_other_flags_refuses_or_notes_them(tmp_p
     run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common))
     assert "note:" not in capsys.readouterr().out  # the same flags: nothing to note
     run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common, "--tta", "flip", "--tflite", "float32"))
-    assert "note: --tta, --tflite act when a run finishes, and this one finished without them: run again with " \
-           "--eval-only to apply them" in capsys.readouterr().out
+    assert "note: --tta flip=horizontal (it finished with none); --tflite float32 (it finished with none): these act " \
+           "when a run finishes, and this one finished with other values; run again with --eval-only to apply them" \
+           in capsys.readouterr().out
     assert (tmp_path / "model" / "results.json").read_bytes() == written
     with pytest.raises(FlagError, match="--model keras_scratch: the checkpoints in .* were trained with --model "
                                         "small_cnn; resume"):  # it was "does not fit ... (the same --image-size, say)"
