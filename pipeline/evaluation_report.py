@@ -71,12 +71,12 @@ def check_calibration(args, data):
     test report to calibrate (synthetic data)."""
     if args.calibrate == "none":
         return
+    if not data.class_names or data.source == "synthetic":  # first: no split can be held out of it either
+        raise FlagError("--calibrate temperature calibrates the test report's probabilities, and synthetic data "
+                        "gets no test report; drop --calibrate, or --synthetic")
     if data.validation_input_fn is None:
         raise FlagError("--calibrate temperature fits its temperature on the validation split, never the test "
                         "split, and this run has none: give it one (--validation-fraction above 0)")
-    if not data.class_names or data.source == "synthetic":
-        raise FlagError("--calibrate temperature calibrates the test report's probabilities, and synthetic data "
-                        "gets no test report")
 
 
 def evaluate(estimator, input_fn, checkpoint_path=None):

@@ -52,6 +52,10 @@ def prepare_data(args, batch_size):
                                            feature_key=FEATURE_KEY, pixels_key=PIXELS_KEY)
     check_cache(args)
     if args.synthetic:
+        if args.decode == "reduced":
+            raise FlagError("--decode reduced decodes JPEG files, and --synthetic data is generated pixels, never "
+                            "decoded; drop --decode")
+
         def make(training, split):
             return synthetic.make_input_fn(size + (CHANNELS,), len(retinal_oct.CLASS_NAMES), batch_size, training,
                                            feature_key=FEATURE_KEY, num_examples=SYNTHETIC_SIZES[split],

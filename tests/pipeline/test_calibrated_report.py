@@ -124,11 +124,15 @@ def test_calibration_without_a_validation_split_is_refused():
     with pytest.raises(FlagError, match="fits its temperature on the validation split, never the test split"):
         check_calibration(types.SimpleNamespace(calibrate="temperature"), data)
     check_calibration(types.SimpleNamespace(calibrate="none"), data)
+    synthetic = types.SimpleNamespace(validation_input_fn=None, class_names=OCT_CLASSES, source="synthetic")
+    with pytest.raises(FlagError, match="synthetic data gets no test report; drop --calibrate, or --synthetic$"):
+        check_calibration(types.SimpleNamespace(calibrate="temperature"), synthetic)
 
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--calibrate", "platt"], "invalid choice: 'platt'"),
-    (["--calibrate", "temperature"], "--calibrate temperature fits its temperature on the validation split"),
+    # not 'give it one (--validation-fraction above 0)', which --synthetic then refused
+    (["--calibrate", "temperature"], "synthetic data gets no test report; drop --calibrate, or --synthetic"),
 ])
 def test_bad_calibration_flags_are_one_line_and_exit_2(tmp_path, argv, fragment):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_oct.py"), "--synthetic",
