@@ -118,6 +118,9 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                           settings.model_dir)
     training_record.check_same_model(record.segments, start_step, getattr(settings, "model", None),
                                      settings.model_dir)
+    if not settings.eval_only:  # an evaluation averages nothing
+        training_record.check_same_ema_decay(record.segments, start_step, getattr(settings, "ema", None),
+                                             settings.model_dir)
     training_record.check_convertible(record.segments, start_step, settings.tflite, settings.model_dir,
                                       settings.eval_only, keeps_best=data.validation_input_fn is not None)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,

@@ -29,8 +29,8 @@ MAX_IMAGES = 2 ** 53  # the images a run plans, exact in the learning-rate sched
 class Segment:
     """One run's part of training: from `start_step`, having trained `images_at_start`, at `global_batch`,
     to `max_steps`, in `precision`, with or without --deterministic and its `seed`, at `image_size`, of
-    `model` (the last six None in records of earlier versions; the size and the model None too for a
-    job without --image-size or --model)."""
+    `model`, averaging its weights with --ema's decay `ema` (the last seven None in records of earlier
+    versions; the size and the model None too for a job without --image-size or --model)."""
     start_step: int
     images_at_start: int
     global_batch: int
@@ -40,6 +40,7 @@ class Segment:
     seed: Optional[int] = None
     image_size: Optional[int] = None
     model: Optional[str] = None
+    ema: Optional[float] = None  # --ema's decay; None without it (or in records of earlier versions)
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -237,12 +238,25 @@ def check_same_image_size(segments, start_step, image_size, model_dir):
                             f"{segment.image_size}, or pass another --model-dir")
 
 
+def check_same_ema_decay(segments, start_step, decay, model_dir):
+    """Raises FlagError (exit 2) when steps before `start_step` averaged their weights with another --ema
+    decay than `decay`: results.json would give this run's decay to an average made with another. (Whether
+    there is an average at all is pipeline.ema.check's, from the checkpoint itself.)"""
+    if not decay or not start_step:
+        return
+    for segment in segments:
+        if segment.start_step < start_step and segment.ema not in (None, decay):
+            raise FlagError(f"--ema {decay:g}: the checkpoints in {model_dir} averaged their weights with --ema "
+                            f"{segment.ema:g}; resume with --ema {segment.ema:g}, or pass another --model-dir")
+
+
 def record_start(model_dir, task_name, record, plan_, data, settings):
     """Writes this run's segment to the model dir's record, before its first step; returns the path.
-    `settings` says how it trains: its precision, --deterministic and seed, its --image-size and --model."""
+    `settings` says how it trains: its precision, --deterministic and seed, its --image-size, --model and --ema."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps,
                         settings.precision, bool(settings.deterministic), settings.seed,
-                        getattr(settings, "image_size", None), getattr(settings, "model", None)))
+                        getattr(settings, "image_size", None), getattr(settings, "model", None),
+                        getattr(settings, "ema", None) or None))
     return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

@@ -128,6 +128,17 @@ def test_a_resume_with_another_model_is_refused_naming_the_one_it_trained():
     progress.check_same_model([progress.Segment(0, 0, 32)], 10, "small_resnet", "/m")  # an earlier version's
 
 
+def test_a_resume_with_another_ema_decay_is_refused_naming_the_one_it_averaged_with():
+    averaged = progress.Segment(0, 0, 32, 10, "fp32", False, None, None, None, 0.9)
+    with pytest.raises(FlagError, match="--ema 0.5: the checkpoints in /m averaged their weights with --ema 0.9; "
+                                        "resume with --ema 0.9"):
+        progress.check_same_ema_decay([averaged], 10, 0.5, "/m")
+    progress.check_same_ema_decay([averaged], 10, 0.9, "/m")
+    progress.check_same_ema_decay([averaged], 0, 0.5, "/m")  # a new run: nothing trained before it
+    progress.check_same_ema_decay([averaged], 10, None, "/m")  # without --ema: pipeline.ema.check's to refuse
+    progress.check_same_ema_decay([progress.Segment(0, 0, 32)], 10, 0.5, "/m")  # an earlier version's: on trust
+
+
 def test_a_model_dir_without_a_record_counts_its_steps_at_this_batch():
     assert progress.images_at([], 0, 64) == (0, False)
     assert progress.images_at([], 10, 64) == (640, True)
