@@ -1,6 +1,8 @@
 """Serving a trained model: its export, whose signature answers with probabilities and class
 names, and a client that classifies image files with an export."""
 
+TFLITE_DIR = "tflite"  # <model dir>/export/tflite/<export timestamp>/: beside the export folders
+
 
 class ExportNotFoundError(Exception):
     """No exported model where one was named; the message says where to find one."""

@@ -14,7 +14,7 @@ import tensorflow as tf
 from acquisition import storage
 from input_fns import FEATURE_KEY
 from input_fns.decode import DECODE_FILE, PIXELS_SIGNATURE, decode_to_pixels, decodes_reduced
-from serving import ConversionError, ExportNotFoundError
+from serving import TFLITE_DIR, ConversionError, ExportNotFoundError
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
 from serving.predictor import Predictor, check_class_count
 
@@ -22,7 +22,6 @@ log = logging.getLogger(__name__)
 
 KINDS = ("float32", "float16", "int8")  # --tflite's choices, in this order
 TFLITE_EXTENSION = ".tflite"
-TFLITE_DIR = "tflite"  # <model dir>/export/tflite/<export timestamp>/: beside the export folders
 FIGURES_FILE = "tflite.json"  # beside the .tflite files: their figures (also results.json's 'tflite')
 CALIBRATION_IMAGES = 200  # training images the int8 conversion calibrates its ranges on
 LATENCY_IMAGES = 50  # test images each file is timed on, one at a time

@@ -13,6 +13,7 @@ import zipfile
 import numpy as np
 
 from acquisition import faults, storage
+from serving import TFLITE_DIR
 
 BEST_DIR = "best"  # the best checkpoint's copy, beside the rotating ones
 BEST_EXPORT_DIR = "export"  # where the export of a run without validation goes: predict.py finds it the same way
@@ -119,3 +120,6 @@ def remove_superseded(model_dir, best):
     for path in storage.glob(storage.join(model_dir, BEST_EXPORT_DIR, "[0-9]*")):  # not an export being written
         if best.get("export_dir") and storage.absolute(path) != best["export_dir"]:
             storage.remove_tree(path)
+    for path in storage.glob(storage.join(model_dir, BEST_EXPORT_DIR, TFLITE_DIR, "[0-9]*")):
+        if not storage.exists(storage.join(model_dir, BEST_EXPORT_DIR, os.path.basename(path))):
+            storage.remove_tree(path)  # the conversions of an export removed above (or by an earlier run)

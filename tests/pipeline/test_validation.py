@@ -22,6 +22,7 @@ from pipeline.batching import batch_sizes_for_replicas
 from pipeline.estimator import replica_batched_input_fn
 from pipeline.flags import build_parser
 from pipeline.roles import run
+from serving import TFLITE_DIR
 from pipeline.tasks import fashion, images, oct, oct_job
 from pipeline.tasks.oct_dataset import PATIENT_PATTERN
 
@@ -124,6 +125,21 @@ def train_to(listener_, model_dir, steps):
         if listener_.after_save(None, step):
             return step
     return None
+
+
+def test_a_superseded_best_export_goes_with_its_tflite_conversions(tmp_path):
+    """A resumed run's new best removed the old best export but left its .tflite files in export/tflite/."""
+    model_dir = str(tmp_path)
+    watcher = listener(model_dir, [(0.5, 1.0), (0.7, 0.9), (0.6, 0.8)])
+    train_to(watcher, model_dir, [10])
+    os.makedirs(os.path.join(model_dir, BEST_EXPORT_DIR, TFLITE_DIR, "0"))  # a finished run's conversions of 0
+    os.makedirs(os.path.join(model_dir, BEST_EXPORT_DIR, TFLITE_DIR, "7"))  # of an export an earlier run removed
+    train_to(watcher, model_dir, [20])
+    assert sorted(os.listdir(os.path.join(model_dir, BEST_EXPORT_DIR))) == ["1", TFLITE_DIR]
+    assert os.listdir(os.path.join(model_dir, BEST_EXPORT_DIR, TFLITE_DIR)) == []
+    os.makedirs(os.path.join(model_dir, BEST_EXPORT_DIR, TFLITE_DIR, "1"))
+    train_to(watcher, model_dir, [30])  # no better: the best's conversions stay
+    assert os.listdir(os.path.join(model_dir, BEST_EXPORT_DIR, TFLITE_DIR)) == ["1"]
 
 
 def test_patience_stops_at_the_expected_evaluation_and_ties_go_to_the_lower_loss(tmp_path):
