@@ -171,6 +171,16 @@ def warn_about(setup):
                     "counted as %d steps of this run's %d-image global batch", setup.settings.model_dir,
                     setup.start_step, setup.start_step, setup.global_batch)
     warnings = (precision_warning(setup.settings.precision, setup.plan.devices[0].startswith("/gpu")),
-                evaluation_report.calibration_warning(setup.settings, setup.data))
+                evaluation_report.calibration_warning(setup.settings, setup.data), _profiler_warning(setup))
     for warning in filter(None, warnings):
         log.warning(warning)
+
+
+def _profiler_warning(setup):
+    """Returns one line when --hooks profiler will trace no step: it traces every --log-steps steps of a
+    run, the first after that many (tf.estimator.ProfilerHook), and this run trains fewer; else None."""
+    steps, every = setup.max_steps - setup.start_step, setup.settings.log_steps
+    if "profiler" not in setup.settings.hooks or steps <= 0 or steps >= every:
+        return None
+    return (f"--hooks profiler traces one step every --log-steps ({every}) steps, and this run trains {steps}: it "
+            f"will write no timeline; pass --log-steps {steps} or fewer")

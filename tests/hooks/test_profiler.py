@@ -1,8 +1,11 @@
 import glob
+import types
 
+import pytest
 import tensorflow as tf
 
 from hooks.profiler import DeferredProfilerHook
+from pipeline.run_setup import _profiler_warning
 
 
 def test_it_is_built_outside_a_graph_and_writes_timelines_inside_one(tmp_path):
@@ -14,3 +17,29 @@ def test_it_is_built_outside_a_graph_and_writes_timelines_inside_one(tmp_path):
             for _ in range(5):
                 session.run(train_op)
     assert glob.glob(str(tmp_path / "timeline-*.json"))
+
+
+@pytest.mark.parametrize("every, steps", [(4, 3), (4, 4), (3, 5), (100, 4)])
+def test_the_run_is_warned_exactly_when_the_hook_will_trace_no_step(tmp_path, every, steps):
+    """A 4-step run with --hooks profiler and the default --log-steps wrote no timeline, without a word."""
+    hook = DeferredProfilerHook(save_steps=every, output_dir=str(tmp_path))
+    start = 10  # a resumed run: the first trace comes `every` steps after its start
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.get_variable(  # as restored from a checkpoint of step `start`
+            "global_step", initializer=tf.constant(start, tf.int64), trainable=False,
+            collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.GLOBAL_STEP])
+        train_op = tf.compat.v1.assign_add(global_step, 1)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(steps):
+                session.run(train_op)
+    traced = glob.glob(str(tmp_path / "timeline-*.json"))
+    setup = types.SimpleNamespace(start_step=start, max_steps=start + steps,
+                                  settings=types.SimpleNamespace(hooks=["examples_per_second", "profiler"],
+                                                                 log_steps=every))
+    warning = _profiler_warning(setup)
+    assert bool(traced) == (warning is None), (traced, warning)
+    if warning:
+        assert warning == (f"--hooks profiler traces one step every --log-steps ({every}) steps, and this run trains "
+                           f"{steps}: it will write no timeline; pass --log-steps {steps} or fewer")
+    setup.settings.hooks = ["examples_per_second"]
+    assert _profiler_warning(setup) is None
