@@ -34,9 +34,16 @@ class Settings:
 
     def check(self):
         """Raises FlagError for flags that cannot act together, whatever the data: --min-delta without
-        --patience, and mixing flags that cannot act (pipeline.mixing.check_mixing)."""
+        --patience, --at-specificity without --positive-classes, --tflite-tolerance without --tflite, and
+        mixing flags that cannot act (pipeline.mixing.check_mixing)."""
         if "min_delta" in self.explicit_flags and not self._values.get("patience"):
             raise FlagError("--min-delta is the least improvement --patience counts; give --patience N with it")
+        if "at_specificity" in self.explicit_flags and not self._values.get("positive_classes"):
+            raise FlagError("--at-specificity is the referral decision's operating point, and this run makes no "
+                            "referral decision; give --positive-classes NAME,NAME with it, or drop --at-specificity")
+        if "tflite_tolerance" in self.explicit_flags and not self._values.get("tflite"):
+            raise FlagError("--tflite-tolerance is the test accuracy a --tflite conversion may lose; give --tflite "
+                            "KINDS with it, or drop --tflite-tolerance")
         check_mixing(self)
 
     def replace(self, **changes):

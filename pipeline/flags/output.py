@@ -1,7 +1,7 @@
 """The flags of what a run writes: checkpoints, summaries, logs and hooks, and the test report. Nothing here imports TensorFlow."""
 import hooks
 from pipeline.flags.tta import add_tta_flag
-from pipeline.flag_types import fraction, hook_names, int_in_range, name_list, non_negative_int, positive_int
+from pipeline.flag_types import RecordedStore, fraction, hook_names, int_in_range, name_list, non_negative_int, positive_int
 
 
 def add_output_flags(parser, task):
@@ -41,7 +41,7 @@ def add_report_flags(parser, task):
                         help="classes that make up the referral decision reported against all others "
                              "(sensitivity, specificity and ROC AUC of their summed probability); "
                              "'none' (or no default) reports no referral decision")
-    report.add_argument("--at-specificity", type=fraction, default=0.95,
+    report.add_argument("--at-specificity", type=fraction, default=0.95, action=RecordedStore,
                         help="the referral decision's operating point: the highest sensitivity among the "
                              "thresholds whose specificity is at least this, chosen on the validation split "
                              "(and on the test split, to compare)")

@@ -1,6 +1,6 @@
 """The flags of the exports for devices (--tflite, --tflite-tolerance: serving.tflite). Nothing here
 imports TensorFlow."""
-from pipeline.flag_types import DEFAULT_TOLERANCE, fraction, tflite_kinds
+from pipeline.flag_types import DEFAULT_TOLERANCE, RecordedStore, fraction, tflite_kinds
 
 
 def add_tflite_flags(parser):
@@ -11,7 +11,7 @@ def add_tflite_flags(parser):
                             "in these kinds (int8: full-integer, calibrated on training images) into <model "
                             "dir>/export/tflite/<timestamp>/, and measure each on the test split against the "
                             "SavedModel (accuracy, agreement, size, latency; see docs/exports.md). Default: none")
-    group.add_argument("--tflite-tolerance", type=fraction, default=DEFAULT_TOLERANCE,
+    group.add_argument("--tflite-tolerance", type=fraction, default=DEFAULT_TOLERANCE, action=RecordedStore,
                        help="test accuracy the int8 model may lose against the SavedModel before the summary "
                             "warns and results.json flags it")
     return group

@@ -104,6 +104,14 @@ def test_early_stopping_with_nothing_to_watch_is_refused_before_training(fashion
     delta = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "c"), "--min-delta", "0.01",
                     "--max-steps", "5")
     assert delta.returncode == 2 and "give --patience N with it" in delta.stderr
+    # flags of what a run makes at its end, given without what they act on (each was ignored without a word)
+    point = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "g"), "--at-specificity", "0.5",
+                    "--max-steps", "5")  # the Fashion job makes no referral decision of its own
+    assert point.returncode == 2 and "--at-specificity is the referral decision's operating point, and this run " \
+        "makes no referral decision; give --positive-classes NAME,NAME with it" in point.stderr
+    tolerance = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "h"), "--tflite-tolerance",
+                        "0.5", "--max-steps", "5")
+    assert tolerance.returncode == 2 and "give --tflite KINDS with it, or drop --tflite-tolerance" in tolerance.stderr
     cadence = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "d"), "--validation-fraction", "0",
                       "--eval-every-steps", "5", "--max-steps", "5")
     assert cadence.returncode == 2 and "--eval-every-steps sets how often the validation split" in cadence.stderr
