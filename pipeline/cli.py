@@ -70,6 +70,11 @@ def run_command(parser, work, argv=None, parse=None):
     return code
 
 
+def _either(flags):
+    """Returns '--a', '--a or --b', '--a, --b or --c'."""
+    return flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} or {flags[-1]}"
+
+
 def _stdout_closed():
     """Returns whether stdout is a pipe whose reader has closed it (poll says POLLERR)."""
     try:
@@ -167,10 +172,11 @@ def _tensorflow_failure(error, args):
     if any(words in error.message for words in _MISMATCH):
         detail = next((line for line in error.message.splitlines()
                        if "shape" in line.lower() or "not found in checkpoint" in line), "")
+        shaping = [f"--{dest.replace('_', '-')}" for dest in ("model", "trainable_layers", "precision", "image_size")
+                   if hasattr(args, dest)]  # the flags of this job that shape its graph
         return (f"the checkpoint in {model_dir} does not fit the model these flags build"
                 f"{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
-                "with (the same --model, --trainable-layers, --precision or --image-size, say), or pass another "
-                "--model-dir")
+                f"with (the same {_either(shaping or ['--precision'])}, say), or pass another --model-dir")
     url = _URL.search(error.message)
     if url:  # a file system reached by URL (gs://...): its errors carry no errno, but their class tells
         return _io_failure(_TF_ERROR_NUMBERS.get(type(error).__name__), url_failure(url.group(0), error.message),

@@ -129,3 +129,23 @@ def test_a_broken_pipe_that_is_not_stdout_is_named_as_a_failed_file_operation(ca
     assert run_command(parser, work, []) == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "Broken pipe (/runs/m/events.out)" in line and "reading this output" not in line, line
+
+
+def test_a_checkpoint_of_another_graph_names_only_the_flags_this_job_has():
+    """train_oct.py was told to resume with 'the same --model', a flag it does not have."""
+    import tensorflow as tf
+    from pipeline.cli import _tensorflow_failure
+    from pipeline.flags import build_parser
+    from pipeline.tasks.fashion import TASK as FASHION
+    from pipeline.tasks.images import TASK as IMAGES
+    from pipeline.tasks.oct import TASK as OCT
+    error = tf.errors.NotFoundError(None, None, "Restoring from checkpoint failed. Key dense/kernel/Adam not found in "
+                                                "checkpoint")
+    said = {task.name: _tensorflow_failure(error, build_parser(task).parse_args(["--model-dir", "/m"]))
+            for task in (FASHION, OCT, IMAGES)}
+    assert "(the same --precision, say)" in said["fashion"]
+    assert "(the same --trainable-layers, --precision or --image-size, say)" in said["oct"]
+    assert "(the same --model, --trainable-layers, --precision or --image-size, say)" in said["images"]
+    assert all(line.startswith("the checkpoint in /m does not fit the model these flags build (Restoring from "
+                               "checkpoint failed. Key dense/kernel/Adam not found in checkpoint); resume with the "
+                               "flags it was trained with") for line in said.values())
