@@ -18,6 +18,18 @@ FLIP_DIRECTIONS = ("horizontal", "vertical", "both")
 # The views of test-time augmentation (--tta; input_fns.views makes them), named here for the same reason.
 IDENTITY = "identity"  # the image as it is: always the first view
 FLIP_VIEWS = {"horizontal": "flip", "vertical": "flip_vertical", "both": "flip_both"}  # a view's name by direction
+
 # The corner and centre crops of --tta crops, each resized back to the model's input size.
 CROP_VIEWS = ("crop_top_left", "crop_top_right", "crop_bottom_left", "crop_bottom_right", "crop_centre")
 CROP_FRACTION = 0.875  # a crop's side, as a fraction of the image's
+
+
+def flip_views(forbidden):
+    """Returns {view name: why} of the flips `forbidden` ({'flip' or 'flip=DIRECTION': why}, --augment's
+    words) names: a job's refused flips, as the --tta views they are."""
+    views = {}
+    for name, why in forbidden.items():
+        flip, _, direction = name.partition("=")
+        if flip == "flip":
+            views.update({FLIP_VIEWS[d]: why for d in ([direction] if direction else FLIP_DIRECTIONS)})
+    return views

@@ -2,6 +2,8 @@
 uint8 at the training size, with libjpeg's reduced decoding as an option, and the serving input
 that decodes an exported model's file bytes the same way (and, for a model trained on raw pixels,
 takes those pixels too)."""
+import json
+
 import numpy as np
 import tensorflow as tf
 
@@ -16,6 +18,7 @@ PIXELS_RECEIVER = "pixels"
 PIXELS_SIGNATURE = PIXELS_RECEIVER + ":serving_default"
 # In an export's assets.extra (and beside its .tflite files): how serving_default decodes image files.
 DECODE_FILE = "decode.txt"
+FORBIDDEN_VIEWS_FILE = "forbidden_views.json"  # beside it: the --tta views the job refuses, and why
 
 
 def scale_to_unit(images):
@@ -75,6 +78,13 @@ def decode_to_pixels(contents, pixels_shape, fast=False):
     return np.stack([decode_and_resize(tf.constant(c), (height, width), channels, fast).numpy() for c in contents])
 
 
+def forbidden_views(folder):
+    """Returns {view name: why} of the FORBIDDEN_VIEWS_FILE in `folder` (an export's assets.extra, a .tflite
+    file's folder): the --tta views the job that trained the model refuses; {} when there is none."""
+    path = storage.join(folder, FORBIDDEN_VIEWS_FILE)
+    return json.loads(storage.read_text(path)) if storage.isfile(path) else {}
+
+
 def decodes_reduced(folder):
     """Returns whether the DECODE_FILE in `folder` (an export's assets.extra, a .tflite file's folder) says
     libjpeg's reduced decoding ('reduced'; 'full', or no such file: full decoding)."""
@@ -84,17 +94,20 @@ def decodes_reduced(folder):
 
 class ServingInputFn:
     """A serving_input_receiver_fn (call it) that also says how it decodes files: `decode`, 'reduced' or
-    'full', which an export writes to its DECODE_FILE for the clients that decode files themselves."""
+    'full', which an export writes to its DECODE_FILE for the clients that decode files themselves; and
+    `forbidden_views` ({view name: why}), the --tta views its job refuses, which an export writes to its
+    FORBIDDEN_VIEWS_FILE when there are any."""
 
-    def __init__(self, receiver_fn, fast_decode):
+    def __init__(self, receiver_fn, fast_decode, forbidden_views=None):
         self._receiver_fn, self.decode = receiver_fn, "reduced" if fast_decode else "full"
+        self.forbidden_views = dict(forbidden_views or {})
 
     def __call__(self):
         return self._receiver_fn()
 
 
 def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key=FEATURE_KEY, bytes_key="jpeg_bytes",
-                          scale=False, pixels_key=None):
+                          scale=False, pixels_key=None, forbidden_views=None):
     """Returns a serving_input_receiver_fn that takes a batch of image file contents.
 
     Exported models then accept raw file bytes under `bytes_key` and decode
@@ -103,7 +116,8 @@ def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key
     on scaled records. With `pixels_key`, the export has a second signature,
     PIXELS_SIGNATURE, taking uint8 pixels [n, height, width, channels] under that
     key (Fashion-MNIST's IDX bytes, 784 an image): fed where the files' decoding
-    ends, they go through the same scaling.
+    ends, they go through the same scaling. `forbidden_views` ({view name: why}) go with it to the export
+    (see ServingInputFn).
     """
     shape = [None, *image_size, channels]
 
@@ -121,4 +135,4 @@ def make_serving_input_fn(image_size, channels=1, fast_decode=False, feature_key
         features = {feature_key: scale_to_unit(images) if scale else images}
         return tf.estimator.export.ServingInputReceiver(features, {bytes_key: contents}, alternatives)
 
-    return ServingInputFn(serving_input_receiver_fn, fast_decode)
+    return ServingInputFn(serving_input_receiver_fn, fast_decode, forbidden_views)

@@ -1,6 +1,7 @@
 """Exports that serve: a SavedModel whose signature returns, for each image, the class
 probabilities and the predicted class name, so a TF Serving or saved_model_cli client
 needs nothing else."""
+import json
 import logging
 import os
 import tempfile
@@ -8,7 +9,7 @@ import tempfile
 import tensorflow as tf
 
 from acquisition import storage
-from input_fns.decode import DECODE_FILE
+from input_fns.decode import DECODE_FILE, FORBIDDEN_VIEWS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ def export_model(estimator, serving_input_fn, class_names, export_base, checkpoi
     with tempfile.TemporaryDirectory() as tmp:
         assets = {}
         decode = {DECODE_FILE: serving_input_fn.decode + "\n"} if hasattr(serving_input_fn, "decode") else {}
+        if getattr(serving_input_fn, "forbidden_views", None):
+            decode[FORBIDDEN_VIEWS_FILE] = json.dumps(serving_input_fn.forbidden_views, indent=1) + "\n"
         for name, text in {CLASS_NAMES_FILE: "\n".join(class_names) + "\n", **decode, **(extra_assets or {})}.items():
             assets[name] = os.path.join(tmp, name)
             with open(assets[name], "w") as f:

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from acquisition.errors import InputDataError
 from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name
-from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced
+from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced, forbidden_views
 from serving import ExportNotFoundError
 from acquisition import storage
 from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, is_complete
@@ -63,6 +63,7 @@ def load_predictor(path):
     check_class_count(class_names, int(probabilities.shape[-1]), names_path, export_dir)
     predictor = Predictor(export_dir, class_names, _classifier(signatures["serving_default"], class_names))
     predictor.fast_decode = decodes_reduced(storage.join(export_dir, "assets.extra"))
+    predictor.forbidden_views = forbidden_views(storage.join(export_dir, "assets.extra"))
     if PIXELS_SIGNATURE in signatures:
         pixels = signatures[PIXELS_SIGNATURE]
         predictor.pixels_shape = tuple(_input_spec(pixels)[1].shape[1:])

@@ -17,6 +17,7 @@ class Predictor:
     pixels_shape: Optional[Tuple[int, ...]] = None
     classify_pixels: Optional[Callable] = None
     fast_decode: bool = False  # image files decoded with libjpeg's reduced decoding, as the export does
+    forbidden_views: dict = dataclasses.field(default_factory=dict)  # --tta views its job refuses: {name: why}
 
     @property
     def channels(self):

@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from acquisition import storage
 from input_fns import FEATURE_KEY
-from input_fns.decode import DECODE_FILE, PIXELS_SIGNATURE, decode_to_pixels, decodes_reduced
+from input_fns.decode import DECODE_FILE, FORBIDDEN_VIEWS_FILE, PIXELS_SIGNATURE, decode_to_pixels, decodes_reduced, \
+    forbidden_views
 from serving import TFLITE_DIR, ConversionError, ExportNotFoundError
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES
 from serving.predictor import Predictor, check_class_count
@@ -191,7 +192,7 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
     log.info("evaluating %s on the test split beside the SavedModel", ", ".join(kinds))
     accuracy, count, tallies, timed = evaluate(export_dir, models, pixel_batches(eval_input_fn))
     storage.makedirs(target)
-    for name in (CLASS_NAMES_FILE, DECODE_FILE):  # what the .tflite files' clients read beside them
+    for name in (CLASS_NAMES_FILE, DECODE_FILE, FORBIDDEN_VIEWS_FILE):  # what the .tflite files' clients read beside them
         source = storage.join(export_dir, "assets.extra", name)
         if storage.isfile(source):
             storage.write_atomically(storage.join(target, name), storage.read_bytes(source))
@@ -306,7 +307,7 @@ def load_tflite_predictor(path):
     def classify(contents):
         return classify_pixels(decode_to_pixels(contents, shape, fast))
 
-    return Predictor(path, class_names, classify, shape, classify_pixels, fast)
+    return Predictor(path, class_names, classify, shape, classify_pixels, fast, forbidden_views(os.path.dirname(path)))
 
 
 def check_whole_model(model, path):

@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 
+from input_fns import FLIP_VIEWS
 from input_fns.decode import decode_to_pixels
 from input_fns.views import apply_view
 from serving import ViewsUnavailableError
@@ -23,7 +24,13 @@ def mean_over_views(classify_pixels, views, batch):
 def with_views(predictor, views):
     """Returns a copy of the serving.predictor.Predictor `predictor` that answers with the mean of its
     probabilities over `views` (for files and raw pixels alike); raises ViewsUnavailableError (exit 2)
-    when its model takes no pixels."""
+    when its model takes no pixels, or a view is one its job refuses (predictor.forbidden_views)."""
+    refused = [view for view in views if view in predictor.forbidden_views]
+    if refused:
+        flip = {view: direction for direction, view in FLIP_VIEWS.items()}.get(refused[0])
+        named = f"flip={flip}" if flip else refused[0]
+        raise ViewsUnavailableError(f"--tta {named} is a view the job that trained {predictor.export_dir} refuses: "
+                                    f"{predictor.forbidden_views[refused[0]]}; leave it out")
     if predictor.classify_pixels is None:
         raise ViewsUnavailableError(f"--tta makes its views from pixels, and the export at {predictor.export_dir} has "
                                     "no pixels signature (exported before every job's export took them): export the "

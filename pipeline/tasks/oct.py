@@ -5,8 +5,8 @@ import os
 from models import VGG16_BASE_LAYERS
 from pipeline.flag_types import RecordedStore, int_in_range, positive_int
 from pipeline.tasks import Task
-from pipeline.tasks.oct_dataset import DEFAULT_DATA_DIR, MAX_IMAGE_SIZE, PATIENT_PATTERN, REFERRAL_CLASSES, \
-    TRAIN_EXAMPLES
+from pipeline.tasks.oct_dataset import DEFAULT_DATA_DIR, FORBIDDEN_FLIPS, MAX_IMAGE_SIZE, PATIENT_PATTERN, \
+    REFERRAL_CLASSES, TRAIN_EXAMPLES
 
 
 def cache_argument(text):
@@ -66,8 +66,5 @@ TASK = Task(
     job=job,
     input_variants=("pipeline", "pipeline-reduced", "pipeline-cached", "records", "design", "bare"),
     group_pattern=PATIENT_PATTERN,
-    # A horizontal flip is a scan of the other eye; upside down, the retina's layers come in an order no
-    # scan shows, and their order is what the classes differ in.
-    augment_forbidden={"flip=vertical": "an upside-down B-scan shows the retina's layers in an order no scan has",
-                       "flip=both": "an upside-down B-scan shows the retina's layers in an order no scan has"},
+    augment_forbidden=FORBIDDEN_FLIPS,
 )

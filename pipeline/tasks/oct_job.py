@@ -9,11 +9,11 @@ import tensorflow as tf
 
 from acquisition import image_checks, retinal_oct, shards, storage
 from acquisition.errors import InputDataError
-from input_fns import baselines, decode, image_folder, image_list, records, synthetic
+from input_fns import baselines, decode, flip_views, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
-from pipeline.tasks.oct_dataset import PATIENT_PATTERN, TRAIN_EXAMPLES
+from pipeline.tasks.oct_dataset import FORBIDDEN_FLIPS, PATIENT_PATTERN, TRAIN_EXAMPLES
 from pipeline.validation.split import split_off_validation
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
@@ -49,7 +49,8 @@ def prepare_data(args, batch_size):
     size = _image_size(args)
     check_step_memory(args.image_size, batch_size)
     serving = decode.make_serving_input_fn(size, CHANNELS, fast_decode=args.decode == "reduced",
-                                           feature_key=FEATURE_KEY, pixels_key=PIXELS_KEY)
+                                           feature_key=FEATURE_KEY, pixels_key=PIXELS_KEY,
+                                           forbidden_views=flip_views(FORBIDDEN_FLIPS))
     check_cache(args)
     if args.synthetic:
         if args.decode == "reduced":

@@ -62,8 +62,10 @@ def test_train_evaluate_export_and_predict_on_two_replicas(tree, tmp_path):
     assert os.path.isfile(os.path.join(results["export_dir"], "saved_model.pb"))
 
     real_scan = os.path.join(tree, "test", "NORMAL", sorted(os.listdir(os.path.join(tree, "test", "NORMAL")))[0])
-    predicted, text = scripts_at_once(("predict.py", "--model", str(model_dir / "export"), "--json", real_scan,
-                                       truncated), ("predict.py", "--model", results["export_dir"], real_scan))
+    predicted, text, upside_down = scripts_at_once(
+        ("predict.py", "--model", str(model_dir / "export"), "--json", real_scan, truncated),
+        ("predict.py", "--model", results["export_dir"], real_scan),
+        ("predict.py", "--model", results["export_dir"], "--tta", "flip=vertical", real_scan))
     assert predicted.returncode == 1  # one of the two files is truncated
     good, bad = [json.loads(line) for line in predicted.stdout.splitlines()]
     assert good["file"] == real_scan and good["class"] in OCT_CLASSES
@@ -71,6 +73,11 @@ def test_train_evaluate_export_and_predict_on_two_replicas(tree, tmp_path):
     assert good["class"] == max(good["probabilities"], key=good["probabilities"].get)
     assert bad == {"file": truncated, "error": "is truncated (no JPEG end marker)"}
     assert text.returncode == 0 and text.stdout.startswith(f"{real_scan}: {good['class']}  (CNV ")
+    # The export says which views its job refuses, as train_oct.py --tta does (it averaged them in).
+    assert upside_down.returncode == 2 and not upside_down.stdout
+    assert_clean_failure(upside_down, f"--tta flip=vertical is a view the job that trained {results['export_dir']} "
+                                      "refuses: an upside-down B-scan shows the retina's layers in an order no scan "
+                                      "has; leave it out")
 
     # What a TF Serving or saved_model_cli client gets: the probabilities and the class name.
     serving = tf.saved_model.load(results["export_dir"]).signatures["serving_default"]

@@ -190,3 +190,21 @@ def test_tta_of_an_export_without_pixels_is_a_user_error_of_exit_2():
                                                     "has no pixels signature") as raised:
         with_views(counting_predictor([]), ["flip"])
     assert raised.value.exit_code == 2 and isinstance(raised.value, USER_ERRORS)  # one line, no traceback
+
+
+def test_tta_refuses_the_views_the_export_records_as_refused_by_its_job():
+    from input_fns import flip_views
+    from serving import ViewsUnavailableError
+    from serving.tta import with_views
+    refused = flip_views({"flip=vertical": "upside down", "flip=both": "upside down"})
+    assert refused == {"flip_vertical": "upside down", "flip_both": "upside down"}
+    assert flip_views({"flip": "no flips"}) == {"flip": "no flips", "flip_vertical": "no flips",
+                                                "flip_both": "no flips"}
+    predictor = counting_predictor([])
+    predictor.pixels_shape, predictor.classify_pixels = (28, 28, 1), lambda pixels: None
+    predictor.forbidden_views = refused
+    with pytest.raises(ViewsUnavailableError, match="^--tta flip=both is a view the job that trained export refuses: "
+                                                    "upside down; leave it out$") as raised:
+        with_views(predictor, ("identity", "flip", "flip_both"))
+    assert raised.value.exit_code == 2
+    assert with_views(predictor, ("identity", "flip")).classify is not predictor.classify  # horizontal: allowed
