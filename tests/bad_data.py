@@ -74,10 +74,11 @@ def oct_no_images(oct_sample, tmp_path):
 
 
 def oct_and_records_manifest(manifest):
+    """Returns a maker of {tmp}/records holding `manifest`; the run is given no --data-dir (None), which
+    --records-dir refuses."""
     def make(oct_sample, tmp_path):
         (tmp_path / "records").mkdir()
         (tmp_path / "records" / "manifest.json").write_text(json.dumps(manifest))
-        return oct_copy(oct_sample, tmp_path)
     return make
 
 

@@ -13,7 +13,7 @@ from input_fns import baselines, decode, flip_views, image_folder, image_list, r
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
-from pipeline.tasks.oct_dataset import FORBIDDEN_FLIPS, PATIENT_PATTERN, TRAIN_EXAMPLES
+from pipeline.tasks.oct_dataset import DEFAULT_DATA_DIR, FORBIDDEN_FLIPS, PATIENT_PATTERN, TRAIN_EXAMPLES
 from pipeline.validation.split import split_off_validation
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
@@ -65,6 +65,9 @@ def prepare_data(args, batch_size):
                         SYNTHETIC_SIZES["test"], "synthetic", class_names=retinal_oct.CLASS_NAMES,
                         serving_input_fn=serving)
     if args.records_dir:
+        if args.data_dir != DEFAULT_DATA_DIR:
+            raise FlagError(f"--records-dir trains and tests on the prepared shards, and reads no --data-dir; drop "
+                            f"--data-dir {args.data_dir}, or --records-dir to train on its JPEG folders")
         if args.decode == "reduced":
             raise FlagError("--decode reduced decodes JPEG files, and --records-dir's shards hold scans decoded in "
                             "full (scripts/prepare_oct.py): the export would decode otherwise than training did; "

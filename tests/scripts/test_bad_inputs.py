@@ -166,9 +166,9 @@ def start_case(case, trained_model_dir, trained_oct_model_dir, fashion_data_dir,
     oct_dir = (script == "train_oct.py") != (case in ANOTHER_JOBS_MODEL_DIR)
     shutil.copytree(trained_oct_model_dir if oct_dir else trained_model_dir, model_dir, copy_function=copy_or_link)
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    if make_data:
-        sample = oct_sample if script == "train_oct.py" else fashion_data_dir
-        args = ["--data-dir", str(make_data(sample, tmp_path))] + args
+    made = make_data(oct_sample if script == "train_oct.py" else fashion_data_dir, tmp_path) if make_data else None
+    if made is not None:  # the data dir made (None: data beside it, given by its own flag)
+        args = ["--data-dir", str(made)] + args
     if "--model-dir" not in args:
         args += ["--model-dir", str(model_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE") and k != "TF_CONFIG"}

@@ -37,7 +37,8 @@ def assert_mixed_like_the_dataset(report, tolerance=0.04):
 def test_every_oct_mode_on_the_full_size_tree_feeds_mixed_batches(full_oct_tree, full_oct_records, tmp_path, mode):
     flags = {"jpeg": [], "memory-cache": ["--cache", "memory"], "file-cache": ["--cache", str(tmp_path / "cache")],
              "prepared-shards": ["--records-dir", full_oct_records]}[mode]
-    report = inspect_json("--task", "oct", "--data-dir", os.path.dirname(full_oct_tree), "--image-size", "32",
+    data = [] if mode == "prepared-shards" else ["--data-dir", os.path.dirname(full_oct_tree)]  # one or the other
+    report = inspect_json("--task", "oct", *data, "--image-size", "32",
                           "--batches", str(BATCHES), "--validation-fraction", "0", *flags)  # all, as the shards
     assert report["class_names"] == list(OCT2017_TRAIN_COUNTS)
     assert report["train_examples"] == sum(OCT2017_TRAIN_COUNTS.values())

@@ -260,6 +260,8 @@ def test_refused_cells_say_why_in_one_line_before_training(job, cell, jobs, tmp_
     (["--records-dir", "{records}", "--cache", "{tmp}/cache"], "--cache DIR keeps decoded scans in files"),
     (["--synthetic", "--cache", "memory"], "--cache keeps the decoded, resized training scans"),
     (["--synthetic", "--decode", "reduced"], "--decode reduced decodes JPEG files, and --synthetic data"),
+    (["--records-dir", "{records}", "--data-dir", "{tmp}"], "--records-dir trains and tests on the prepared shards, "
+                                                            "and reads no --data-dir; drop --data-dir"),
     (["--records-dir", "{records}", "--shuffle-buffer", "64"], "--shuffle-buffer shuffles the images a --cache holds"),
 ])
 def test_oct_data_that_cannot_go_together_is_refused(extra, fragment, oct_records, tmp_path, capfd):
