@@ -66,10 +66,10 @@ def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
                      "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
-                               "model": None},
+                               "model": None, "ema": None},
                               {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
-                               "model": None}]}
+                               "model": None, "ema": None}]}
 
 
 def test_a_resume_on_other_data_is_refused(tmp_path):
