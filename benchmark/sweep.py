@@ -217,6 +217,10 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
     else:
         args = copy.copy(task_args)
         args.synthetic = config.data == "synthetic"
+        if args.synthetic:  # generated pixels, never decoded or cached: the job refuses both with --synthetic
+            for name, value in (("decode", "full"), ("cache", None)):
+                if hasattr(args, name):
+                    setattr(args, name, value)
         args.explicit_flags = SWEEP_SETS
         args.precision = config.precision
         args.learning_rate = batching.scaled_learning_rate(

@@ -165,7 +165,8 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None)
 def finishing_flags_not_applied(results, settings):
     """Returns ['--tta flip=horizontal (it finished with none)', ...]: the flags that act when a run finishes
     (--tta, --calibrate, --tflite, --positive-classes and --at-specificity: the test report and the exports)
-    given in `settings` with other values than the finished run's `results` record."""
+    given in `settings` with other values than the finished run's `results` record. The two whose defaults
+    are values (the referral decision's) count only when the command line gives them."""
     clinical = results.get("clinical") or {}
     referral = clinical.get("referral") or {}
     had = {"tta": tuple(results.get("tta") or ()),
@@ -175,9 +176,13 @@ def finishing_flags_not_applied(results, settings):
            "at_specificity": (referral.get("at_specificity") or {}).get("target")}
     asked = {"tta": tuple(getattr(settings, "tta", ()) or ()), "calibrate": getattr(settings, "calibrate", "none"),
              "tflite": tuple(sorted(getattr(settings, "tflite", ()) or ())),
-             # a run without a test report (--synthetic data's) has no referral decision to make
-             "positive_classes": tuple(getattr(settings, "positive_classes", ()) or ()) if clinical else (),
+             "positive_classes": tuple(getattr(settings, "positive_classes", ()) or ()),
+             # the operating point of a decision it made (else the classes' note says it all)
              "at_specificity": getattr(settings, "at_specificity", None) if had["positive_classes"] else None}
+    given = getattr(settings, "explicit_flags", ())
+    for name in ("positive_classes", "at_specificity"):  # and a run without a test report (--synthetic data's)
+        if name not in given or not clinical:          # has no referral decision to make
+            asked[name] = None
     texts = {"tta": tta_text, "tflite": lambda kinds: ",".join(kinds) or "none",
              "positive_classes": lambda names: ",".join(names) or "none"}
 

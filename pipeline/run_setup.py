@@ -19,6 +19,7 @@ from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
 from pipeline.tasks import VALIDATION_FILES
 from pipeline.validation.checks import check_early_stopping, check_validation_split
+from pipeline.validation.record import read_record
 from pipeline.validation.split import check_same_split
 
 log = logging.getLogger(__name__)
@@ -118,13 +119,10 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                           settings.model_dir)
     training_record.check_same_model(record.segments, start_step, getattr(settings, "model", None),
                                      settings.model_dir)
-    if not settings.eval_only:  # an evaluation averages nothing
-        training_record.check_same_ema_decay(record.segments, start_step, getattr(settings, "ema", None),
-                                             settings.model_dir)
-    training_record.check_convertible(record.segments, start_step, settings.tflite, settings.model_dir,
-                                      settings.eval_only, keeps_best=data.validation_input_fn is not None)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
                                  epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
+    if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
+        _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
                                                   settings.reference_batch_size, settings.lr_scaling)
     schedule = ScheduledRate(
@@ -136,6 +134,17 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     data = mirrored_inputs(data, settings.batch_size, plan.replicas) if mirrored else data
     return RunSetup(task, settings, cluster, plan, data, record, trained_on, global_batch, learning_rate,
                     start_step, steps, schedule, mirrored)
+
+
+def _check_finishing_flags(settings, record, start_step, keeps_best):
+    """Raises FlagError (exit 2) for an --ema decay or a --tflite conversion the model dir's steps cannot take;
+    the export converted is the best's that validation kept when it keeps one (`keeps_best`: a validating
+    run; --eval-only tests the best recorded)."""
+    training_record.check_same_ema_decay(record.segments, start_step, getattr(settings, "ema", None),
+                                         settings.model_dir)
+    best = read_record(settings.model_dir)["best"] if start_step and (keeps_best or settings.eval_only) else None
+    training_record.check_convertible(record.segments, start_step, settings.tflite, settings.model_dir,
+                                      settings.eval_only, best["step"] if best else None)
 
 
 def _check_data(settings, data):
@@ -177,10 +186,12 @@ def warn_about(setup):
 
 
 def _profiler_warning(setup):
-    """Returns one line when --hooks profiler will trace no step: it traces every --log-steps steps of a
-    run, the first after that many (tf.estimator.ProfilerHook), and this run trains fewer; else None."""
+    """Returns one line when --hooks profiler will trace no step of a run that trains: it traces every
+    --log-steps steps, the first that many steps after the run starts and never its first step
+    (tf.estimator.ProfilerHook), and this run trains fewer; else None."""
     steps, every = setup.max_steps - setup.start_step, setup.settings.log_steps
-    if "profiler" not in setup.settings.hooks or steps <= 0 or steps >= every:
+    if "profiler" not in setup.settings.hooks or setup.settings.eval_only or steps <= 0 or steps >= max(every, 2):
         return None
-    return (f"--hooks profiler traces one step every --log-steps ({every}) steps, and this run trains {steps}: it "
-            f"will write no timeline; pass --log-steps {steps} or fewer")
+    fix = "train 2 steps or more" if steps == 1 else f"pass --log-steps {steps} or fewer"
+    return (f"--hooks profiler traces one step every --log-steps ({every}) steps, never a run's first, and this run "
+            f"trains {steps}: it will write no timeline; {fix}")

@@ -192,24 +192,26 @@ def check_reproducible(segments, start_step, deterministic, seed, model_dir, pre
                             "--model-dir")
 
 
-def check_convertible(segments, start_step, tflite, model_dir, eval_only, keeps_best):
+def check_convertible(segments, start_step, tflite, model_dir, eval_only, best_step=None):
     """Raises FlagError (exit 2) when --tflite would convert an export of steps trained under the bf16 Keras
     policy: TFLite has no bfloat16 tensors, and the converter fails only after the training or evaluation,
-    in many lines of its own (a run in bf16 with --tflite is refused up front). Which steps' export is
-    converted: the newest run's (--eval-only; a training run's own is made by this run's graph), or, when
-    validation keeps the best model (`keeps_best`), that of whichever steps scored best, any run's."""
+    in many lines of its own (a run in bf16 with --tflite is refused up front). The export converted is the
+    best model's when validation kept one (`best_step`, validation.json's: a resumed run's own graph can
+    only replace it), else the newest run's (--eval-only; a training run's own is made by this run's graph)."""
     trained = [s for s in segments if s.start_step < start_step]
-    exported = trained if keeps_best else trained[-1:] if eval_only else []
-    bf16 = [s for s in exported if s.precision == "bf16"]
-    if not tflite or not bf16:
+    if best_step is not None:
+        exported = [s for s in trained if s.start_step < best_step][-1:]
+    else:
+        exported = trained[-1:] if eval_only else []
+    if not tflite or not exported or exported[0].precision != "bf16":
         return
-    if eval_only and not keeps_best:
+    if best_step is None:
         raise FlagError(f"--tflite: the export in {model_dir} was trained with --precision bf16, whose bfloat16 "
                         "tensors TFLite cannot hold; drop --tflite, or convert a run trained with --precision fp32 "
                         "or bf16-amp")
-    raise FlagError(f"--tflite: steps from {bf16[0].start_step} of the checkpoints in {model_dir} were trained with "
-                    "--precision bf16, and the best model validation keeps may be of them, whose bfloat16 tensors "
-                    "TFLite cannot hold; drop --tflite, or pass another --model-dir")
+    raise FlagError(f"--tflite: the best model validation kept in {model_dir} (step {best_step}) was trained with "
+                    "--precision bf16, whose bfloat16 tensors TFLite cannot hold; drop --tflite, or pass another "
+                    "--model-dir")
 
 
 def check_same_model(segments, start_step, model, model_dir):
@@ -240,14 +242,14 @@ def check_same_image_size(segments, start_step, image_size, model_dir):
 
 def check_same_ema_decay(segments, start_step, decay, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` averaged their weights with another --ema
-    decay than `decay`: results.json would give this run's decay to an average made with another. (Whether
-    there is an average at all is pipeline.ema.check's, from the checkpoint itself.)"""
+    decay than `decay`: results.json (or --eval-only's summary) would give this decay to an average made with
+    another. (Whether there is an average at all is pipeline.ema.check's, from the checkpoint itself.)"""
     if not decay or not start_step:
         return
     for segment in segments:
         if segment.start_step < start_step and segment.ema not in (None, decay):
             raise FlagError(f"--ema {decay:g}: the checkpoints in {model_dir} averaged their weights with --ema "
-                            f"{segment.ema:g}; resume with --ema {segment.ema:g}, or pass another --model-dir")
+                            f"{segment.ema:g}; resume (or evaluate) with --ema {segment.ema:g}, or pass another --model-dir")
 
 
 def record_start(model_dir, task_name, record, plan_, data, settings):

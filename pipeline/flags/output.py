@@ -36,7 +36,7 @@ def add_report_flags(parser, task):
     """Adds the test-report group, with `task`'s positive classes; returns it."""
     d = task.defaults
     report = parser.add_argument_group("test report")
-    report.add_argument("--positive-classes", type=name_list, default=d.get("positive_classes"),
+    report.add_argument("--positive-classes", type=name_list, default=d.get("positive_classes"), action=RecordedStore,
                         metavar="NAME,NAME",
                         help="classes that make up the referral decision reported against all others "
                              "(sensitivity, specificity and ROC AUC of their summed probability); "

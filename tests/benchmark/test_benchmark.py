@@ -61,6 +61,18 @@ def test_input_only_compares_the_oct_pipelines_with_the_design_recipe(oct_tree, 
     assert (tmp_path / "bench" / "input.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_synthetic_rows_leave_out_the_decoding_and_cache_flags_the_real_rows_take(tmp_path, capsys):
+    """The job refuses --decode reduced and --cache with --synthetic: a sweep of real and synthetic data
+    with them stopped at its first synthetic row, after timing the real ones."""
+    out = str(tmp_path / "bench")
+    code = main(["--task", "oct", "--data", "synthetic", "--decode", "reduced", "--cache", "memory", "--image-size",
+                 "32", "--weights", "none", "--engines", "estimator", "--batch-size", "8", "--repeats", "1",
+                 "--warm-up-steps", "1", "--timed-steps", "2", "--precision", "fp32", "--output", out])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    (row,) = read_rows(out)
+    assert row["data"] == "synthetic" and float(row["images_per_sec"]) > 0
+
+
 @pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
 def test_the_reference_engines_and_precisions_write_well_formed_rows_and_ratios(tmp_path, capsys, strategy):
     out = str(tmp_path / "bench")

@@ -19,7 +19,7 @@ def test_it_is_built_outside_a_graph_and_writes_timelines_inside_one(tmp_path):
     assert glob.glob(str(tmp_path / "timeline-*.json"))
 
 
-@pytest.mark.parametrize("every, steps", [(4, 3), (4, 4), (3, 5), (100, 4)])
+@pytest.mark.parametrize("every, steps", [(4, 3), (4, 4), (3, 5), (100, 4), (1, 1), (2, 1), (1, 2)])
 def test_the_run_is_warned_exactly_when_the_hook_will_trace_no_step(tmp_path, every, steps):
     """A 4-step run with --hooks profiler and the default --log-steps wrote no timeline, without a word."""
     hook = DeferredProfilerHook(save_steps=every, output_dir=str(tmp_path))
@@ -35,11 +35,15 @@ def test_the_run_is_warned_exactly_when_the_hook_will_trace_no_step(tmp_path, ev
     traced = glob.glob(str(tmp_path / "timeline-*.json"))
     setup = types.SimpleNamespace(start_step=start, max_steps=start + steps,
                                   settings=types.SimpleNamespace(hooks=["examples_per_second", "profiler"],
-                                                                 log_steps=every))
+                                                                 log_steps=every, eval_only=False))
     warning = _profiler_warning(setup)
     assert bool(traced) == (warning is None), (traced, warning)
     if warning:
-        assert warning == (f"--hooks profiler traces one step every --log-steps ({every}) steps, and this run trains "
-                           f"{steps}: it will write no timeline; pass --log-steps {steps} or fewer")
+        fix = "train 2 steps or more" if steps == 1 else f"pass --log-steps {steps} or fewer"
+        assert warning == (f"--hooks profiler traces one step every --log-steps ({every}) steps, never a run's first, "
+                           f"and this run trains {steps}: it will write no timeline; {fix}")
+    setup.settings.eval_only = True  # the same flags with --eval-only: it trains nothing
+    assert _profiler_warning(setup) is None
+    setup.settings.eval_only = False
     setup.settings.hooks = ["examples_per_second"]
     assert _profiler_warning(setup) is None

@@ -55,9 +55,9 @@ def test_a_finished_run_notes_the_finishing_flags_it_did_not_apply_and_what_it_f
     from pipeline.run_output import finishing_flags_not_applied
     results = {"tflite": {"files": {"float32": {}, "int8": {}}}, "tta": ["identity", "flip"],
                "clinical": {"referral": {"positive_classes": ["circle"], "at_specificity": {"target": 0.95}}}}
-    def asked(**flags):
+    def asked(**flags):  # the referral's flags as given on the command line, or their defaults
         return SimpleNamespace(**{"tta": (), "calibrate": "none", "tflite": (), "positive_classes": ("circle",),
-                                  "at_specificity": 0.95, **flags})
+                                  "at_specificity": 0.95, **flags, "explicit_flags": frozenset(flags)})
     assert finishing_flags_not_applied(results, asked(tflite=("float32",))) == []  # converted more kinds
     assert finishing_flags_not_applied(results, asked(tflite=("int8", "float32"))) == []
     assert finishing_flags_not_applied(results, asked(tflite=("float16",))) == [
@@ -75,6 +75,11 @@ def test_a_finished_run_notes_the_finishing_flags_it_did_not_apply_and_what_it_f
         "--positive-classes circle (it finished with none)"]
     assert finishing_flags_not_applied(no_referral, asked(positive_classes=())) == []
     assert finishing_flags_not_applied({}, asked()) == []  # no report (--synthetic data): no referral to make
+    # defaults not given: the run that finished with --at-specificity 0.9 rerun without it, OCT's default classes
+    finished = {"clinical": {"referral": {"positive_classes": ["CNV"], "at_specificity": {"target": 0.9}}}}
+    assert finishing_flags_not_applied(finished, SimpleNamespace(
+        tta=(), calibrate="none", tflite=(), positive_classes=("CNV", "DME"), at_specificity=0.95,
+        explicit_flags=frozenset())) == []
 
 
 def test_balanced_class_weights():

@@ -103,19 +103,21 @@ def test_a_resume_on_other_data_is_refused(tmp_path):
 def test_a_conversion_of_a_bf16_policy_export_is_refused_before_anything_runs():
     bf16, fp32 = progress.Segment(0, 0, 32, 10, "bf16"), progress.Segment(10, 320, 32, 20, "fp32")
     newest = "--tflite: the export in /m was trained with --precision bf16, whose bfloat16 tensors TFLite cannot hold"
-    kept = ("--tflite: steps from 0 of the checkpoints in /m were trained with --precision bf16, and the best model "
-            "validation keeps may be of them, whose bfloat16 tensors TFLite cannot hold; drop --tflite")
     with pytest.raises(FlagError, match=newest):
-        progress.check_convertible([bf16], 10, ("float32",), "/m", eval_only=True, keeps_best=False)
-    progress.check_convertible([bf16], 10, (), "/m", eval_only=True, keeps_best=False)  # no conversion asked
-    # the newest run's export is float32, and no best model is kept
-    progress.check_convertible([bf16, fp32], 20, ("int8",), "/m", eval_only=True, keeps_best=False)
-    progress.check_convertible([progress.Segment(0, 0, 32)], 10, ("int8",), "/m", True, False)  # earlier version's
-    # a resume in fp32 trains and exports with its own graph, but the best kept may be a bf16 step's
-    progress.check_convertible([bf16], 10, ("float32",), "/m", eval_only=False, keeps_best=False)
+        progress.check_convertible([bf16], 10, ("float32",), "/m", eval_only=True)
+    progress.check_convertible([bf16], 10, (), "/m", eval_only=True)  # no conversion asked
+    progress.check_convertible([bf16, fp32], 20, ("int8",), "/m", eval_only=True)  # the newest run's export: float32
+    progress.check_convertible([progress.Segment(0, 0, 32)], 10, ("int8",), "/m", True)  # an earlier version's
+    # a resume in fp32 trains and exports with its own graph...
+    progress.check_convertible([bf16], 10, ("float32",), "/m", eval_only=False)
+    # ... but the best model validation kept converts, and its step says which run trained it
+    kept = ("--tflite: the best model validation kept in /m (step 8) was trained with --precision bf16, whose "
+            "bfloat16 tensors TFLite cannot hold; drop --tflite, or pass another --model-dir")
     for eval_only, start in ((False, 10), (True, 20)):
-        with pytest.raises(FlagError, match=kept):
-            progress.check_convertible([bf16, fp32][:start // 10], start, ("int8",), "/m", eval_only, keeps_best=True)
+        with pytest.raises(FlagError, match=kept.replace("(", r"\(").replace(")", r"\)")):
+            progress.check_convertible([bf16, fp32][:start // 10], start, ("int8",), "/m", eval_only, best_step=8)
+    progress.check_convertible([bf16, fp32], 20, ("int8",), "/m", eval_only=True, best_step=16)  # fp32's best
+    progress.check_convertible([bf16, fp32], 20, ("int8",), "/m", eval_only=False, best_step=12)
 
 
 def test_a_resume_with_another_model_is_refused_naming_the_one_it_trained():
@@ -130,8 +132,8 @@ def test_a_resume_with_another_model_is_refused_naming_the_one_it_trained():
 
 def test_a_resume_with_another_ema_decay_is_refused_naming_the_one_it_averaged_with():
     averaged = progress.Segment(0, 0, 32, 10, "fp32", False, None, None, None, 0.9)
-    with pytest.raises(FlagError, match="--ema 0.5: the checkpoints in /m averaged their weights with --ema 0.9; "
-                                        "resume with --ema 0.9"):
+    with pytest.raises(FlagError, match=r"--ema 0.5: the checkpoints in /m averaged their weights with --ema 0.9; "
+                                        r"resume \(or evaluate\) with --ema 0.9"):
         progress.check_same_ema_decay([averaged], 10, 0.5, "/m")
     progress.check_same_ema_decay([averaged], 10, 0.9, "/m")
     progress.check_same_ema_decay([averaged], 0, 0.5, "/m")  # a new run: nothing trained before it

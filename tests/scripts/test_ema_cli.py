@@ -114,8 +114,8 @@ def test_a_model_dir_trained_with_ema_is_not_resumed_or_evaluated_without_it(tmp
     assert train_main(TASK, [*flags, "--max-steps", "4", "--ema", "0.5"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].endswith(
-        f"error: --ema 0.5: the checkpoints in {tmp_path} averaged their weights with --ema 0.9; resume with "
-        "--ema 0.9, or pass another --model-dir"), lines
+        f"error: --ema 0.5: the checkpoints in {tmp_path} averaged their weights with --ema 0.9; resume (or "
+        "evaluate) with --ema 0.9, or pass another --model-dir"), lines
     assert sorted(os.listdir(tmp_path)) == before
 
 

@@ -228,12 +228,13 @@ def test_a_resume_in_fp32_converting_a_validated_bf16_run_is_refused_before_trai
     assert train_main(fashion.TASK, [*flags, "--max-steps", "2", "--precision", "bf16"]) == 0
     capfd.readouterr()
     before = tf.train.latest_checkpoint(model_dir)
+    with open(os.path.join(model_dir, "validation.json")) as f:
+        best = json.load(f)["best"]["step"]
     assert train_main(fashion.TASK, [*flags, "--max-steps", "4", "--precision", "fp32", "--tflite", "float32"]) == 2
     err = capfd.readouterr().err
     assert err.strip().splitlines()[-1].endswith(  # the prog: pytest's in this process
-        f": error: --tflite: steps from 0 of the checkpoints in {model_dir} were trained with "
-        "--precision bf16, and the best model validation keeps may be of them, whose bfloat16 tensors TFLite "
-        "cannot hold; drop --tflite, or pass another --model-dir"), err[-2000:]
+        f": error: --tflite: the best model validation kept in {model_dir} (step {best}) was trained with --precision "
+        "bf16, whose bfloat16 tensors TFLite cannot hold; drop --tflite, or pass another --model-dir"), err[-2000:]
     assert tf.train.latest_checkpoint(model_dir) == before and "Traceback" not in err
 
 
