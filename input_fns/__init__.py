@@ -18,10 +18,14 @@ FLIP_DIRECTIONS = ("horizontal", "vertical", "both")
 # The views of test-time augmentation (--tta; input_fns.views makes them), named here for the same reason.
 IDENTITY = "identity"  # the image as it is: always the first view
 FLIP_VIEWS = {"horizontal": "flip", "vertical": "flip_vertical", "both": "flip_both"}  # a view's name by direction
-
 # The corner and centre crops of --tta crops, each resized back to the model's input size.
 CROP_VIEWS = ("crop_top_left", "crop_top_right", "crop_bottom_left", "crop_bottom_right", "crop_centre")
 CROP_FRACTION = 0.875  # a crop's side, as a fraction of the image's
+
+
+def flip_direction_of(view):
+    """Returns the direction of the flip view `view` ('vertical' for 'flip_vertical'), or None for another view."""
+    return next((direction for direction, name in FLIP_VIEWS.items() if name == view), None)
 
 
 def flip_views(forbidden):

@@ -174,15 +174,17 @@ def finishing_flags_not_applied(results, settings):
            "tflite": tuple(sorted((results.get("tflite") or {}).get("files", {}))),
            "positive_classes": tuple(referral.get("positive_classes") or ()),
            "at_specificity": (referral.get("at_specificity") or {}).get("target")}
+    given = getattr(settings, "explicit_flags", ())
+
+    def referral_flag(name, value):  # given, to a run that made a test report (not --synthetic data's)
+        return value if name in given and clinical else None
     asked = {"tta": tuple(getattr(settings, "tta", ()) or ()), "calibrate": getattr(settings, "calibrate", "none"),
              "tflite": tuple(sorted(getattr(settings, "tflite", ()) or ())),
-             "positive_classes": tuple(getattr(settings, "positive_classes", ()) or ()),
+             "positive_classes": referral_flag("positive_classes",
+                                               tuple(getattr(settings, "positive_classes", ()) or ())),
              # the operating point of a decision it made (else the classes' note says it all)
-             "at_specificity": getattr(settings, "at_specificity", None) if had["positive_classes"] else None}
-    given = getattr(settings, "explicit_flags", ())
-    for name in ("positive_classes", "at_specificity"):  # and a run without a test report (--synthetic data's)
-        if name not in given or not clinical:          # has no referral decision to make
-            asked[name] = None
+             "at_specificity": referral_flag("at_specificity", getattr(settings, "at_specificity", None))
+             if had["positive_classes"] else None}
     texts = {"tta": tta_text, "tflite": lambda kinds: ",".join(kinds) or "none",
              "positive_classes": lambda names: ",".join(names) or "none"}
 

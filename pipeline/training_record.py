@@ -249,7 +249,8 @@ def check_same_ema_decay(segments, start_step, decay, model_dir):
     for segment in segments:
         if segment.start_step < start_step and segment.ema not in (None, decay):
             raise FlagError(f"--ema {decay:g}: the checkpoints in {model_dir} averaged their weights with --ema "
-                            f"{segment.ema:g}; resume (or evaluate) with --ema {segment.ema:g}, or pass another --model-dir")
+                            f"{segment.ema:g}; resume (or evaluate) with --ema {segment.ema:g}, or pass another "
+                            "--model-dir")
 
 
 def record_start(model_dir, task_name, record, plan_, data, settings):

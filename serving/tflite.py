@@ -192,7 +192,7 @@ def _convert_and_evaluate(export_dir, train_input_fn, eval_input_fn, kinds, tole
     log.info("evaluating %s on the test split beside the SavedModel", ", ".join(kinds))
     accuracy, count, tallies, timed = evaluate(export_dir, models, pixel_batches(eval_input_fn))
     storage.makedirs(target)
-    for name in (CLASS_NAMES_FILE, DECODE_FILE, FORBIDDEN_VIEWS_FILE):  # what the .tflite files' clients read beside them
+    for name in (CLASS_NAMES_FILE, DECODE_FILE, FORBIDDEN_VIEWS_FILE):  # what the .tflite files' clients read
         source = storage.join(export_dir, "assets.extra", name)
         if storage.isfile(source):
             storage.write_atomically(storage.join(target, name), storage.read_bytes(source))

@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 
-from input_fns import FLIP_VIEWS
+from input_fns import flip_direction_of
 from input_fns.decode import decode_to_pixels
 from input_fns.views import apply_view
 from serving import ViewsUnavailableError
@@ -27,8 +27,7 @@ def with_views(predictor, views):
     when its model takes no pixels, or a view is one its job refuses (predictor.forbidden_views)."""
     refused = [view for view in views if view in predictor.forbidden_views]
     if refused:
-        flip = {view: direction for direction, view in FLIP_VIEWS.items()}.get(refused[0])
-        named = f"flip={flip}" if flip else refused[0]
+        named = f"flip={flip_direction_of(refused[0])}" if flip_direction_of(refused[0]) else refused[0]
         raise ViewsUnavailableError(f"--tta {named} is a view the job that trained {predictor.export_dir} refuses: "
                                     f"{predictor.forbidden_views[refused[0]]}; leave it out")
     if predictor.classify_pixels is None:

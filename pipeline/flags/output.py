@@ -1,7 +1,8 @@
 """The flags of what a run writes: checkpoints, summaries, logs and hooks, and the test report. Nothing here imports TensorFlow."""
 import hooks
 from pipeline.flags.tta import add_tta_flag
-from pipeline.flag_types import RecordedStore, fraction, hook_names, int_in_range, name_list, non_negative_int, positive_int
+from pipeline.flag_types import RecordedStore, fraction, hook_names, int_in_range, name_list, non_negative_int, \
+    positive_int
 
 
 def add_output_flags(parser, task):

@@ -2,7 +2,7 @@
 predict.py average; input_fns.views makes them). Nothing here imports TensorFlow."""
 import argparse
 
-from input_fns import CROP_FRACTION, CROP_VIEWS, FLIP_DIRECTIONS, FLIP_VIEWS, IDENTITY
+from input_fns import CROP_FRACTION, CROP_VIEWS, FLIP_DIRECTIONS, FLIP_VIEWS, IDENTITY, flip_direction_of
 TTA_HELP = ("test-time augmentation: average the class probabilities over views of each test image: 'flip' "
             "(the image and its mirror image; flip=vertical|both to choose the axis), 'crops' (the image, its four "
             "corner crops and centre crop of %g of each side, resized back), or both ('flip,crops'); 'none' "
@@ -50,7 +50,6 @@ def tta_text(views):
     """Returns --tta's value that gives `views` (tta_views' tuple): 'none', or e.g. 'flip=horizontal,crops'."""
     if not views:
         return "none"
-    by_view = {view: direction for direction, view in FLIP_VIEWS.items()}
-    items = [f"flip={by_view[v]}" for v in views if v in by_view]
+    items = [f"flip={flip_direction_of(v)}" for v in views if flip_direction_of(v)]
     items += ["crops"] if set(CROP_VIEWS) <= set(views) else []
     return ",".join(items)
