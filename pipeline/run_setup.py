@@ -121,6 +121,9 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                      settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
                                  epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
+    if not settings.eval_only and start_step < steps.max_steps:  # an evaluation builds no optimizer
+        training_record.check_same_trainable_layers(record.segments, start_step,
+                                                    training_record.trainable_layers_of(settings), settings.model_dir)
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import math
-from typing import Optional
+from typing import Optional, Union
 
 from acquisition import storage
 from acquisition.files import write_json_atomically
@@ -29,8 +29,9 @@ MAX_IMAGES = 2 ** 53  # the images a run plans, exact in the learning-rate sched
 class Segment:
     """One run's part of training: from `start_step`, having trained `images_at_start`, at `global_batch`,
     to `max_steps`, in `precision`, with or without --deterministic and its `seed`, at `image_size`, of
-    `model`, averaging its weights with --ema's decay `ema` (the last seven None in records of earlier
-    versions; the size and the model None too for a job without --image-size or --model)."""
+    `model`, averaging its weights with --ema's decay `ema`, with `trainable_layers` of its backbone trainable
+    (see trainable_layers_of; the last eight None in records of earlier versions; the size, the model and the
+    layers None too for a job without --image-size, --model or --trainable-layers)."""
     start_step: int
     images_at_start: int
     global_batch: int
@@ -41,6 +42,7 @@ class Segment:
     image_size: Optional[int] = None
     model: Optional[str] = None
     ema: Optional[float] = None  # --ema's decay; None without it (or in records of earlier versions)
+    trainable_layers: Optional[Union[int, str]] = None  # the backbone's last N layers, or 'all'
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -240,6 +242,36 @@ def check_same_image_size(segments, start_step, image_size, model_dir):
                             f"{segment.image_size}, or pass another --model-dir")
 
 
+def trainable_layers_of(settings):
+    """Returns the backbone layers `settings` train, as the record keeps them: --trainable-layers' N, 'all'
+    when it is None (the images job's default with --weights none, once resolved), or None for a job
+    without the flag."""
+    if not hasattr(settings, "trainable_layers"):
+        return None
+    return "all" if settings.trainable_layers is None else settings.trainable_layers
+
+
+def check_same_trainable_layers(segments, start_step, trainable_layers, model_dir):
+    """Raises FlagError (exit 2) when steps before `start_step` trained another number of the backbone's
+    layers than `trainable_layers` (trainable_layers_of's): the checkpoint holds no optimizer state for a
+    layer unfrozen now, and a layer frozen now would stop learning mid-run without a word. Steps of an
+    earlier version (nothing on record) are taken on trust."""
+    if trainable_layers is None or not start_step:
+        return
+    for segment in segments:
+        then = segment.trainable_layers
+        if segment.start_step < start_step and then not in (None, trainable_layers):
+            raise FlagError(f"{_trainable_flags(trainable_layers)} cannot resume the checkpoints in {model_dir}, "
+                            f"trained with {_trainable_flags(then)}; resume with the same, or train these layers "
+                            "in another --model-dir")
+
+
+def _trainable_flags(trainable_layers):
+    if trainable_layers == "all":
+        return "every backbone layer trainable (--weights none, no --trainable-layers)"
+    return f"--trainable-layers {trainable_layers}"
+
+
 def check_same_ema_decay(segments, start_step, decay, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` averaged their weights with another --ema
     decay than `decay`: results.json (or --eval-only's summary) would give this decay to an average made with
@@ -255,11 +287,12 @@ def check_same_ema_decay(segments, start_step, decay, model_dir):
 
 def record_start(model_dir, task_name, record, plan_, data, settings):
     """Writes this run's segment to the model dir's record, before its first step; returns the path.
-    `settings` says how it trains: its precision, --deterministic and seed, its --image-size, --model and --ema."""
+    `settings` says how it trains: its precision, --deterministic and seed, its --image-size, --model, --ema and
+    --trainable-layers."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps,
                         settings.precision, bool(settings.deterministic), settings.seed,
                         getattr(settings, "image_size", None), getattr(settings, "model", None),
-                        getattr(settings, "ema", None) or None))
+                        getattr(settings, "ema", None) or None, trainable_layers_of(settings)))
     return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

@@ -47,8 +47,9 @@ class TaskData:
     validation_files: Optional[Sequence[str]] = None
     # The training recipe the task chose for this data, and why (the run header shows it); None for the flags'.
     recipe: Optional[str] = None
-    # The settings that recipe sets ({'batch_size': 32, ...}; empty: the flags' own), which the run's
-    # settings take before anything reads them (pipeline.run_setup).
+    # The settings that recipe sets ({'batch_size': 32, ...}; empty: the flags' own), and the defaults the task
+    # resolves from other flags (the images job's --weights and --trainable-layers), which the run's settings
+    # take before anything reads them (pipeline.run_setup).
     recipe_values: dict = dataclasses.field(default_factory=dict)
     # A function of n returning the training input_fn that starts n examples into its seeded stream
     # (skipped before decoding): where a resumed --deterministic run goes on. None: the input cannot.

@@ -4,7 +4,7 @@ import argparse
 import os
 import re
 
-from models import BACKBONES
+from models import BACKBONES, SCRATCH_MODELS
 from pipeline.flag_types import RecordedStore, int_in_range, open_fraction
 from pipeline.tasks import Task
 
@@ -58,6 +58,18 @@ def add_flags(parser):
                             "1-bit BMP, ...): 'fail' names it and stops before training, 'skip' leaves it out "
                             "and lists it in results.json")
 
+
+
+def backbone_settings(args):
+    """Returns {'weights', 'trainable_layers'} the images job builds its backbone with: --weights, else
+    imagenet for the tf.keras.applications backbones and none for the networks trained from scratch;
+    --trainable-layers, else None (all of them) with --weights none and 0 (the head only) with pretrained
+    weights. Values already resolved come back as they are."""
+    weights = args.weights or ("none" if args.model in SCRATCH_MODELS else "imagenet")
+    trainable = args.trainable_layers
+    if trainable is None and weights != "none":
+        trainable = 0  # pretrained: the head learns first
+    return {"weights": weights, "trainable_layers": trainable}
 
 
 def job():

@@ -15,10 +15,10 @@ from acquisition import class_folders, image_checks, storage
 from input_fns import decode, image_list, synthetic
 from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
-from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
+from pipeline.tasks.images import backbone_settings
 from pipeline.validation.split import split_off_validation
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def prepare_data(args, batch_size):
                                            dtype=tf.uint8)
         return TaskData(make(True, "train"), make(False, "test"), SYNTHETIC_SIZES["train"], SYNTHETIC_SIZES["test"],
                         "synthetic", class_names=names, serving_input_fn=_serving(size, channels),
-                        report={"model": args.model})
+                        report=_model_report(args), recipe_values=backbone_settings(args))
     data = load_dataset(args)
 
     def make(split, training, skip=0, file_key=None):
@@ -210,7 +210,7 @@ def prepare_data(args, batch_size):
             files, labels, len(data.class_names), size, data.channels, batch_size, training,
             feature_key=FEATURE_KEY, seed=args.seed, skip=skip, file_key=file_key))
 
-    report = {**data.report, "model": args.model}
+    report = {**data.report, **_model_report(args)}
     held_out = validation_sides(args, data)
     if held_out:
         data = dataclasses.replace(data, splits={**data.splits, **held_out})
@@ -234,6 +234,7 @@ def prepare_data(args, batch_size):
                     serving_input_fn=_serving(size, data.channels), report=report,
                     validation_input_fn=make("validation", False) if held_out else None,
                     validation_files=held_out["validation"][0] if held_out else None,
+                    recipe_values=backbone_settings(args),
                     num_validation_examples=len(held_out["validation"][0]) if held_out else 0,
                     train_input_at=train_input_at)
 
@@ -268,6 +269,13 @@ def _serving(size, channels):
                                         pixels_key=PIXELS_KEY)
 
 
+def _model_report(args):
+    """Returns results.json's fields of the network trained: --model, its --weights and its trainable layers."""
+    backbone = backbone_settings(args)
+    return {"model": args.model, "weights": backbone["weights"],
+            "trainable_layers": "all" if backbone["trainable_layers"] is None else backbone["trainable_layers"]}
+
+
 def build_model(args, learning_rate):
     """Returns the compiled classifier --model names, for the folder's classes and channels."""
     if args.synthetic:
@@ -277,13 +285,9 @@ def build_model(args, learning_rate):
         num_classes, channels = len(data.class_names), data.channels
         class_weights = balanced_class_weights(data.train_class_counts()) if args.class_weight == "balanced" \
             else None
-    weights = args.weights or ("none" if args.model in SCRATCH_MODELS else "imagenet")
-    trainable = args.trainable_layers
-    if trainable is None and weights != "none":
-        trainable = 0  # pretrained: the head learns first
     try:
         return build_image_classifier(args.model, num_classes, (args.image_size, args.image_size), channels,
-                                      weights=weights, trainable_layers=trainable, learning_rate=learning_rate,
+                                      learning_rate=learning_rate, **backbone_settings(args),
                                       input_name=FEATURE_KEY, class_weights=class_weights)
     except ValueError as e:  # --trainable-layers beyond the backbone: known only once it is built
         raise FlagError(str(e)) from None

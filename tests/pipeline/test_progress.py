@@ -66,10 +66,10 @@ def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
                      "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
-                               "model": None, "ema": None},
+                               "model": None, "ema": None, "trainable_layers": None},
                               {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
-                               "model": None, "ema": None}]}
+                               "model": None, "ema": None, "trainable_layers": None}]}
 
 
 def test_a_resume_on_other_data_is_refused(tmp_path):
@@ -203,3 +203,36 @@ def test_a_resume_at_another_image_size_is_refused():
     progress.check_same_image_size([segment(0, 32)], 0, 48, "/m")  # from step 0: nothing trained yet
     progress.check_same_image_size([segment(0, None)], 20, 48, "/m")  # an earlier version's: on trust
     progress.check_same_image_size([segment(0, None)], 20, None, "/m")  # a job without --image-size
+
+
+def test_a_resume_with_other_trainable_layers_is_refused_naming_the_ones_it_trained():
+    head_only = progress.Segment(0, 0, 32, 10, "fp32", False, None, 32, "mobilenet_v2", None, 0)
+    with pytest.raises(FlagError, match=r"^--trainable-layers 20 cannot resume the checkpoints in /m, trained with "
+                                        r"--trainable-layers 0; resume with the same, or train these layers in "
+                                        r"another --model-dir$"):
+        progress.check_same_trainable_layers([head_only], 10, 20, "/m")
+    every = progress.Segment(0, 0, 32, 10, "fp32", False, None, 32, "small_cnn", None, "all")
+    with pytest.raises(FlagError, match=r"^--trainable-layers 2 cannot resume .* trained with every backbone layer "
+                                        r"trainable \(--weights none, no --trainable-layers\)"):
+        progress.check_same_trainable_layers([head_only, every][1:], 10, 2, "/m")
+    progress.check_same_trainable_layers([head_only], 10, 0, "/m")
+    progress.check_same_trainable_layers([every], 10, "all", "/m")
+    progress.check_same_trainable_layers([head_only], 0, 20, "/m")  # a new run: nothing trained before it
+    progress.check_same_trainable_layers([head_only], 10, None, "/m")  # a job without the flag
+    progress.check_same_trainable_layers([progress.Segment(0, 0, 32)], 10, 20, "/m")  # an earlier version's
+
+
+def test_the_record_keeps_the_layers_the_images_job_resolves_from_its_weights():
+    from pipeline.flags import build_parser
+    from pipeline.settings import Settings
+    from pipeline.tasks.images import TASK, backbone_settings
+    parse = build_parser(TASK).parse_args
+
+    def recorded(*flags):
+        args = parse(["--data-dir", "d", *flags])
+        return progress.trainable_layers_of(Settings.from_args(args).replace(**backbone_settings(args)))
+    assert recorded() == "all"  # small_resnet, from scratch
+    assert recorded("--model", "mobilenet_v2") == 0  # pretrained: the head first
+    assert recorded("--model", "mobilenet_v2", "--weights", "none") == "all"
+    assert recorded("--model", "mobilenet_v2", "--trainable-layers", "20") == 20
+    assert progress.trainable_layers_of(FP32) is None  # the Fashion job has no backbone

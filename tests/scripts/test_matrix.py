@@ -171,7 +171,8 @@ def check_results(job, cell, results, class_count):
             flat = stop == "patience" and improvements_ago(evaluations) >= 1
             assert results["stopped_because"] == ("patience" if flat else "max_steps")
             assert results["global_step"] == MAX_STEPS
-    if job == "images":
+    if job == "images":  # small_resnet from random weights, every layer trained
+        assert (results["model"], results["weights"], results["trainable_layers"]) == ("small_resnet", "none", "all")
         weights = results.get("class_weights")
         if cell["class_weight"] == "none" or cell["data"] == "synthetic":
             assert weights is None

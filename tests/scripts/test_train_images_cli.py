@@ -128,17 +128,28 @@ def test_what_cannot_run_is_one_line(tmp_path, monkeypatch, capsys, argv, fragme
     assert not os.path.exists(tmp_path / "model" / "split")  # a run that fails before training writes no split
 
 
-def test_a_resume_at_another_image_size_is_one_line_and_changes_nothing(tmp_path, capsys):
-    """A model that pools globally takes any size: without the record's check it trained on at the new one."""
+@pytest.mark.parametrize("first, resumed, fragments", [
+    # a model that pools globally takes any size: without the record's check it trained on at the new one
+    (["--image-size", "32"], ["--image-size", "48"], ["the checkpoints in", "--image-size 32"]),
+    # unfrozen layers have no optimizer state in the checkpoint (a restore that failed with exit 1), and
+    # frozen ones stop learning mid-run
+    (["--trainable-layers", "3"], ["--trainable-layers", "5"],
+     ["--trainable-layers 5 cannot resume the checkpoints in", "trained with --trainable-layers 3"]),
+    ([], ["--trainable-layers", "3"], ["trained with every backbone layer trainable (--weights none"]),
+], ids=["image-size", "more-trainable-layers", "fewer-trainable-layers"])
+def test_a_resume_with_another_graph_is_one_line_and_changes_nothing(tmp_path, capsys, first, resumed, fragments):
     from pipeline.cli import train_main
     from pipeline.tasks.images import TASK
     data, model_dir = make_shapes_folder(str(tmp_path / "data"), per_class=5), tmp_path / "model"
     flags = ["--data-dir", data, "--model-dir", str(model_dir), "--model", "small_resnet", "--validation-fraction",
              "0", "--bootstrap-resamples", "10", "--batch-size", "4", "--warm-up-steps", "1"]
-    assert train_main(TASK, [*flags, "--image-size", "32", "--max-steps", "2"]) == 0
+    size = [] if "--image-size" in first else ["--image-size", "32"]
+    assert train_main(TASK, [*flags, *size, *first, "--max-steps", "2"]) == 0
     before = {p.name: p.read_bytes() for p in model_dir.iterdir() if p.is_file()}
     capsys.readouterr()
-    assert train_main(TASK, [*flags, "--image-size", "48", "--max-steps", "4"]) == 2
+    assert train_main(TASK, [*flags, *size, *resumed, "--max-steps", "4"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "the checkpoints in" in lines[0] and "--image-size 32" in lines[0], lines
+    assert len(lines) == 1 and all(fragment in lines[0] for fragment in fragments), lines
     assert {p.name: p.read_bytes() for p in model_dir.iterdir() if p.is_file()} == before
+    assert train_main(TASK, [*flags, *size, *first, "--max-steps", "4"]) == 0  # the same flags go on
+    assert json.loads((model_dir / "results.json").read_text())["global_step"] == 4
