@@ -235,12 +235,20 @@ def _earlier_figures(target, kinds, count, accuracy, tolerance):
     return {**record, "files": files}
 
 
+def calibration_images(train_input_fn):
+    """Returns the distinct uint8 images [n, h, w, c] among the first CALIBRATION_IMAGES the training input
+    gives, in their order: a training set smaller than that repeats in its stream, and each image counts once."""
+    drawn = np.concatenate([batch for batch, _ in pixel_batches(train_input_fn, CALIBRATION_IMAGES)])
+    _, first = np.unique(drawn.reshape(len(drawn), -1), axis=0, return_index=True)
+    return drawn[np.sort(first)]
+
+
 def _convert_all(export_dir, kinds, train_input_fn):
-    """Returns ({kind: .tflite bytes} of the export for each of `kinds`, the number of training images
-    the int8 conversion calibrated on: 0 without int8)."""
+    """Returns ({kind: .tflite bytes} of the export for each of `kinds`, the number of distinct training
+    images the int8 conversion calibrated on: 0 without int8)."""
     input_name, calibration = pixels_input_name(export_dir), None
     if "int8" in kinds:
-        calibration = np.concatenate([b for b, _ in pixel_batches(train_input_fn, CALIBRATION_IMAGES)])
+        calibration = calibration_images(train_input_fn)
     models = {}
     for kind in kinds:
         log.info("converting %s to TFLite %s", export_dir, kind)

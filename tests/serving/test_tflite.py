@@ -335,3 +335,17 @@ def test_explain_refuses_a_tflite_file_in_one_line(tmp_path):
                     str(tmp_path))
     assert result.returncode == 2 and not (tmp_path / "maps").exists()
     assert_clean_failure(result, "--explain reads the gradients of the SavedModel export")
+
+
+def test_int8_calibrates_on_each_distinct_training_image_once():
+    """A training set smaller than CALIBRATION_IMAGES repeats in its stream: 36 images gave '200' before."""
+    images = np.random.default_rng(0).integers(0, 256, (36, 8, 8, 1), dtype=np.uint8)
+
+    def train_input_fn():  # as a training input: shuffled, repeated, in batches
+        data = tf.data.Dataset.from_tensor_slices(({"image": images}, np.arange(36) % 3))
+        return data.shuffle(36, seed=1).repeat().batch(16)
+    calibration = tflite.calibration_images(train_input_fn)
+    assert len(calibration) == 36 < tflite.CALIBRATION_IMAGES
+    assert sorted(image.tobytes() for image in calibration) == sorted(image.tobytes() for image in images)
+    first = next(iter(train_input_fn()))[0]["image"].numpy()
+    assert np.array_equal(calibration[:16], first)  # in the order the input gave them
