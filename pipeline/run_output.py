@@ -3,6 +3,7 @@ import os
 
 from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
 from pipeline.flags.tta import tta_text
+from pipeline.training_record import describe_trainable_layers, trainable_layers_of
 from pipeline.validation.early_stopping import EarlyStopping
 
 
@@ -196,10 +197,12 @@ def finishing_flags_not_applied(results, settings):
 
 
 def flags_not_trained_with(results, settings):
-    """Returns ['--model vgg16 (not small_cnn)', ...]: the flags shaping the model (--model, and a
-    --precision given, not picked by auto) whose value in `settings` is not the one `results` record."""
-    asked = {"model": getattr(settings, "model", None)}
+    """Returns ['--model vgg16 (not small_cnn)', ...]: the flags shaping the model (--model, the backbone's
+    trainable layers, and a --precision given, not picked by auto) whose value in `settings` is not the one
+    `results` record."""
+    asked = {"model": getattr(settings, "model", None), "trainable_layers": trainable_layers_of(settings)}
     if getattr(settings, "precision_requested", "auto") != "auto":
         asked["precision"] = settings.precision
-    return [f"--{name} {results[name]} (not {value})" for name, value in asked.items()
-            if value is not None and results.get(name) not in (None, value)]
+    return [f"{describe_trainable_layers(results[name])} (not {describe_trainable_layers(value)})"
+            if name == "trainable_layers" else f"--{name} {results[name]} (not {value})"
+            for name, value in asked.items() if value is not None and results.get(name) not in (None, value)]

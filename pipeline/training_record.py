@@ -261,14 +261,18 @@ def check_same_trainable_layers(segments, start_step, trainable_layers, model_di
     for segment in segments:
         then = segment.trainable_layers
         if segment.start_step < start_step and then not in (None, trainable_layers):
-            raise FlagError(f"{_trainable_flags(trainable_layers)} cannot resume the checkpoints in {model_dir}, "
-                            f"trained with {_trainable_flags(then)}; resume with the same, or train these layers "
-                            "in another --model-dir")
+            raise FlagError(f"{describe_trainable_layers(trainable_layers)} cannot resume the checkpoints in "
+                            f"{model_dir}, trained with {describe_trainable_layers(then)}; resume with the same, or "
+                            "train these layers in another --model-dir")
 
 
-def _trainable_flags(trainable_layers):
+def describe_trainable_layers(trainable_layers):
+    """Returns the flags that train `trainable_layers` (trainable_layers_of's), in words: the images job's
+    defaults (all, or the head only) name the --weights that pick them."""
     if trainable_layers == "all":
         return "every backbone layer trainable (--weights none, no --trainable-layers)"
+    if trainable_layers == 0:
+        return "the head only (--trainable-layers 0, the default with pretrained --weights)"
     return f"--trainable-layers {trainable_layers}"
 
 

@@ -119,6 +119,31 @@ def test_a_finished_run_asked_again_with_other_flags_refuses_or_notes_them(tmp_p
             precision=precision, precision_requested=requested)
     assert flags_not_trained_with(results, asked("bf16", "bf16")) == ["--precision fp32 (not bf16)"]
     assert flags_not_trained_with(results, asked("bf16", "auto")) == []  # picked by the machine, not asked
+    # the backbone's layers: every one of small_cnn's, trained from random weights
+    assert results["weights"] == "none" and results["trainable_layers"] == "all"
+    run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common, "--trainable-layers", "2"))
+    assert "note: it was trained with every backbone layer trainable (--weights none, no --trainable-layers) (not " \
+           "--trainable-layers 2)" in capsys.readouterr().out
+    assert (tmp_path / "model" / "results.json").read_bytes() == written
+
+
+@pytest.mark.parametrize("flags, weights, trainable", [
+    ([], "none", None),  # small_resnet, trained from scratch: every layer
+    (["--model", "mobilenet_v2"], "imagenet", 0),  # pretrained: the head first
+    (["--model", "mobilenet_v2", "--weights", "none"], "none", None),
+    (["--model", "mobilenet_v2", "--trainable-layers", "20"], "imagenet", 20),
+    (["--weights", "/w/no_top.h5"], "/w/no_top.h5", 0),
+])
+def test_the_backbone_defaults_reach_the_settings_resolved_once(tmp_path, flags, weights, trainable):
+    """prepare_data's recipe values are what the run's settings take (pipeline.run_setup): the record and
+    results.json read the layers from them, not the flags' None."""
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=5)
+    for source in (["--synthetic"], ["--data-dir", data]):
+        args = build_parser(TASK).parse_args([*source, "--model-dir", str(tmp_path / "m"), *flags])
+        prepared = images_job.prepare_data(args, 4)
+        assert prepared.recipe_values == {"weights": weights, "trainable_layers": trainable}
+        assert prepared.report["weights"] == weights
+        assert prepared.report["trainable_layers"] == ("all" if trainable is None else trainable)
 
 
 def test_flags_the_data_would_leave_unused_or_cannot_serve_are_refused(tmp_path):

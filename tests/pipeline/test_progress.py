@@ -208,9 +208,14 @@ def test_a_resume_at_another_image_size_is_refused():
 def test_a_resume_with_other_trainable_layers_is_refused_naming_the_ones_it_trained():
     head_only = progress.Segment(0, 0, 32, 10, "fp32", False, None, 32, "mobilenet_v2", None, 0)
     with pytest.raises(FlagError, match=r"^--trainable-layers 20 cannot resume the checkpoints in /m, trained with "
-                                        r"--trainable-layers 0; resume with the same, or train these layers in "
-                                        r"another --model-dir$"):
+                                        r"the head only \(--trainable-layers 0, the default with pretrained "
+                                        r"--weights\); resume with the same, or train these layers in another "
+                                        r"--model-dir$"):
         progress.check_same_trainable_layers([head_only], 10, 20, "/m")
+    four = progress.Segment(0, 0, 32, 10, "fp32", False, None, 32, "vgg16", None, 4)  # the OCT job's default
+    with pytest.raises(FlagError, match=r"^the head only .* cannot resume the checkpoints in /m, trained with "
+                                        r"--trainable-layers 4; "):
+        progress.check_same_trainable_layers([four], 10, 0, "/m")
     every = progress.Segment(0, 0, 32, 10, "fp32", False, None, 32, "small_cnn", None, "all")
     with pytest.raises(FlagError, match=r"^--trainable-layers 2 cannot resume .* trained with every backbone layer "
                                         r"trainable \(--weights none, no --trainable-layers\)"):
