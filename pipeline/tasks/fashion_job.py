@@ -121,11 +121,11 @@ def _dataset_or_sample(args):
         if args.no_sample_fallback or data_dir != os.path.normpath(DEFAULT_DATA_DIR) or read_tf_config() is not None:
             raise DownloadError(f"{e}. {advice}") from None
         sample_dir = fashion_mnist.unpack_shipped_sample(data_dir + "-sample")
-        log.warning("NOT THE FULL DATASET: %s, so this run trains on the 1,000-image Fashion-MNIST sample shipped "
+        log.warning("NOT THE FULL DATASET: %s, so this run %s on the 1,000-image Fashion-MNIST sample shipped "
                     "with the project (%d train / %d test, in %s; its own recipe unless you set one). %s; "
                     "--no-sample-fallback makes this an error.",
-                    e, fashion_mnist.SAMPLE_TRAIN_IMAGES, 1000 - fashion_mnist.SAMPLE_TRAIN_IMAGES, sample_dir,
-                    advice)
+                    e, "evaluates" if args.eval_only else "trains", fashion_mnist.SAMPLE_TRAIN_IMAGES,
+                    1000 - fashion_mnist.SAMPLE_TRAIN_IMAGES, sample_dir, advice)
         return sample_dir, "real (shipped 1,000-image sample)"
 
 
