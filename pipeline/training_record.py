@@ -246,9 +246,12 @@ def trainable_layers_of(settings):
     """Returns the backbone layers `settings` train, as the record keeps them: --trainable-layers' N, 'all'
     when it is None (the images job's default with --weights none, once resolved), or None for a job
     without the flag."""
-    if not hasattr(settings, "trainable_layers"):
-        return None
-    return "all" if settings.trainable_layers is None else settings.trainable_layers
+    return layers_on_record(settings.trainable_layers) if hasattr(settings, "trainable_layers") else None
+
+
+def layers_on_record(trainable_layers):
+    """Returns --trainable-layers' resolved value as records keep it: N, or 'all' for None (every layer)."""
+    return "all" if trainable_layers is None else trainable_layers
 
 
 def check_same_trainable_layers(segments, start_step, trainable_layers, model_dir):

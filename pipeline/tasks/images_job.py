@@ -19,6 +19,7 @@ from models.backbones import build_image_classifier
 from pipeline.errors import FlagError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 from pipeline.tasks.images import backbone_settings
+from pipeline.training_record import layers_on_record
 from pipeline.validation.split import split_off_validation
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ def _model_report(args):
     """Returns results.json's fields of the network trained: --model, its --weights and its trainable layers."""
     backbone = backbone_settings(args)
     return {"model": args.model, "weights": backbone["weights"],
-            "trainable_layers": "all" if backbone["trainable_layers"] is None else backbone["trainable_layers"]}
+            "trainable_layers": layers_on_record(backbone["trainable_layers"])}
 
 
 def build_model(args, learning_rate):
