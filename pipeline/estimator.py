@@ -13,7 +13,7 @@ from hooks.stop import add_stop_agreement
 from input_fns import augmentation, mixing as mixing_lib
 from models import GRAPH_REWRITE_PRECISIONS
 from pipeline.batching import batch_sizes_for_replicas
-from pipeline import determinism, ema as ema_lib, mfu as mfu_lib, model_dir as model_dir_lib
+from pipeline import determinism, ema as ema_lib, initial_weights, mfu as mfu_lib, model_dir as model_dir_lib
 from pipeline.mixing import mixing_of
 from pipeline.metrics import CROSS_ENTROPY, mean_cross_entropy, per_class_metric_ops
 from pipeline.tasks import FILE_KEY
@@ -46,6 +46,8 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
                                       settings.precision),
         setup.mirrored_evaluation)
     keras_model = setup.task.build_model(settings, setup.schedule)
+    if setup.initial_weights:  # a new model dir: model_to_estimator's first checkpoint holds them
+        initial_weights.load(keras_model, setup.initial_weights)
     run_figures = None
     if figures:
         run_figures = mfu_lib.run_figures(keras_model, settings.precision, setup.plan.devices, probe=probe_peak)
@@ -134,7 +136,7 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
     with model_dir_lib.warm_start_lock(run_config.model_dir):
         estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
                                                           checkpoint_format=checkpoint_format(keras_model))
-    _warm_start_from_folder(estimator)
+    _warm_start_every_weight(estimator, keras_model)
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
     average = estimator.moving_average = ema_lib.MovingAverage(ema, keras_model) if ema else None
 
@@ -183,16 +185,26 @@ def synchronous_multi_worker():
         tf.distribute.get_strategy(), tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy)
 
 
-def _warm_start_from_folder(estimator):
-    """Points `estimator`'s warm start at the folder of model_to_estimator's first checkpoint
-    (keras/, whose newest checkpoint is that one) where the file system calls the checkpoint's
-    prefix a folder: ram:// does (TF 2.15), and the warm start then looked for a checkpoint inside
-    it and failed with "TypeError: Expected binary or unicode string, got None"."""
+def _warm_start_every_weight(estimator, keras_model):
+    """Makes `estimator`'s warm start (from model_to_estimator's first checkpoint, in keras/) start every
+    weight of `keras_model`, the non-trainable ones too. model_to_estimator's own starts only those in the
+    graph's TRAINABLE_VARIABLES (a WarmStartSettings regex's reach), so BatchNormalization's moving mean
+    and variance began at 0 and 1 whatever the weights (pretrained, --init-from): a frozen backbone then
+    normalised every feature wrongly for good. A list of names reaches GLOBAL_VARIABLES; each is anchored
+    at its ':' so that none matches another's prefix.
+
+    It also points the warm start at keras/ itself where the file system calls the checkpoint's prefix a
+    folder: ram:// does (TF 2.15), and the warm start then looked for a checkpoint inside it and failed
+    with "TypeError: Expected binary or unicode string, got None"."""
     settings = estimator._warm_start_settings
-    if settings is not None and tf.io.gfile.isdir(settings.ckpt_to_initialize_from):
+    if settings is None:  # model_to_estimator wrote no first checkpoint
+        return
+    settings = settings._replace(vars_to_warm_start=[re.escape(w.name.split(":")[0]) + ":" for w in keras_model.weights])
+    if tf.io.gfile.isdir(settings.ckpt_to_initialize_from):
         folder = settings.ckpt_to_initialize_from.rstrip("/").rsplit("/", 1)[0]
         if tf.train.latest_checkpoint(folder):
-            estimator._warm_start_settings = settings._replace(ckpt_to_initialize_from=folder)
+            settings = settings._replace(ckpt_to_initialize_from=folder)
+    estimator._warm_start_settings = settings
 
 
 def checkpoint_format(keras_model):

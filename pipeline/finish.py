@@ -101,8 +101,8 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_
     args, data, plan = setup.settings, setup.data, setup.plan
     model_flops, peak = figures
     step = estimator_lib.latest_global_step(args.model_dir)
-    images_trained = training_record.images_at(training_record.read(args.model_dir, setup.task.name).segments,
-                                               step, setup.global_batch)[0]
+    segments = training_record.read(args.model_dir, setup.task.name).segments
+    images_trained = training_record.images_at(segments, step, setup.global_batch)[0]
     return results_lib.RunResults(
         task=setup.task.name, data_source=data.source, model_dir=storage.absolute(args.model_dir),
         global_step=step, start_global_step=setup.start_step, max_steps=setup.max_steps,
@@ -127,4 +127,6 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_
         eval_loss=float(evaluation[CROSS_ENTROPY]), tensorflow_version=tf.__version__,
         eval_step=eval_step, deterministic=args.deterministic, seed=args.seed,
         precision_requested=getattr(args, "precision_requested", args.precision),
-        precision_reason=getattr(args, "precision_reason", None), **mixing.results_fields(args))
+        precision_reason=getattr(args, "precision_reason", None),
+        init_from=segments[0].init_from if segments and segments[0].start_step == 0 else None,
+        **mixing.results_fields(args))

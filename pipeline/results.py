@@ -78,6 +78,9 @@ class RunResults:
     # --ema: {'decay', 'step', 'averaged': {'accuracy', 'loss'}, 'raw': {...}}, the final step's test figures of
     # the averaged weights (which every figure above reads) and of the raw weights; None without --ema.
     ema: Optional[Dict[str, Any]] = None
+    # --init-from: the weights the model dir's first run started from (pipeline.initial_weights.InitialWeights'
+    # fields: model_dir, checkpoint, step, chosen, averaged); None for a run started from scratch.
+    init_from: Optional[Dict[str, Any]] = None
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_dict(self):

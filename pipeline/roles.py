@@ -234,7 +234,8 @@ def _record_start(setup):
     leaves the record as it was."""
     if setup.start_step < setup.max_steps:
         training_record.record_start(setup.settings.model_dir, setup.task.name, setup.record, setup.steps,
-                                     setup.trained_on, setup.settings)
+                                     setup.trained_on, setup.settings,
+                                     setup.initial_weights and setup.initial_weights.as_record())
 
 
 def _agreed_stop_hooks(setup):

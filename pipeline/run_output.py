@@ -13,7 +13,9 @@ def print_header(setup, cadence=None):
     task, args, plan, data, steps = setup.task, setup.settings, setup.plan, setup.data, setup.steps
     scaling = (f"{args.learning_rate:g} x {setup.global_batch}/{args.reference_batch_size}, linear scaling"
                if args.lr_scaling == "linear" else "not scaled with the batch")
-    resume = (f"resuming from step {steps.start_step}" if steps.start_step else "starting from scratch")
+    resume = (f"resuming from step {steps.start_step}" if steps.start_step else
+              f"starting from the weights of {setup.initial_weights.describe()} (--init-from)"
+              if setup.initial_weights else "starting from scratch")
     validation = (f" / {data.num_validation_examples} validation" if getattr(data, "num_validation_examples", 0)
                   else "")
     print(f"{task.name}: {data.source} data, {data.num_train_examples} training{validation} / "

@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from acquisition import storage
 from models.learning_rate import ScheduledRate
-from pipeline import batching, determinism, estimator as estimator_lib, evaluation_report, model_dir as model_dir_lib, \
-    training_record
+from pipeline import batching, determinism, estimator as estimator_lib, evaluation_report, initial_weights, \
+    model_dir as model_dir_lib, training_record
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class RunSetup:
     """What a run knows before it builds its model: its task and Settings, its place in a cluster
     (None on one machine: for the header and results, never to choose what to do), the
-    DistributionPlan, the data, the steps planned and the rate."""
+    DistributionPlan, the data, the steps planned and the rate, and the weights a new run starts from."""
     task: object
     settings: object  # pipeline.settings.Settings, with the data's recipe
     cluster: Optional[object]
@@ -43,6 +43,7 @@ class RunSetup:
     steps: object  # training_record.Plan
     schedule: object  # ScheduledRate
     mirrored_evaluation: bool = False
+    initial_weights: Optional[object] = None  # pipeline.initial_weights.InitialWeights of a new --init-from run
 
     @property
     def max_steps(self):
@@ -136,7 +137,20 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     data = determinism.positioned_input(settings, data, steps.images_at_start)
     data = mirrored_inputs(data, settings.batch_size, plan.replicas) if mirrored else data
     return RunSetup(task, settings, cluster, plan, data, record, trained_on, global_batch, learning_rate,
-                    start_step, steps, schedule, mirrored)
+                    start_step, steps, schedule, mirrored, _initial_weights(settings, record, start_step))
+
+
+def _initial_weights(settings, record, start_step):
+    """Returns the InitialWeights of --init-from for a new run (None without it, or for a run that resumes,
+    with a warning when it names another folder than the one the run started from)."""
+    if not getattr(settings, "init_from", None):
+        return None
+    if start_step:
+        warning = initial_weights.resume_warning(settings, record.segments, start_step)
+        if warning:
+            log.warning(warning)
+        return None
+    return initial_weights.resolve(settings.init_from, settings.model_dir)
 
 
 def _check_finishing_flags(settings, record, start_step, keeps_best):

@@ -34,8 +34,8 @@ class Settings:
 
     def check(self):
         """Raises FlagError for flags that cannot act together, whatever the data: --min-delta without
-        --patience, --at-specificity without --positive-classes, --tflite-tolerance without --tflite, and
-        mixing flags that cannot act (pipeline.mixing.check_mixing)."""
+        --patience, --at-specificity without --positive-classes, --tflite-tolerance without --tflite,
+        --init-from with --eval-only, and mixing flags that cannot act (pipeline.mixing.check_mixing)."""
         if "min_delta" in self.explicit_flags and not self._values.get("patience"):
             raise FlagError("--min-delta is the least improvement --patience counts; give --patience N with it")
         if "at_specificity" in self.explicit_flags and not self._values.get("positive_classes"):
@@ -44,6 +44,9 @@ class Settings:
         if "tflite_tolerance" in self.explicit_flags and not self._values.get("tflite"):
             raise FlagError("--tflite-tolerance is the test accuracy a --tflite conversion may lose; give --tflite "
                             "KINDS with it, or drop --tflite-tolerance")
+        if self._values.get("init_from") and self._values.get("eval_only"):
+            raise FlagError("--init-from starts a new run's training from another run's weights, and --eval-only "
+                            "trains nothing; drop one of them")
         check_mixing(self)
 
     def replace(self, **changes):

@@ -31,7 +31,8 @@ class Segment:
     to `max_steps`, in `precision`, with or without --deterministic and its `seed`, at `image_size`, of
     `model`, averaging its weights with --ema's decay `ema`, with `trainable_layers` of its backbone trainable
     (see trainable_layers_of; the last eight None in records of earlier versions; the size, the model and the
-    layers None too for a job without --image-size, --model or --trainable-layers)."""
+    layers None too for a job without --image-size, --model or --trainable-layers). A new run started from
+    another run's weights keeps their `init_from` (pipeline.initial_weights.InitialWeights.as_record)."""
     start_step: int
     images_at_start: int
     global_batch: int
@@ -43,6 +44,7 @@ class Segment:
     model: Optional[str] = None
     ema: Optional[float] = None  # --ema's decay; None without it (or in records of earlier versions)
     trainable_layers: Optional[Union[int, str]] = None  # the backbone's last N layers, or 'all'
+    init_from: Optional[dict] = None  # --init-from's checkpoint, in the segment of step 0
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -292,14 +294,14 @@ def check_same_ema_decay(segments, start_step, decay, model_dir):
                             "--model-dir")
 
 
-def record_start(model_dir, task_name, record, plan_, data, settings):
+def record_start(model_dir, task_name, record, plan_, data, settings, init_from=None):
     """Writes this run's segment to the model dir's record, before its first step; returns the path.
     `settings` says how it trains: its precision, --deterministic and seed, its --image-size, --model, --ema and
-    --trainable-layers."""
+    --trainable-layers; `init_from` (a dict, or None) the weights a new run started from."""
     kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps,
                         settings.precision, bool(settings.deterministic), settings.seed,
                         getattr(settings, "image_size", None), getattr(settings, "model", None),
-                        getattr(settings, "ema", None) or None, trainable_layers_of(settings)))
+                        getattr(settings, "ema", None) or None, trainable_layers_of(settings), init_from))
     return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

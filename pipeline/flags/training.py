@@ -67,4 +67,10 @@ def add_training_flags(parser, task):
                             "average + (1 - DECAY) x weights, from the starting weights; e.g. 0.999), checkpointed "
                             "with them; validation, the best model, the test figures and the export use it, and "
                             "results.json compares it with the raw weights (docs/validation.md)")
+    train.add_argument("--init-from", default=None, metavar="MODEL_DIR",
+                       help="start a new run from the weights of another run's model dir (its best checkpoint on "
+                            "validation, else its newest; its --ema average when it kept one), with a fresh "
+                            "optimizer, step and schedule: fine-tune a trained head with more --trainable-layers "
+                            "and a lower --learning-rate (docs/images.md); every weight comes from there, so no "
+                            "--weights are loaded; a resumed run reads its own checkpoint instead")
     return train

@@ -17,7 +17,7 @@ from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError
-from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
 from pipeline.tasks.images import backbone_settings
 from pipeline.training_record import layers_on_record
 from pipeline.validation.split import split_off_validation
@@ -288,7 +288,8 @@ def build_model(args, learning_rate):
             else None
     try:
         return build_image_classifier(args.model, num_classes, (args.image_size, args.image_size), channels,
-                                      learning_rate=learning_rate, **backbone_settings(args),
+                                      learning_rate=learning_rate, weights=backbone_weights(args),
+                                      trainable_layers=backbone_settings(args)["trainable_layers"],
                                       input_name=FEATURE_KEY, class_weights=class_weights)
     except ValueError as e:  # --trainable-layers beyond the backbone: known only once it is built
         raise FlagError(str(e)) from None

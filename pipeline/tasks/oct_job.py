@@ -12,7 +12,7 @@ from acquisition.errors import InputDataError
 from input_fns import baselines, decode, flip_views, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
-from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
 from pipeline.tasks.oct_dataset import DEFAULT_DATA_DIR, FORBIDDEN_FLIPS, PATIENT_PATTERN, TRAIN_EXAMPLES
 from pipeline.validation.split import split_off_validation
 
@@ -247,7 +247,7 @@ def build_model(args, learning_rate):
     with the design's Flatten head, on grayscale scans."""
     try:
         return build_image_classifier("vgg16", len(retinal_oct.CLASS_NAMES), _image_size(args), CHANNELS,
-                                      weights=args.weights, trainable_layers=args.trainable_layers,
+                                      weights=backbone_weights(args), trainable_layers=args.trainable_layers,
                                       learning_rate=learning_rate, input_name=FEATURE_KEY, head="flatten")
     except ValueError as e:  # --trainable-layers beyond the backbone
         raise UsageError(str(e)) from None

@@ -46,3 +46,23 @@ def test_a_task_waits_while_another_writes_the_first_weights_then_starts_from_th
     kernel = next(name for name, _ in tf.train.list_variables(warm_start) if "kernel" in name)
     np.testing.assert_array_equal(tf.train.load_variable(warm_start, kernel), theirs.layers[0].kernel.numpy())
     assert not np.array_equal(theirs.layers[0].kernel.numpy(), ours.layers[0].kernel.numpy())
+
+
+def test_a_new_model_dir_starts_from_every_weight_of_the_keras_model_batch_norm_statistics_too(tmp_path):
+    # model_to_estimator's own warm start reaches TRAINABLE_VARIABLES only: the moving mean and variance of
+    # pretrained (or --init-from) BatchNormalization layers began at 0 and 1.
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((4,), name="image"), tf.keras.layers.BatchNormalization(name="bn"),
+                                 tf.keras.layers.Dense(2, activation="softmax", name="head")])
+    model.compile(Adam(0.01), "categorical_crossentropy")
+    model.layers[0].moving_mean.assign([0.5, -1.0, 2.0, 3.0])
+    model.layers[0].moving_variance.assign([4.0, 5.0, 6.0, 7.0])
+    estimator = estimator_from_keras(model, tf.estimator.RunConfig(model_dir=str(tmp_path)))
+
+    def input_fn():
+        return tf.data.Dataset.from_tensors((tf.ones((2, 4)), tf.one_hot([0, 1], 2))).repeat()
+    estimator.train(input_fn, steps=1)
+    first = str(tmp_path / "model.ckpt-0")  # written before the step
+    np.testing.assert_array_equal(tf.train.load_variable(first, "bn/moving_mean"), [0.5, -1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(tf.train.load_variable(first, "bn/moving_variance"), [4.0, 5.0, 6.0, 7.0])
+    np.testing.assert_array_equal(tf.train.load_variable(first, "head/kernel"), model.layers[1].kernel.numpy())

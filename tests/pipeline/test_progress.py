@@ -50,7 +50,9 @@ def test_a_run_whose_epochs_are_done_plans_no_step():
 def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     model_dir, data = str(tmp_path), progress.describe_data(False, 800)
     first = progress.plan([], 0, 32, 800, epochs=2)
-    progress.record_start(model_dir, "fashion", progress.Record([]), first, data, FP32)
+    started_from = {"model_dir": "/runs/head", "checkpoint": "/runs/head/best/model.ckpt-9", "step": 9,
+                    "chosen": "its best on validation", "averaged": False}
+    progress.record_start(model_dir, "fashion", progress.Record([]), first, data, FP32, started_from)
     record = progress.read(model_dir, "fashion")
     second = progress.plan(record.segments, 30, 64, 800, epochs=2)  # resumed at step 30: 960 images
     progress.record_start(model_dir, "fashion", record, second, data,
@@ -66,10 +68,10 @@ def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
                      "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
-                               "model": None, "ema": None, "trainable_layers": None},
+                               "model": None, "ema": None, "trainable_layers": None, "init_from": started_from},
                               {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
-                               "model": None, "ema": None, "trainable_layers": None}]}
+                               "model": None, "ema": None, "trainable_layers": None, "init_from": None}]}
 
 
 def test_a_resume_on_other_data_is_refused(tmp_path):

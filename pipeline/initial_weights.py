@@ -1,0 +1,152 @@
+"""--init-from: a new run's weights taken from another run's model dir, the second stage of transfer
+learning (train the head, then fine-tune more layers at a lower rate in a model dir of its own).
+
+The weights are those the other run's results report: its best checkpoint on validation (the copy in
+best/), else its newest that reads back whole; with --ema, the average its evaluations and export read.
+They go into the Keras model before model_to_estimator writes its first checkpoint, the one a new model
+dir warm-starts from (pipeline.estimator.estimator_from_keras); the optimizer's state, the global step
+and the rate's schedule start afresh. Nothing in the other model dir is written.
+"""
+import dataclasses
+import os
+from typing import Optional
+
+import tensorflow as tf
+from tensorflow.python.checkpoint import graph_view
+
+from acquisition import storage
+from pipeline import model_dir as model_dir_lib
+from pipeline.ema import SHADOW_PREFIX, shadow_key
+from pipeline.errors import FlagError, UsageError
+from pipeline.validation.record import read_record
+
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # in object-based checkpoints only
+_LAYER_KEY_PREFIX = "layer_with_weights-"
+_VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+BEST, NEWEST = "its best on validation", "its newest checkpoint"
+
+
+@dataclasses.dataclass(frozen=True)
+class InitialWeights:
+    """The checkpoint a new run's weights come from: the `model_dir` given, the `checkpoint` prefix, its
+    global `step`, which one it is (`chosen`: BEST or NEWEST) and whether it holds an --ema average
+    (`averaged`), which the weights then take."""
+    model_dir: str
+    checkpoint: str
+    step: int
+    chosen: str
+    averaged: bool
+
+    def describe(self):
+        """Returns the header's words for these weights."""
+        average = ", its --ema average" if self.averaged else ""
+        return f"{self.checkpoint} (step {self.step}, {self.chosen}{average})"
+
+    def as_record(self):
+        """Returns these weights as training_progress.json and results.json keep them."""
+        return dataclasses.asdict(self)
+
+
+def resolve(init_from, model_dir):
+    """Returns the InitialWeights of --init-from `init_from` for a new run in `model_dir`. Raises FlagError
+    (exit 2) for a folder that is this run's own or holds no checkpoint, UsageError (exit 1) when the
+    checkpoint it records cannot be read."""
+    given = storage.absolute(init_from)
+    if given == storage.absolute(model_dir):
+        raise FlagError(f"--init-from {init_from} is this run's own --model-dir, which resumes from its own "
+                        "checkpoints without it; drop --init-from, or pass another run's model dir")
+    if not storage.isdir(init_from):
+        raise FlagError(f"--init-from {init_from}: no such folder; pass the --model-dir of a run that has trained")
+    try:
+        best = read_record(init_from)["best"]
+    except UsageError:
+        raise UsageError(f"--init-from {init_from}: its validation.json, which names its best checkpoint, cannot be "
+                         "read; restore it, or pass another run's model dir") from None
+    if best:
+        checkpoint, chosen = best["checkpoint"], BEST
+        problem = model_dir_lib.checkpoint_problem(checkpoint)
+        if problem:
+            raise UsageError(f"--init-from {init_from}: its best checkpoint {checkpoint} cannot be read ({problem}); "
+                             "restore it, or pass another run's model dir")
+    else:
+        checkpoint, chosen = _newest_readable(init_from), NEWEST
+    keys = model_dir_lib.read_checkpoint(checkpoint).get_variable_to_shape_map()
+    return InitialWeights(given, checkpoint, int(checkpoint.rsplit("-", 1)[1]), chosen,
+                          any(key.startswith(SHADOW_PREFIX) for key in keys))
+
+
+def _newest_readable(init_from):
+    """Returns the prefix of the newest checkpoint in `init_from` that reads back whole; raises when there
+    is none. Damaged ones are skipped, never renamed: the folder is another run's."""
+    problems = []
+    for prefix in model_dir_lib.candidate_checkpoints(init_from):
+        problem = model_dir_lib.checkpoint_problem(prefix)
+        if problem is None:
+            return prefix
+        problems.append(f"{os.path.basename(prefix)}: {problem}")
+    if problems:
+        raise UsageError(f"--init-from {init_from}: no checkpoint in it can be read ({'; '.join(problems[:2])}); "
+                         "pass another run's model dir")
+    raise FlagError(f"--init-from {init_from} holds no checkpoint; pass the --model-dir of a run that has trained")
+
+
+def load(keras_model, initial):
+    """Sets every weight of `keras_model` to its value in the checkpoint of `initial` (an InitialWeights),
+    each trainable one averaged when the checkpoint holds its --ema shadow; returns how many were set.
+    Raises FlagError (exit 2) when the checkpoint holds a model of another shape (another --model,
+    --image-size, --channels or number of classes), naming the first differences."""
+    reader = model_dir_lib.read_checkpoint(initial.checkpoint)
+    shapes = reader.get_variable_to_shape_map()
+    object_based = OBJECT_GRAPH_KEY in shapes
+    keys = _object_keys(keras_model) if object_based else {id(_inner(w)): _name(w) for w in keras_model.weights}
+    raw = [keys.get(id(_inner(weight)), _name(weight)) for weight in keras_model.weights]
+    chosen, problems = [shadow_key(key) if shadow_key(key) in shapes else key for key in raw], []
+    for weight, key in zip(keras_model.weights, chosen):
+        if key not in shapes:
+            problems.append(f"it has no {_name(weight)}")
+        elif tuple(shapes[key]) != tuple(weight.shape):
+            problems.append(f"{_name(weight)} is {tuple(shapes[key])} there, {tuple(weight.shape)} here")
+    if object_based:
+        unused = sorted(set(_layer_keys(shapes)) - set(raw))
+        problems += [f"it has a weight this model lacks ({key[:-len(_VALUE_SUFFIX)]})" for key in unused[:1]]
+    if problems:
+        raise FlagError(f"--init-from: the checkpoint {initial.checkpoint} does not fit the model these flags build "
+                        f"({'; '.join(problems[:2])}); pass the --model, --image-size and --channels it was "
+                        "trained with, on data of the same classes")
+    keras_model.set_weights([reader.get_tensor(key) for key in chosen])  # in graph mode too (a cluster's tasks)
+    return len(chosen)
+
+
+def _object_keys(keras_model):
+    """Returns {id(variable): its key in an object-based checkpoint of `keras_model`} for its weights: the
+    keys model_to_estimator's savers give them, by their place in the model (layer_with_weights-N/...)."""
+    saveables = graph_view.ObjectGraphView(keras_model).frozen_saveable_objects()
+    return {id(_inner(s.op)): s.specs[0].name for s in saveables if isinstance(s.op, tf.Variable)}
+
+
+def _layer_keys(shapes):
+    """Returns the keys of an object-based checkpoint's layer weights (not the optimizer's, not shadows)."""
+    return [key for key in shapes if key.startswith(_LAYER_KEY_PREFIX) and key.endswith(_VALUE_SUFFIX)
+            and ".OPTIMIZER_SLOT" not in key]
+
+
+def _inner(variable):
+    """Returns the float32 variable inside a mixed-precision AutoCastVariable (or `variable` itself)."""
+    return getattr(variable, "_variable", variable)
+
+
+def _name(variable):
+    return variable.name.split(":")[0]
+
+
+def resume_warning(settings, segments, start_step) -> Optional[str]:
+    """Returns one line when --init-from is given to a run that resumes (`start_step` > 0) and names another
+    folder than the one its first run started from (`segments`, the training record's): it is not read."""
+    if not getattr(settings, "init_from", None) or not start_step:
+        return None
+    first = segments[0].init_from if segments and segments[0].start_step == 0 else None
+    if first and first["model_dir"] == storage.absolute(settings.init_from):
+        return None
+    started = f"it started from {first['checkpoint']}" if first else "its first run started without --init-from"
+    return (f"--init-from {settings.init_from} is not read: {settings.model_dir} resumes from its own checkpoint of "
+            f"step {start_step} ({started}); pass another --model-dir to start a new run from it")

@@ -1,0 +1,202 @@
+"""pipeline.initial_weights (--init-from): which checkpoint of another run's model dir a new run starts from,
+and every weight of a Keras model set from it, by object-graph key or by name, averaged where it kept an
+--ema shadow; a checkpoint of another model is refused naming the difference, and the other folder is never
+written."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from models.optimizers import Adam
+from pipeline import initial_weights
+from pipeline.ema import shadow_key
+from pipeline.errors import FlagError, UsageError
+from pipeline.validation.record import VALIDATION_FILE
+
+
+def small_model(seed, units=3, batch_norm=False, extra=False):
+    """Returns a compiled Conv-(BatchNorm)-Dense(-Dense) model on 8x8x1 images, its weights drawn from `seed`;
+    its layers named as a job's one model in a process is (a second model here would count on: conv2d_1)."""
+    tf.keras.utils.set_random_seed(seed)
+    layers = [tf.keras.Input((8, 8, 1), name="image"), tf.keras.layers.Conv2D(4, 3, name="conv")]
+    layers += [tf.keras.layers.BatchNormalization(name="bn")] if batch_norm else []
+    layers += [tf.keras.layers.Flatten(), tf.keras.layers.Dense(units, activation="softmax", name="head")]
+    layers += [tf.keras.layers.Dense(3, activation="softmax", name="extra")] if extra else []
+    model = tf.keras.Sequential(layers)
+    model.compile(Adam(0.01), "categorical_crossentropy")
+    if batch_norm:  # moving statistics of their own, as training leaves them
+        bn = model.layers[1]
+        bn.moving_mean.assign(np.full(4, 0.25 + seed, np.float32))
+        bn.moving_variance.assign(np.full(4, 2.0 + seed, np.float32))
+    return model
+
+
+def write_checkpoint(prefix, tensors):
+    """Writes a TensorFlow checkpoint of {key: value} at `prefix` (as the Estimator's Saver would)."""
+    names = sorted(tensors)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(tensors[n]) for n in names])
+
+
+def object_checkpoint(model, prefix, shadows=None):
+    """Writes `model`'s object-based checkpoint at `prefix`, with `shadows` ({raw key: value}) under ema/."""
+    model.save_weights(prefix)
+    reader = tf.train.load_checkpoint(prefix)
+    tensors = {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
+    tensors.update({shadow_key(key): value for key, value in (shadows or {}).items()})
+    for name in os.listdir(os.path.dirname(prefix)):
+        if name.startswith(os.path.basename(prefix) + "."):
+            os.remove(os.path.join(os.path.dirname(prefix), name))
+    write_checkpoint(prefix, tensors)
+    return tensors
+
+
+def name_checkpoint(model, prefix):
+    """Writes `model`'s weights by variable name at `prefix` (model_to_estimator's 'saver' format), with
+    an optimizer slot and the global step beside them."""
+    tensors = {w.name.split(":")[0]: w.numpy() for w in model.weights}
+    tensors.update({"global_step": np.int64(7), "training/Adam/head/kernel/m": np.zeros(1, np.float32)})
+    write_checkpoint(prefix, tensors)
+    return tensors
+
+
+def record_checkpoints(model_dir, *steps):
+    tf.compat.v1.train.update_checkpoint_state(model_dir, f"model.ckpt-{steps[-1]}",
+                                               all_model_checkpoint_paths=[f"model.ckpt-{s}" for s in steps])
+
+
+def files_of(folder):
+    return {os.path.relpath(os.path.join(d, f), folder): open(os.path.join(d, f), "rb").read()
+            for d, _, files in os.walk(folder) for f in files}
+
+
+def weights(model):
+    return [w.numpy() for w in model.weights]
+
+
+def initial(prefix, averaged=False):
+    return initial_weights.InitialWeights(os.path.dirname(prefix), prefix, 1, initial_weights.NEWEST, averaged)
+
+
+def test_an_object_based_checkpoint_sets_every_weight(tmp_path):
+    source, target = small_model(1), small_model(2)
+    object_checkpoint(source, str(tmp_path / "model.ckpt-1"))
+    assert not all(np.array_equal(a, b) for a, b in zip(weights(source), weights(target)))
+    assert initial_weights.load(target, initial(str(tmp_path / "model.ckpt-1"))) == 4
+    for a, b in zip(weights(source), weights(target)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_ema_shadows_are_taken_where_the_checkpoint_kept_them(tmp_path):
+    source, target = small_model(1), small_model(2)
+    prefix = str(tmp_path / "model.ckpt-1")
+    kernel_key = "layer_with_weights-1/kernel/.ATTRIBUTES/VARIABLE_VALUE"  # the Dense kernel's only
+    averaged = np.full((144, 3), 0.5, np.float32)
+    object_checkpoint(source, prefix, shadows={kernel_key: averaged})
+    initial_weights.load(target, initial(prefix, averaged=True))
+    np.testing.assert_array_equal(target.layers[-1].kernel.numpy(), averaged)
+    np.testing.assert_array_equal(target.layers[-1].bias.numpy(), source.layers[-1].bias.numpy())  # no shadow: raw
+    np.testing.assert_array_equal(target.layers[0].kernel.numpy(), source.layers[0].kernel.numpy())
+
+
+def test_a_name_based_checkpoint_sets_the_batch_norm_statistics_too(tmp_path):
+    source, target = small_model(1, batch_norm=True), small_model(2, batch_norm=True)
+    name_checkpoint(source, str(tmp_path / "model.ckpt-1"))
+    assert initial_weights.load(target, initial(str(tmp_path / "model.ckpt-1"))) == 8
+    np.testing.assert_array_equal(target.layers[1].moving_mean.numpy(), np.full(4, 1.25, np.float32))
+    np.testing.assert_array_equal(target.layers[1].moving_variance.numpy(), np.full(4, 3.0, np.float32))
+    for a, b in zip(weights(source), weights(target)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_weights_are_set_in_graph_mode_as_a_cluster_task_builds_them(tmp_path):
+    source = small_model(1)
+    object_checkpoint(source, str(tmp_path / "model.ckpt-1"))
+    expected = weights(source)
+    with tf.Graph().as_default():
+        target = small_model(2)
+        initial_weights.load(target, initial(str(tmp_path / "model.ckpt-1")))
+        got = target.get_weights()
+    for a, b in zip(expected, got):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("other, words", [
+    (dict(units=5), "(144, 5) there, (144, 3) here"),  # another number of classes
+    (dict(extra=True), "it has a weight this model lacks (layer_with_weights-2/"),  # a deeper model
+])
+def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path, other, words):
+    target = small_model(2)
+    before = weights(target)
+    object_checkpoint(small_model(1, **other), str(tmp_path / "model.ckpt-1"))
+    with pytest.raises(FlagError, match="does not fit the model these flags build") as raised:
+        initial_weights.load(target, initial(str(tmp_path / "model.ckpt-1")))
+    assert words in str(raised.value)
+    for a, b in zip(before, weights(target)):  # nothing set
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_name_based_checkpoint_without_a_weight_is_refused(tmp_path):
+    name_checkpoint(small_model(1), str(tmp_path / "model.ckpt-1"))
+    with pytest.raises(FlagError, match="it has no bn/gamma"):
+        initial_weights.load(small_model(2, batch_norm=True), initial(str(tmp_path / "model.ckpt-1")))
+
+
+def test_the_best_checkpoint_on_validation_is_chosen_over_newer_ones(tmp_path):
+    source = tmp_path / "source"
+    (source / "best").mkdir(parents=True)
+    model = small_model(1)
+    object_checkpoint(model, str(source / "model.ckpt-20"))
+    object_checkpoint(model, str(source / "best" / "model.ckpt-10"), shadows={
+        "layer_with_weights-1/bias/.ATTRIBUTES/VARIABLE_VALUE": np.zeros(3, np.float32)})
+    record_checkpoints(str(source), 20)
+    # Recorded where the model dir was before it moved: read under its own folder.
+    (source / VALIDATION_FILE).write_text(json.dumps({"evaluations": [], "best": {
+        "step": 10, "checkpoint": "/elsewhere/run/best/model.ckpt-10", "export_dir": None,
+        "validation_accuracy": 0.5, "validation_loss": 1.0}}))
+    chosen = initial_weights.resolve(str(source), str(tmp_path / "new"))
+    assert chosen == initial_weights.InitialWeights(str(source), str(source / "best" / "model.ckpt-10"), 10,
+                                                    initial_weights.BEST, True)
+    assert "step 10, its best on validation, its --ema average" in chosen.describe()
+
+
+def test_without_a_best_the_newest_readable_checkpoint_is_chosen_and_nothing_there_is_written(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    model = small_model(1)
+    for step in (5, 10):
+        object_checkpoint(model, str(source / f"model.ckpt-{step}"))
+    record_checkpoints(str(source), 5, 10)
+    with open(source / "model.ckpt-10.index", "r+b") as f:  # damaged
+        f.truncate(10)
+    before = files_of(str(source))
+    chosen = initial_weights.resolve(str(source), str(tmp_path / "new"))
+    assert (chosen.checkpoint, chosen.step, chosen.chosen, chosen.averaged) == \
+        (str(source / "model.ckpt-5"), 5, initial_weights.NEWEST, False)
+    assert files_of(str(source)) == before  # the damaged one is skipped, not set aside: another run's folder
+
+
+def test_folders_that_cannot_give_weights_are_refused(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FlagError, match="holds no checkpoint"):
+        initial_weights.resolve(str(empty), str(tmp_path / "new"))
+    with pytest.raises(FlagError, match="no such folder"):
+        initial_weights.resolve(str(tmp_path / "missing"), str(tmp_path / "new"))
+    with pytest.raises(FlagError, match="this run's own --model-dir"):
+        initial_weights.resolve(str(empty), str(empty) + "/")
+
+
+def test_an_unreadable_best_is_a_data_error_naming_it(tmp_path):
+    source = tmp_path / "source"
+    (source / "best").mkdir(parents=True)
+    object_checkpoint(small_model(1), str(source / "best" / "model.ckpt-10"))
+    (source / "best" / "model.ckpt-10.index").write_bytes(b"damaged")
+    (source / VALIDATION_FILE).write_text(json.dumps({"evaluations": [], "best": {
+        "step": 10, "checkpoint": str(source / "best" / "model.ckpt-10"), "export_dir": None,
+        "validation_accuracy": 0.5, "validation_loss": 1.0}}))
+    with pytest.raises(UsageError, match="its best checkpoint .*model.ckpt-10 cannot be read") as raised:
+        initial_weights.resolve(str(source), str(tmp_path / "new"))
+    assert not isinstance(raised.value, FlagError)  # exit 1: the data, not the flag
