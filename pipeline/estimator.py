@@ -159,6 +159,7 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
             spec = _with_saver_without_duplicates(spec, keep)
+            spec = _with_warm_start_of_wrapped_variables(spec)
             if checkpoints is not None:
                 spec = _with_checkpoint_saver(spec, run_config, checkpoints)
             if synchronous_multi_worker():  # a stop signal ends every trainer after the same step
@@ -205,6 +206,28 @@ def _warm_start_every_weight(estimator, keras_model):
         if tf.train.latest_checkpoint(folder):
             settings = settings._replace(ckpt_to_initialize_from=folder)
     estimator._warm_start_settings = settings
+
+
+def _with_warm_start_of_wrapped_variables(spec):
+    """Returns the training EstimatorSpec `spec` whose scaffold, when the session starts from no checkpoint,
+    runs the warm start of the graph's AggregatingVariables (CentralStorageStrategy's and ParameterServer's
+    wrappers), then the init_fn it had (--ema's, which copies the starting weights into the shadows).
+
+    The Estimator's warm start sets its restore op as each variable's _initializer_op, but a wrapper's
+    initializer is the wrapped variable's own: nothing ran the op, and such a run trained from random
+    weights whatever the Keras model's (pretrained, --init-from)."""
+    wrapped = [v for v in tf.compat.v1.global_variables() if type(v).__name__ == "AggregatingVariable"]
+    if not wrapped:
+        return spec
+    earlier = spec.scaffold._user_init_fn if spec.scaffold is not None else None
+
+    def init_fn(scaffold, session):
+        warm_starts = [v._initializer_op for v in wrapped if getattr(v, "_initializer_op", None) is not None]
+        if warm_starts:
+            session.run(warm_starts)
+        if earlier is not None:
+            earlier(scaffold, session)
+    return spec._replace(scaffold=tf.compat.v1.train.Scaffold(init_fn=init_fn, copy_from_scaffold=spec.scaffold))
 
 
 def checkpoint_format(keras_model):

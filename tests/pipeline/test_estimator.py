@@ -4,6 +4,7 @@ import os
 import threading
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from acquisition import locks
@@ -48,16 +49,28 @@ def test_a_task_waits_while_another_writes_the_first_weights_then_starts_from_th
     assert not np.array_equal(theirs.layers[0].kernel.numpy(), ours.layers[0].kernel.numpy())
 
 
-def test_a_new_model_dir_starts_from_every_weight_of_the_keras_model_batch_norm_statistics_too(tmp_path):
+def strategy_named(name):
+    devices = ["/cpu:0", "/cpu:1"]  # conftest's two logical CPU devices
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    if name == "central_storage":
+        return tf.distribute.experimental.CentralStorageStrategy(devices, parameter_device="/cpu:0")
+    return None
+
+
+@pytest.mark.parametrize("strategy", [None, "mirrored", "central_storage"])
+def test_a_new_model_dir_starts_from_every_weight_of_the_keras_model_batch_norm_statistics_too(tmp_path, strategy):
     # model_to_estimator's own warm start reaches TRAINABLE_VARIABLES only: the moving mean and variance of
-    # pretrained (or --init-from) BatchNormalization layers began at 0 and 1.
+    # pretrained (or --init-from) BatchNormalization layers began at 0 and 1. Under CentralStorageStrategy
+    # it reached no weight at all (its AggregatingVariables never ran the warm start's restore).
     tf.keras.utils.set_random_seed(0)
     model = tf.keras.Sequential([tf.keras.Input((4,), name="image"), tf.keras.layers.BatchNormalization(name="bn"),
                                  tf.keras.layers.Dense(2, activation="softmax", name="head")])
     model.compile(Adam(0.01), "categorical_crossentropy")
     model.layers[0].moving_mean.assign([0.5, -1.0, 2.0, 3.0])
     model.layers[0].moving_variance.assign([4.0, 5.0, 6.0, 7.0])
-    estimator = estimator_from_keras(model, tf.estimator.RunConfig(model_dir=str(tmp_path)))
+    estimator = estimator_from_keras(model, tf.estimator.RunConfig(model_dir=str(tmp_path),
+                                                                   train_distribute=strategy_named(strategy)))
 
     def input_fn():
         return tf.data.Dataset.from_tensors((tf.ones((2, 4)), tf.one_hot([0, 1], 2))).repeat()
