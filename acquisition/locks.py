@@ -72,6 +72,22 @@ def share(path):
     return fd
 
 
+def held_by(path):
+    """Returns who holds the lock at `path` exclusively ("pid N on HOST"), or None (free, or no such file);
+    the file is only read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _owner(fd)
+    finally:
+        os.close(fd)  # (releases a shared hold taken)
+    return None
+
+
 def release(fd):
     """Releases a lock taken by acquire()."""
     fcntl.flock(fd, fcntl.LOCK_UN)

@@ -33,7 +33,7 @@ class MovingAverage:
 
     def __init__(self, decay, keras_model):
         self.decay = float(decay)
-        self.names = {_name(w) for w in keras_model.trainable_weights}
+        self.names = {variable_name(w) for w in keras_model.trainable_weights}
         self.raw = False
 
 
@@ -55,22 +55,22 @@ def with_average(spec, mode, average, keep):
     return spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=_averaged_saver(spec, _trainable(average.names))))
 
 
-def _inner(variable):
+def unwrapped(variable):
     """Returns the float32 variable inside a mixed-precision AutoCastVariable (or `variable` itself)."""
     return getattr(variable, "_variable", variable)
 
 
-def _name(variable):
-    """Returns `variable`'s name without its ':0'."""
+def variable_name(variable):
+    """Returns `variable`'s name without its ':0': its key in a name-based checkpoint."""
     return variable.name.split(":")[0]
 
 
 def _trainable(names):
     """Returns the variables of the model_fn's graph named `names` (the Keras model's trainable weights:
     the graph's trainable collection also holds frozen layers' weights, which never change)."""
-    found = [_inner(v) for v in tf.compat.v1.trainable_variables() if _name(_inner(v)) in names]
+    found = [unwrapped(v) for v in tf.compat.v1.trainable_variables() if variable_name(unwrapped(v)) in names]
     if len(found) != len(names):
-        missing = sorted(names - {_name(v) for v in found})
+        missing = sorted(names - {variable_name(v) for v in found})
         raise RuntimeError(f"--ema: the Estimator's graph has no variables named {', '.join(missing[:3])}")
     return found
 
@@ -91,7 +91,7 @@ def _variable_of(saveable, by_handle):
     variable = getattr(saveable, "_mirrored_variable", None) or getattr(saveable, "op", None)
     if not isinstance(variable, tf.Variable) and getattr(saveable, "handle_op", None) is not None:
         variable = by_handle.get(saveable.handle_op.name)
-    return _inner(variable) if isinstance(variable, tf.Variable) else None
+    return unwrapped(variable) if isinstance(variable, tf.Variable) else None
 
 
 def _checkpoint_entries(spec):
@@ -100,7 +100,7 @@ def _checkpoint_entries(spec):
     name-based default (every global variable and saveable object)."""
     saver = spec.scaffold.saver if spec.scaffold else None
     if saver is not None:
-        by_handle = {v.handle.name: v for v in map(_inner, tf.compat.v1.global_variables())
+        by_handle = {v.handle.name: v for v in map(unwrapped, tf.compat.v1.global_variables())
                      if not isinstance(v, tf.distribute.DistributedValues)}
         variables = [_variable_of(s, by_handle) for s in saver._var_list]
         return [(s.specs[0].name if v is not None else s.name, v, s) for s, v in zip(saver._var_list, variables)]

@@ -139,6 +139,7 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
     _warm_start_every_weight(estimator, keras_model)
     keras_model_fn, keep = estimator._model_fn, run_config.keep_checkpoint_max
     average = estimator.moving_average = ema_lib.MovingAverage(ema, keras_model) if ema else None
+    names = warm_start_names(keras_model)
 
     def model_fn(features, labels, mode):
         keys = None
@@ -159,6 +160,7 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
         if mode == tf.estimator.ModeKeys.TRAIN:
             add_training_summaries(spec.loss, probabilities, labels)
             spec = _with_saver_without_duplicates(spec, keep)
+            check_warm_start_reaches_every_weight(names)
             spec = _with_warm_start_of_wrapped_variables(spec)
             if checkpoints is not None:
                 spec = _with_checkpoint_saver(spec, run_config, checkpoints)
@@ -200,12 +202,27 @@ def _warm_start_every_weight(estimator, keras_model):
     settings = estimator._warm_start_settings
     if settings is None:  # model_to_estimator wrote no first checkpoint
         return
-    settings = settings._replace(vars_to_warm_start=[re.escape(w.name.split(":")[0]) + ":" for w in keras_model.weights])
+    settings = settings._replace(vars_to_warm_start=[re.escape(name) + ":" for name in warm_start_names(keras_model)])
     if tf.io.gfile.isdir(settings.ckpt_to_initialize_from):
         folder = settings.ckpt_to_initialize_from.rstrip("/").rsplit("/", 1)[0]
         if tf.train.latest_checkpoint(folder):
             settings = settings._replace(ckpt_to_initialize_from=folder)
     estimator._warm_start_settings = settings
+
+
+def warm_start_names(keras_model):
+    """Returns the names of the variables a new model dir warm-starts (_warm_start_every_weight): those of
+    every weight of `keras_model`, which the model_fn's clone of it gives its variables."""
+    return [ema_lib.variable_name(w) for w in keras_model.weights]
+
+
+def check_warm_start_reaches_every_weight(names):
+    """Raises RuntimeError when the training graph has no variable of one of `names` (warm_start_names'):
+    the warm start, which matches them by name, would leave that weight as its initializer drew it."""
+    missing = sorted(set(names) - {ema_lib.variable_name(v) for v in tf.compat.v1.global_variables()})
+    if missing:
+        raise RuntimeError(f"the training graph has no variables named {', '.join(missing[:3])}: a new model dir "
+                           "would not start from those weights of the Keras model")
 
 
 def _with_warm_start_of_wrapped_variables(spec):
@@ -216,18 +233,25 @@ def _with_warm_start_of_wrapped_variables(spec):
     The Estimator's warm start sets its restore op as each variable's _initializer_op, but a wrapper's
     initializer is the wrapped variable's own: nothing ran the op, and such a run trained from random
     weights whatever the Keras model's (pretrained, --init-from)."""
-    wrapped = [v for v in tf.compat.v1.global_variables() if type(v).__name__ == "AggregatingVariable"]
+    wrapped = [v for v in tf.compat.v1.global_variables() if _is_aggregating(v)]
     if not wrapped:
         return spec
     earlier = spec.scaffold._user_init_fn if spec.scaffold is not None else None
 
     def init_fn(scaffold, session):
-        warm_starts = [v._initializer_op for v in wrapped if getattr(v, "_initializer_op", None) is not None]
+        # Set on the wrapper by the warm start alone: getattr would read the wrapped variable's own initializer.
+        warm_starts = [vars(v)["_initializer_op"] for v in wrapped if vars(v).get("_initializer_op") is not None]
         if warm_starts:
             session.run(warm_starts)
         if earlier is not None:
             earlier(scaffold, session)
     return spec._replace(scaffold=tf.compat.v1.train.Scaffold(init_fn=init_fn, copy_from_scaffold=spec.scaffold))
+
+
+def _is_aggregating(variable):
+    """Returns whether `variable` is an AggregatingVariable: a CentralStorageStrategy's (or a ParameterServer
+    strategy's, with several replicas a worker) wrapper of the variable it updates once for all replicas."""
+    return type(variable).__name__ == "AggregatingVariable"
 
 
 def checkpoint_format(keras_model):
@@ -288,7 +312,7 @@ def saver_without_duplicates(keep):
     whose restore assigns every replica's copy: its checkpoints resume on any number of replicas."""
     every = tf.compat.v1.global_variables()
     copies = {id(c) for v in every if type(v).__name__ == "MirroredVariable" for c in v.values if c is not v}
-    aggregating = any(type(v).__name__ == "AggregatingVariable" for v in every)
+    aggregating = any(map(_is_aggregating, every))
     if not copies and not aggregating:  # other strategies, and mirrored variables listed once: their own saver
         return None
     chosen = {}
@@ -296,7 +320,7 @@ def saver_without_duplicates(keep):
         if id(variable) in copies:
             continue
         name = variable.op.name
-        if name not in chosen or type(chosen[name]).__name__ == "AggregatingVariable":  # keep the bare one
+        if name not in chosen or _is_aggregating(chosen[name]):  # keep the bare one
             chosen[name] = variable
     if len(chosen) == len(every):
         return None

@@ -7,7 +7,7 @@ import logging
 import tensorflow as tf
 
 from acquisition import faults, storage
-from pipeline import ema as ema_lib, estimator as estimator_lib, evaluation_report, mfu as mfu_lib, mixing, results as results_lib, \
+from pipeline import ema as ema_lib, estimator as estimator_lib, evaluation_report, initial_weights, mfu as mfu_lib, mixing, results as results_lib, \
     training_record, tta
 from pipeline.run_output import print_summary
 from pipeline.validation.best import BEST_EXPORT_DIR
@@ -128,5 +128,5 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_
         eval_step=eval_step, deterministic=args.deterministic, seed=args.seed,
         precision_requested=getattr(args, "precision_requested", args.precision),
         precision_reason=getattr(args, "precision_reason", None),
-        init_from=segments[0].init_from if segments and segments[0].start_step == 0 else None,
+        init_from=initial_weights.started_from(segments),
         **mixing.results_fields(args))

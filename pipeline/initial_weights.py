@@ -8,16 +8,18 @@ dir warm-starts from (pipeline.estimator.estimator_from_keras); the optimizer's 
 and the rate's schedule start afresh. Nothing in the other model dir is written.
 """
 import dataclasses
+import json
 import os
 from typing import Optional
 
 import tensorflow as tf
 from tensorflow.python.checkpoint import graph_view
 
-from acquisition import storage
+from acquisition import locks, storage
 from pipeline import model_dir as model_dir_lib
-from pipeline.ema import SHADOW_PREFIX, shadow_key
+from pipeline.ema import SHADOW_PREFIX, shadow_key, unwrapped, variable_name
 from pipeline.errors import FlagError, UsageError
+from pipeline.results import RESULTS_FILE
 from pipeline.validation.record import read_record
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # in object-based checkpoints only
@@ -57,6 +59,10 @@ def resolve(init_from, model_dir):
                         "checkpoints without it; drop --init-from, or pass another run's model dir")
     if not storage.isdir(init_from):
         raise FlagError(f"--init-from {init_from}: no such folder; pass the --model-dir of a run that has trained")
+    training = None if storage.is_url(init_from) else locks.held_by(os.path.join(init_from, model_dir_lib.LOCK_FILE))
+    if training:
+        raise UsageError(f"--init-from {init_from}: another run ({training}) is training there, and its best "
+                         "checkpoint may still change; wait for it to finish, then start this run")
     try:
         best = read_record(init_from)["best"]
     except UsageError:
@@ -98,17 +104,16 @@ def load(keras_model, initial):
     reader = model_dir_lib.read_checkpoint(initial.checkpoint)
     shapes = reader.get_variable_to_shape_map()
     object_based = OBJECT_GRAPH_KEY in shapes
-    keys = _object_keys(keras_model) if object_based else {id(_inner(w)): _name(w) for w in keras_model.weights}
-    raw = [keys.get(id(_inner(weight)), _name(weight)) for weight in keras_model.weights]
+    keys = _object_keys(keras_model) if object_based else {}
+    raw = [keys.get(id(unwrapped(weight)), variable_name(weight)) for weight in keras_model.weights]
     chosen, problems = [shadow_key(key) if shadow_key(key) in shapes else key for key in raw], []
     for weight, key in zip(keras_model.weights, chosen):
         if key not in shapes:
-            problems.append(f"it has no {_name(weight)}")
+            problems.append(f"it has no {variable_name(weight)}")
         elif tuple(shapes[key]) != tuple(weight.shape):
-            problems.append(f"{_name(weight)} is {tuple(shapes[key])} there, {tuple(weight.shape)} here")
-    if object_based:
-        unused = sorted(set(_layer_keys(shapes)) - set(raw))
-        problems += [f"it has a weight this model lacks ({key[:-len(_VALUE_SUFFIX)]})" for key in unused[:1]]
+            problems.append(f"{variable_name(weight)} is {tuple(shapes[key])} there, {tuple(weight.shape)} here")
+    unused = sorted(set(_layer_keys(shapes) if object_based else _named_weight_keys(shapes)) - set(raw))
+    problems += [f"it has a weight this model lacks ({key.replace(_VALUE_SUFFIX, '')})" for key in unused[:1]]
     if problems:
         raise FlagError(f"--init-from: the checkpoint {initial.checkpoint} does not fit the model these flags build "
                         f"({'; '.join(problems[:2])}); pass the --model, --image-size and --channels it was "
@@ -121,7 +126,7 @@ def _object_keys(keras_model):
     """Returns {id(variable): its key in an object-based checkpoint of `keras_model`} for its weights: the
     keys model_to_estimator's savers give them, by their place in the model (layer_with_weights-N/...)."""
     saveables = graph_view.ObjectGraphView(keras_model).frozen_saveable_objects()
-    return {id(_inner(s.op)): s.specs[0].name for s in saveables if isinstance(s.op, tf.Variable)}
+    return {id(unwrapped(s.op)): s.specs[0].name for s in saveables if isinstance(s.op, tf.Variable)}
 
 
 def _layer_keys(shapes):
@@ -130,23 +135,41 @@ def _layer_keys(shapes):
             and ".OPTIMIZER_SLOT" not in key]
 
 
-def _inner(variable):
-    """Returns the float32 variable inside a mixed-precision AutoCastVariable (or `variable` itself)."""
-    return getattr(variable, "_variable", variable)
+def _named_weight_keys(shapes):
+    """Returns the keys of a name-based checkpoint's model weights: not the optimizer's (model_to_estimator
+    names them training/<optimizer>/...), the global step or shadows."""
+    return [key for key in shapes if not key.startswith(("training/", SHADOW_PREFIX)) and key != "global_step"]
 
 
-def _name(variable):
-    return variable.name.split(":")[0]
+def check_same_classes(initial, class_names):
+    """Raises FlagError (exit 2) when the run `initial` names recorded other classes than `class_names` (this
+    run's, in label order) in its results.json: its head would score each image as another class. Runs
+    that recorded none (a job of fixed classes, or not finished) are taken as they are."""
+    try:
+        theirs = json.loads(storage.read_text(storage.join(initial.model_dir, RESULTS_FILE))).get("class_names")
+    except (OSError, ValueError, AttributeError):
+        return
+    if theirs and class_names and list(theirs) != list(class_names):
+        raise FlagError(f"--init-from {initial.model_dir} was trained on the classes {', '.join(theirs)}, and this "
+                        f"run's data has {', '.join(class_names)} (in label order); pass a run trained on these "
+                        "classes")
 
 
 def resume_warning(settings, segments, start_step) -> Optional[str]:
-    """Returns one line when --init-from is given to a run that resumes (`start_step` > 0) and names another
-    folder than the one its first run started from (`segments`, the training record's): it is not read."""
+    """Returns one line when --init-from is given to a model dir with checkpoints (`start_step` > 0) and names
+    another folder than the one its first run started from (`segments`, the training record's): it is not
+    read."""
     if not getattr(settings, "init_from", None) or not start_step:
         return None
-    first = segments[0].init_from if segments and segments[0].start_step == 0 else None
+    first = started_from(segments)
     if first and first["model_dir"] == storage.absolute(settings.init_from):
         return None
     started = f"it started from {first['checkpoint']}" if first else "its first run started without --init-from"
-    return (f"--init-from {settings.init_from} is not read: {settings.model_dir} resumes from its own checkpoint of "
-            f"step {start_step} ({started}); pass another --model-dir to start a new run from it")
+    return (f"--init-from {settings.init_from} is not read: {settings.model_dir} holds checkpoints (to step "
+            f"{start_step}), which it goes on from ({started}); pass another --model-dir to start a new run from it")
+
+
+def started_from(segments):
+    """Returns the --init-from record (InitialWeights.as_record) of a model dir's first run, from its training
+    record's `segments`, or None (it started from scratch, or its first run is no longer on record)."""
+    return segments[0].init_from if segments and segments[0].start_step == 0 else None

@@ -16,6 +16,7 @@ LOCK_FILE = ".run.lock"
 WARM_START_LOCK_FILE = ".warm_start.lock"
 # Each names its last holder's process and holds no data (on a URL: a locks.Lease, JSON).
 LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
+KERAS_DIR = "keras"  # model_to_estimator's first checkpoint: the weights a new model dir starts from
 # What a kill leaves under a temporary name: TensorFlow's (checkpoint folders, files written then renamed,
 # model_to_estimator's first checkpoint in keras/) and ours (acquisition.storage.write_atomically's .tmp-*:
 # results, reports, TFLite files; exports; the best checkpoint's copy).
@@ -98,6 +99,20 @@ def remove_leftovers(model_dir):
     if found:
         log.info("removed what an interrupted run left: %s", ", ".join(found))
     return found
+
+
+def remove_first_weights_of_a_stopped_start(model_dir):
+    """Removes keras/ (model_to_estimator's first weights, which a new model dir warm-starts from) when the
+    model dir holds no checkpoint: a run stopped before its first checkpoint wrote it, and model_to_estimator,
+    which writes it only where there is none, would start this run from that run's weights whatever this
+    one's (another --init-from, --weights or --seed). One machine's runs only: in a cluster another task of
+    the same launch may have written it and be reading it. Returns whether it removed it."""
+    keras_dir = storage.join(model_dir, KERAS_DIR)
+    if not storage.isdir(keras_dir) or tf.train.latest_checkpoint(model_dir) or candidate_checkpoints(model_dir):
+        return False
+    storage.remove_tree(keras_dir)
+    log.info("removed %s: the first weights of a run stopped before its first checkpoint", keras_dir)
+    return True
 
 
 def rotated_out_checkpoint_files(model_dir):

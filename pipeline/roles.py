@@ -12,7 +12,8 @@ from acquisition import storage
 from hooks.loss_watch import DivergenceError
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
 from models.optimizers import precision
-from pipeline import determinism, ema as ema_lib, evaluation_report, model_dir as model_dir_lib, training_record
+from pipeline import determinism, ema as ema_lib, evaluation_report, initial_weights, model_dir as model_dir_lib, \
+    training_record
 from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
     wait_for_chief_checkpoint, watch_evaluator, watch_parameter_server, watch_trainer
 from pipeline.errors import FlagError, TrainingError, UsageError
@@ -61,6 +62,7 @@ def run_local(task, settings, cluster, stop):
     """One machine: trains (validating as it goes), then finishes; returns results.json's dict."""
     with model_dir_lib.locked(settings.model_dir):
         model_dir_lib.remove_leftovers(settings.model_dir)
+        model_dir_lib.remove_first_weights_of_a_stopped_start(settings.model_dir)
         setup = prepare(task, settings, None, local_plan(settings), check_checkpoint=True)
         finished = _already_finished(setup)
         if finished:
@@ -234,8 +236,15 @@ def _record_start(setup):
     leaves the record as it was."""
     if setup.start_step < setup.max_steps:
         training_record.record_start(setup.settings.model_dir, setup.task.name, setup.record, setup.steps,
-                                     setup.trained_on, setup.settings,
-                                     setup.initial_weights and setup.initial_weights.as_record())
+                                     setup.trained_on, setup.settings, _started_from(setup))
+
+
+def _started_from(setup):
+    """Returns the record of the weights the model dir's first run started from, for the segment this run
+    writes: its --init-from's, or for a run going on from step 0 (its first checkpoint), the one on record."""
+    if setup.initial_weights:
+        return setup.initial_weights.as_record()
+    return initial_weights.started_from(setup.record.segments) if not setup.start_step else None
 
 
 def _agreed_stop_hooks(setup):

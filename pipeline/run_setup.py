@@ -97,10 +97,13 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
 
     Raises UsageError (or the data's errors) for flags, data or a model dir that cannot go together.
     """
+    initial = _initial_weights(settings)  # before the data is read: a wrong folder fails at once
     data = task.prepare_data(settings, settings.batch_size)
     if data.recipe_values:
         settings = settings.replace(**data.recipe_values)
     _check_data(settings, data)
+    if initial:
+        initial_weights.check_same_classes(initial, data.class_names)
     record = training_record.read(settings.model_dir, task.name)
     global_batch = settings.batch_size * plan.replicas
     trained_on = training_record.describe_data(data.source == "synthetic", data.num_train_examples)
@@ -136,19 +139,17 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     mirrored = mirrors_evaluation(settings, plan, data)
     data = determinism.positioned_input(settings, data, steps.images_at_start)
     data = mirrored_inputs(data, settings.batch_size, plan.replicas) if mirrored else data
+    warning = initial_weights.resume_warning(settings, record.segments, start_step)
+    if warning:
+        log.warning(warning)
     return RunSetup(task, settings, cluster, plan, data, record, trained_on, global_batch, learning_rate,
-                    start_step, steps, schedule, mirrored, _initial_weights(settings, record, start_step))
+                    start_step, steps, schedule, mirrored, initial if not start_step else None)
 
 
-def _initial_weights(settings, record, start_step):
-    """Returns the InitialWeights of --init-from for a new run (None without it, or for a run that resumes,
-    with a warning when it names another folder than the one the run started from)."""
-    if not getattr(settings, "init_from", None):
-        return None
-    if start_step:
-        warning = initial_weights.resume_warning(settings, record.segments, start_step)
-        if warning:
-            log.warning(warning)
+def _initial_weights(settings):
+    """Returns the InitialWeights of --init-from for a model dir without a checkpoint (a new run); None
+    without the flag, or for a model dir that goes on from its own checkpoints."""
+    if not getattr(settings, "init_from", None) or tf.train.latest_checkpoint(settings.model_dir):
         return None
     return initial_weights.resolve(settings.init_from, settings.model_dir)
 

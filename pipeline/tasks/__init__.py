@@ -104,7 +104,7 @@ def write_validation_files(model_dir, files):
     return write_text_atomically(storage.join(model_dir, VALIDATION_FILES), "".join(name + "\n" for name in files))
 
 
-def backbone_weights(settings):
-    """Returns the weights a backbone is built with: 'none' with --init-from, whose checkpoint then sets
-    every weight (pipeline.initial_weights: nothing to download), else --weights."""
-    return "none" if getattr(settings, "init_from", None) else settings.weights
+def backbone_weights(weights, init_from):
+    """Returns the weights a backbone is built with: 'none' with an --init-from folder, whose checkpoint then
+    sets every weight (pipeline.initial_weights: nothing to download), else `weights` (--weights)."""
+    return "none" if init_from else weights

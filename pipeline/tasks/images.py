@@ -6,7 +6,7 @@ import re
 
 from models import BACKBONES, SCRATCH_MODELS
 from pipeline.flag_types import RecordedStore, int_in_range, open_fraction
-from pipeline.tasks import Task
+from pipeline.tasks import Task, backbone_weights
 
 MAX_IMAGE_SIZE = 2048
 
@@ -62,14 +62,15 @@ def add_flags(parser):
 
 def backbone_settings(args):
     """Returns {'weights', 'trainable_layers'} the images job builds its backbone with: --weights, else
-    imagenet for the tf.keras.applications backbones and none for the networks trained from scratch;
-    --trainable-layers, else None (all of them) with --weights none and 0 (the head only) with pretrained
-    weights. Values already resolved come back as they are."""
+    imagenet for the tf.keras.applications backbones and none for the networks trained from scratch (and
+    none with --init-from, whose checkpoint sets every weight); --trainable-layers, else None (all of them)
+    with --weights none and 0 (the head only) with pretrained weights (by --weights, whether --init-from
+    replaces them or not). Values already resolved come back as they are."""
     weights = args.weights or ("none" if args.model in SCRATCH_MODELS else "imagenet")
     trainable = args.trainable_layers
     if trainable is None and weights != "none":
         trainable = 0  # pretrained: the head learns first
-    return {"weights": weights, "trainable_layers": trainable}
+    return {"weights": backbone_weights(weights, getattr(args, "init_from", None)), "trainable_layers": trainable}
 
 
 def job():

@@ -17,7 +17,7 @@ from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError
-from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
 from pipeline.tasks.images import backbone_settings
 from pipeline.training_record import layers_on_record
 from pipeline.validation.split import split_off_validation
@@ -89,6 +89,8 @@ def _load(args):
         entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
                                             class_names=folders.class_names)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
+    if not saved:
+        _check_test_images_not_trained_on(getattr(args, "init_from", None), splits["test"][0])
     split_dir = storage.join(args.model_dir, SPLIT_DIR)
     pending = None if saved else functools.partial(write_split, args.model_dir, args.data_dir, folders, splits,
                                                     channels, args)
@@ -98,6 +100,25 @@ def _load(args):
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
               "skipped_file_problems": problems}
     return Dataset(folders.class_names, channels, splits, report, pending)
+
+
+def _check_test_images_not_trained_on(init_from, test_files):
+    """Raises FlagError when the images job's run in `init_from` (--init-from, or None) trained on any of a new
+    split's `test_files`: the test figures would count images the starting weights learned."""
+    if not init_from:
+        return
+    try:
+        source_root = json.loads(storage.read_text(storage.join(init_from, SPLIT_DIR, "split.json")))["data_dir"]
+        trained = class_folders.read_split_list(storage.join(init_from, SPLIT_DIR, "train.txt"), source_root)
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # not an images job's run (its own check of the model comes later), or no split kept
+    seen = set(map(storage.absolute, trained))
+    leaked = [f for f in test_files if storage.absolute(f) in seen]
+    if leaked:
+        raise FlagError(f"--init-from {init_from} trained on {len(leaked)} of this run's {len(test_files)} test "
+                        f"images ({leaked[0]}, ...): its split differs; split as it was (its --split-seed, "
+                        "--test-fraction, --group-by and --data-dir, in its split/split.json), or start from a run "
+                        "that never saw them")
 
 
 def read_split(model_dir, data_dir):
@@ -288,8 +309,7 @@ def build_model(args, learning_rate):
             else None
     try:
         return build_image_classifier(args.model, num_classes, (args.image_size, args.image_size), channels,
-                                      learning_rate=learning_rate, weights=backbone_weights(args),
-                                      trainable_layers=backbone_settings(args)["trainable_layers"],
+                                      learning_rate=learning_rate, **backbone_settings(args),
                                       input_name=FEATURE_KEY, class_weights=class_weights)
     except ValueError as e:  # --trainable-layers beyond the backbone: known only once it is built
         raise FlagError(str(e)) from None

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from acquisition import locks
 from models.optimizers import Adam
-from pipeline.estimator import estimator_from_keras
+from pipeline.estimator import check_warm_start_reaches_every_weight, estimator_from_keras
 from pipeline.model_dir import WARM_START_LOCK_FILE
 
 
@@ -79,3 +79,11 @@ def test_a_new_model_dir_starts_from_every_weight_of_the_keras_model_batch_norm_
     np.testing.assert_array_equal(tf.train.load_variable(first, "bn/moving_mean"), [0.5, -1.0, 2.0, 3.0])
     np.testing.assert_array_equal(tf.train.load_variable(first, "bn/moving_variance"), [4.0, 5.0, 6.0, 7.0])
     np.testing.assert_array_equal(tf.train.load_variable(first, "head/kernel"), model.layers[1].kernel.numpy())
+
+
+def test_a_weight_the_training_graph_lacks_stops_the_run_rather_than_starting_it_at_random():
+    with tf.Graph().as_default():
+        tf.compat.v1.get_variable("head/kernel", shape=(2,))
+        check_warm_start_reaches_every_weight(["head/kernel"])
+        with pytest.raises(RuntimeError, match="no variables named head/bias"):
+            check_warm_start_reaches_every_weight(["head/kernel", "head/bias"])

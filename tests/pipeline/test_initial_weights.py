@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from acquisition import locks
 from models.optimizers import Adam
 from pipeline import initial_weights
 from pipeline.ema import shadow_key
 from pipeline.errors import FlagError, UsageError
+from pipeline.model_dir import LOCK_FILE
 from pipeline.validation.record import VALIDATION_FILE
 
 
@@ -138,10 +140,36 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_name_based_checkpoint_without_a_weight_is_refused(tmp_path):
+def test_a_name_based_checkpoint_without_a_weight_or_with_one_more_is_refused(tmp_path):
     name_checkpoint(small_model(1), str(tmp_path / "model.ckpt-1"))
     with pytest.raises(FlagError, match="it has no bn/gamma"):
         initial_weights.load(small_model(2, batch_norm=True), initial(str(tmp_path / "model.ckpt-1")))
+    name_checkpoint(small_model(1, batch_norm=True), str(tmp_path / "model.ckpt-2"))
+    with pytest.raises(FlagError, match=r"it has a weight this model lacks \(bn/"):
+        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-2")))
+
+
+def test_a_run_trained_on_other_classes_is_refused(tmp_path):
+    chosen = initial(str(tmp_path / "model.ckpt-1"))
+    initial_weights.check_same_classes(chosen, ["cat", "dog"])  # no results.json: nothing to compare
+    (tmp_path / "results.json").write_text(json.dumps({"class_names": ["cat", "dog"]}))
+    initial_weights.check_same_classes(chosen, ["cat", "dog"])
+    with pytest.raises(FlagError, match="trained on the classes cat, dog, and this run's data has dog, cat"):
+        initial_weights.check_same_classes(chosen, ["dog", "cat"])
+
+
+def test_a_folder_another_run_is_training_in_is_refused_until_it_ends(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    object_checkpoint(small_model(1), str(source / "model.ckpt-5"))
+    record_checkpoints(str(source), 5)
+    held = locks.acquire(str(source / LOCK_FILE))
+    try:
+        with pytest.raises(UsageError, match=r"another run \(pid \d+ on .*\) is training there"):
+            initial_weights.resolve(str(source), str(tmp_path / "new"))
+    finally:
+        locks.release(held)
+    assert initial_weights.resolve(str(source), str(tmp_path / "new")).step == 5
 
 
 def test_the_best_checkpoint_on_validation_is_chosen_over_newer_ones(tmp_path):

@@ -5,6 +5,7 @@ in one line, the other run's folder untouched. And --weights PATH's BatchNorm st
 checkpoint (they began at 0 and 1 before)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -75,6 +76,9 @@ def test_a_new_run_starts_from_the_averaged_best_weights_and_a_resume_reads_its_
                                                                                    tmp_path):
     before = files_of(fashion_head)
     model_dir = tmp_path / "fine"
+    # A start stopped before its first checkpoint left model_to_estimator's first weights (another run's here):
+    # model_to_estimator writes them only where there are none, and they would win over --init-from's.
+    shutil.copytree(fashion_head / "keras", model_dir / "keras")
     first = script("train_fashion.py", "--data-dir", fashion_data_dir, "--model-dir", model_dir, "--max-steps", 2,
                    "--batch-size", 16, "--bootstrap-resamples", 20, "--init-from", fashion_head)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -97,8 +101,8 @@ def test_a_new_run_starts_from_the_averaged_best_weights_and_a_resume_reads_its_
                      "--batch-size", 16, "--bootstrap-resamples", 20, "--init-from", tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from step 2" in resumed.stdout
-    assert (f"--init-from {tmp_path} is not read: {model_dir} resumes from its own checkpoint of step 2 (it "
-            f"started from {best})") in resumed.stderr
+    assert (f"--init-from {tmp_path} is not read: {model_dir} holds checkpoints (to step 2), which it goes on "
+            f"from (it started from {best})") in resumed.stderr
     assert json.loads((model_dir / "results.json").read_text())["init_from"] == recorded
     assert files_of(fashion_head) == before  # the other run's folder is only read
 
@@ -122,6 +126,7 @@ def test_fine_tuning_more_layers_of_a_batch_norm_network_on_two_replicas(shapes,
     (["--init-from", "{head}", "--eval-only"], "--init-from starts a new run's training"),
     (["--init-from", "{model_dir}"], "is this run's own --model-dir"),
     (["--init-from", "{head}", "--model", "small_cnn"], "does not fit the model these flags build"),
+    (["--init-from", "{head}", "--split-seed", "7"], "--init-from {head} trained on"),  # test images it learned
 ])
 def test_misuses_are_refused_in_one_line_leaving_both_folders_as_they_were(shapes, images_head, tmp_path, flags,
                                                                           words):
