@@ -51,10 +51,18 @@ class InitialWeights:
 
 def resolve(init_from, model_dir):
     """Returns the InitialWeights of --init-from `init_from` for a new run in `model_dir`. Raises FlagError
-    (exit 2) for a folder that is this run's own or holds no checkpoint, UsageError (exit 1) when the
-    checkpoint it records cannot be read."""
-    given = storage.absolute(init_from)
-    if given == storage.absolute(model_dir):
+    (exit 2) for a folder that is this run's own, missing or without a checkpoint; UsageError (exit 1) for
+    one another run is training in, or whose recorded checkpoint cannot be read."""
+    _check_folder(init_from, model_dir)
+    checkpoint, chosen = _best_or_newest(init_from)
+    keys = model_dir_lib.read_checkpoint(checkpoint).get_variable_to_shape_map()
+    return InitialWeights(storage.absolute(init_from), checkpoint, int(checkpoint.rsplit("-", 1)[1]), chosen,
+                          any(key.startswith(SHADOW_PREFIX) for key in keys))
+
+
+def _check_folder(init_from, model_dir):
+    """Raises when `init_from` is `model_dir` itself, missing, or the model dir of a run still training."""
+    if storage.absolute(init_from) == storage.absolute(model_dir):
         raise FlagError(f"--init-from {init_from} is this run's own --model-dir, which resumes from its own "
                         "checkpoints without it; drop --init-from, or pass another run's model dir")
     if not storage.isdir(init_from):
@@ -63,22 +71,23 @@ def resolve(init_from, model_dir):
     if training:
         raise UsageError(f"--init-from {init_from}: another run ({training}) is training there, and its best "
                          "checkpoint may still change; wait for it to finish, then start this run")
+
+
+def _best_or_newest(init_from):
+    """Returns (checkpoint prefix, BEST or NEWEST): the best validation.json in `init_from` records, else its
+    newest checkpoint that reads back whole."""
     try:
         best = read_record(init_from)["best"]
     except UsageError:
         raise UsageError(f"--init-from {init_from}: its validation.json, which names its best checkpoint, cannot be "
                          "read; restore it, or pass another run's model dir") from None
-    if best:
-        checkpoint, chosen = best["checkpoint"], BEST
-        problem = model_dir_lib.checkpoint_problem(checkpoint)
-        if problem:
-            raise UsageError(f"--init-from {init_from}: its best checkpoint {checkpoint} cannot be read ({problem}); "
-                             "restore it, or pass another run's model dir")
-    else:
-        checkpoint, chosen = _newest_readable(init_from), NEWEST
-    keys = model_dir_lib.read_checkpoint(checkpoint).get_variable_to_shape_map()
-    return InitialWeights(given, checkpoint, int(checkpoint.rsplit("-", 1)[1]), chosen,
-                          any(key.startswith(SHADOW_PREFIX) for key in keys))
+    if not best:
+        return _newest_readable(init_from), NEWEST
+    problem = model_dir_lib.checkpoint_problem(best["checkpoint"])
+    if problem:
+        raise UsageError(f"--init-from {init_from}: its best checkpoint {best['checkpoint']} cannot be read "
+                         f"({problem}); restore it, or pass another run's model dir")
+    return best["checkpoint"], BEST
 
 
 def _newest_readable(init_from):
@@ -106,12 +115,8 @@ def load(keras_model, initial):
     object_based = OBJECT_GRAPH_KEY in shapes
     keys = _object_keys(keras_model) if object_based else {}
     raw = [keys.get(id(unwrapped(weight)), variable_name(weight)) for weight in keras_model.weights]
-    chosen, problems = [shadow_key(key) if shadow_key(key) in shapes else key for key in raw], []
-    for weight, key in zip(keras_model.weights, chosen):
-        if key not in shapes:
-            problems.append(f"it has no {variable_name(weight)}")
-        elif tuple(shapes[key]) != tuple(weight.shape):
-            problems.append(f"{variable_name(weight)} is {tuple(shapes[key])} there, {tuple(weight.shape)} here")
+    chosen = [shadow_key(key) if shadow_key(key) in shapes else key for key in raw]
+    problems = _misfits(keras_model.weights, chosen, shapes)
     unused = sorted(set(_layer_keys(shapes) if object_based else _named_weight_keys(shapes)) - set(raw))
     problems += [f"it has a weight this model lacks ({key.replace(_VALUE_SUFFIX, '')})" for key in unused[:1]]
     if problems:
@@ -120,6 +125,18 @@ def load(keras_model, initial):
                         "trained with, on data of the same classes")
     keras_model.set_weights([reader.get_tensor(key) for key in chosen])  # in graph mode too (a cluster's tasks)
     return len(chosen)
+
+
+def _misfits(weights, keys, shapes):
+    """Returns ['it has no conv/kernel', 'head/kernel is (64, 5) there, (64, 3) here', ...]: each of `weights`
+    whose key (in `keys`, in order) a checkpoint of `shapes` ({key: shape}) lacks or holds in another shape."""
+    problems = []
+    for weight, key in zip(weights, keys):
+        if key not in shapes:
+            problems.append(f"it has no {variable_name(weight)}")
+        elif tuple(shapes[key]) != tuple(weight.shape):
+            problems.append(f"{variable_name(weight)} is {tuple(shapes[key])} there, {tuple(weight.shape)} here")
+    return problems
 
 
 def _object_keys(keras_model):
