@@ -4,9 +4,9 @@ import argparse
 import os
 import re
 
-from models import BACKBONES, SCRATCH_MODELS
+from models import BACKBONES
 from pipeline.flag_types import RecordedStore, int_in_range, open_fraction
-from pipeline.tasks import Task, backbone_weights
+from pipeline.tasks import Task
 
 MAX_IMAGE_SIZE = 2048
 
@@ -58,19 +58,6 @@ def add_flags(parser):
                             "1-bit BMP, ...): 'fail' names it and stops before training, 'skip' leaves it out "
                             "and lists it in results.json")
 
-
-
-def backbone_settings(args):
-    """Returns {'weights', 'trainable_layers'} the images job builds its backbone with: --weights, else
-    imagenet for the tf.keras.applications backbones and none for the networks trained from scratch (and
-    none with --init-from, whose checkpoint sets every weight); --trainable-layers, else None (all of them)
-    with --weights none and 0 (the head only) with pretrained weights (by --weights, whether --init-from
-    replaces them or not). Values already resolved come back as they are."""
-    weights = args.weights or ("none" if args.model in SCRATCH_MODELS else "imagenet")
-    trainable = args.trainable_layers
-    if trainable is None and weights != "none":
-        trainable = 0  # pretrained: the head learns first
-    return {"weights": backbone_weights(weights, getattr(args, "init_from", None)), "trainable_layers": trainable}
 
 
 def job():

@@ -15,10 +15,10 @@ from acquisition import class_folders, image_checks, storage
 from input_fns import decode, image_list, synthetic
 from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
+from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError
-from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, write_validation_files
-from pipeline.tasks.images import backbone_settings
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
 from pipeline.training_record import layers_on_record
 from pipeline.validation.split import split_off_validation
 
@@ -289,6 +289,19 @@ def _validation_dir(folder, class_names, channels, on_bad_image):
 def _serving(size, channels):
     return decode.make_serving_input_fn(size, channels, feature_key=FEATURE_KEY, bytes_key=SERVING_KEY,
                                         pixels_key=PIXELS_KEY)
+
+
+def backbone_settings(args):
+    """Returns {'weights', 'trainable_layers'} the images job builds its backbone with: --weights, else
+    imagenet for the tf.keras.applications backbones and none for the networks trained from scratch (and
+    none with --init-from, whose checkpoint sets every weight); --trainable-layers, else None (all of them)
+    with --weights none and 0 (the head only) with pretrained weights (by --weights, whether --init-from
+    replaces them or not). Values already resolved come back as they are."""
+    weights = args.weights or ("none" if args.model in SCRATCH_MODELS else "imagenet")
+    trainable = args.trainable_layers
+    if trainable is None and weights != "none":
+        trainable = 0  # pretrained: the head learns first
+    return {"weights": backbone_weights(weights, getattr(args, "init_from", None)), "trainable_layers": trainable}
 
 
 def _model_report(args):

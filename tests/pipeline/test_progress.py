@@ -232,7 +232,8 @@ def test_a_resume_with_other_trainable_layers_is_refused_naming_the_ones_it_trai
 def test_the_record_keeps_the_layers_the_images_job_resolves_from_its_weights():
     from pipeline.flags import build_parser
     from pipeline.settings import Settings
-    from pipeline.tasks.images import TASK, backbone_settings
+    from pipeline.tasks.images import TASK
+    from pipeline.tasks.images_job import backbone_settings
     parse = build_parser(TASK).parse_args
 
     def recorded(*flags):
