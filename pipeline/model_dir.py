@@ -108,7 +108,7 @@ def remove_first_weights_of_a_stopped_start(model_dir):
     one's (another --init-from, --weights or --seed). One machine's runs only: in a cluster another task of
     the same launch may have written it and be reading it. Returns whether it removed it."""
     keras_dir = storage.join(model_dir, KERAS_DIR)
-    if not storage.isdir(keras_dir) or tf.train.latest_checkpoint(model_dir) or candidate_checkpoints(model_dir):
+    if not storage.isdir(keras_dir) or candidate_checkpoints(model_dir):  # (the `checkpoint` file's and those on disk)
         return False
     storage.remove_tree(keras_dir)
     log.info("removed %s: the first weights of a run stopped before its first checkpoint", keras_dir)
