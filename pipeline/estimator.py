@@ -1,5 +1,7 @@
 """Turns a compiled Keras model into an Estimator configured for a DistributionPlan: build_estimator,
 the one way a run (or a benchmark) gets its Estimator, and the pieces it is made of."""
+import hashlib
+import json
 import re
 
 import numpy as np
@@ -57,8 +59,14 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
         determinism.check_resumable(settings, setup.start_step, keras_model)
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
                                      settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema,
-                                     checkpoints=checkpoints)
+                                     checkpoints=checkpoints, weights_from=_weights_from(settings, setup.initial_weights))
     return estimator, run_figures
+
+
+def _weights_from(settings, initial):
+    """Returns what besides the model decides a new model dir's first weights (see weights_origin)."""
+    return {"init_from": initial.checkpoint if initial else None, "weights": getattr(settings, "weights", None),
+            "seed": settings.seed}
 
 
 def session_config(xla=False, intra_op_threads=0, inter_op_threads=0, precision="fp32"):
@@ -107,7 +115,7 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
 
 
 def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), augment_seed=0, mixing=None,
-                         ema=None, checkpoints=None):
+                         ema=None, checkpoints=None, weights_from=None):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     Each evaluation leaves each replica's probabilities, labels and file names (the
@@ -119,7 +127,9 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
 
     A model dir without a checkpoint starts from the Keras model's current
     weights (the tasks of a cluster one after another: see model_dir.warm_start_lock);
-    one with a checkpoint resumes from it. model_to_estimator's model_fn
+    one with a checkpoint resumes from it. `weights_from` (a dict, see weights_origin) names where those
+    weights came from: first weights that a start stopped before its first checkpoint left with another
+    origin are not this run's (model_dir.first_weights). model_to_estimator's model_fn
     saves through a Saver of its own that keeps 5 checkpoints whatever the
     RunConfig says; its model_fn is wrapped here so that keep_checkpoint_max holds.
 
@@ -133,7 +143,7 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
     `checkpoints` (a hooks.checkpoint_saver.CheckpointCadence, or None for the Estimator's own saver
     every save_checkpoints_steps since training started) is when training saves checkpoints.
     """
-    with model_dir_lib.warm_start_lock(run_config.model_dir):
+    with model_dir_lib.first_weights(run_config.model_dir, weights_origin(keras_model, weights_from)):
         estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
                                                           checkpoint_format=checkpoint_format(keras_model))
     _warm_start_every_weight(estimator, keras_model)
@@ -178,6 +188,14 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
 
     estimator._model_fn = run_as_written(model_fn)  # TF 2.15, the last Estimator release: private, but frozen
     return estimator
+
+
+def weights_origin(keras_model, weights_from=None):
+    """Returns what decides `keras_model`'s first weights, as keras/first_weights.json records it: the dict
+    `weights_from` (--init-from's checkpoint, --weights, --seed: the same in every task of a launch) and a
+    digest of the model's weights' names and shapes."""
+    shapes = json.dumps([[w.name, w.shape.as_list()] for w in keras_model.weights])
+    return {**(weights_from or {}), "model": hashlib.sha256(shapes.encode()).hexdigest()[:16]}
 
 
 def synchronous_multi_worker():

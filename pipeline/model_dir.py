@@ -1,6 +1,7 @@
 """The model dir: one run at a time, what interrupted runs leave behind, and which
 checkpoint a run can resume from."""
 import contextlib
+import json
 import logging
 import os
 import re
@@ -17,6 +18,7 @@ WARM_START_LOCK_FILE = ".warm_start.lock"
 # Each names its last holder's process and holds no data (on a URL: a locks.Lease, JSON).
 LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
 KERAS_DIR = "keras"  # model_to_estimator's first checkpoint: the weights a new model dir starts from
+FIRST_WEIGHTS_RECORD = "first_weights.json"  # in keras/: what decided them (see first_weights)
 # What a kill leaves under a temporary name: TensorFlow's (checkpoint folders, files written then renamed,
 # model_to_estimator's first checkpoint in keras/) and ours (acquisition.storage.write_atomically's .tmp-*:
 # results, reports, TFLite files; exports; the best checkpoint's copy).
@@ -80,6 +82,43 @@ def warm_start_lock(model_dir):
         yield
 
 
+@contextlib.contextmanager
+def first_weights(model_dir, origin):
+    """Holds warm_start_lock while model_to_estimator is built on `model_dir`, and makes keras/ (the first
+    weights a model dir without a checkpoint warm-starts from) those of `origin`, a JSON dict naming what
+    decides them (pipeline.estimator.weights_origin), the same in every task of a launch.
+
+    model_to_estimator writes keras/ only where it holds no checkpoint, so a start stopped before its first
+    checkpoint would decide the weights of the next, whatever its flags (another --init-from, --weights or
+    --seed). Before the block, keras/ in a model dir without a checkpoint is removed unless its
+    first_weights.json names `origin`; after it, the keras/ written under the lock is recorded with `origin`.
+    In a cluster the first task of a launch writes keras/ and the others, finding their own origin, start
+    from it. A model dir with a checkpoint resumes from it: its keras/ is left as it is.
+    """
+    with warm_start_lock(model_dir):
+        if not model_dir:
+            yield
+            return
+        keras_dir, origin = storage.join(model_dir, KERAS_DIR), json.loads(json.dumps(origin))
+        record = storage.join(keras_dir, FIRST_WEIGHTS_RECORD)
+        new = not candidate_checkpoints(model_dir)
+        if new and storage.isdir(keras_dir) and _recorded_origin(record) != origin:
+            storage.remove_tree(keras_dir)
+            log.info("removed %s: the first weights of a start stopped before its first checkpoint, made with "
+                     "other settings than this run's", keras_dir)
+        yield
+        if new and storage.isdir(keras_dir) and not storage.exists(record):
+            storage.write_atomically(record, json.dumps(origin, indent=1, sort_keys=True) + "\n")
+
+
+def _recorded_origin(record):
+    """Returns the origin keras/first_weights.json holds, or None where there is none that reads."""
+    try:
+        return json.loads(storage.read_text(record))
+    except (OSError, ValueError):
+        return None
+
+
 def remove_leftovers(model_dir):
     """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`), files
     TensorFlow writes under a temporary name (`*.tmp<hex>`, in keras/ too), export folders
@@ -99,20 +138,6 @@ def remove_leftovers(model_dir):
     if found:
         log.info("removed what an interrupted run left: %s", ", ".join(found))
     return found
-
-
-def remove_first_weights_of_a_stopped_start(model_dir):
-    """Removes keras/ (model_to_estimator's first weights, which a new model dir warm-starts from) when the
-    model dir holds no checkpoint: a run stopped before its first checkpoint wrote it, and model_to_estimator,
-    which writes it only where there is none, would start this run from that run's weights whatever this
-    one's (another --init-from, --weights or --seed). One machine's runs only: in a cluster another task of
-    the same launch may have written it and be reading it. Returns whether it removed it."""
-    keras_dir = storage.join(model_dir, KERAS_DIR)
-    if not storage.isdir(keras_dir) or candidate_checkpoints(model_dir):  # (the `checkpoint` file's and those on disk)
-        return False
-    storage.remove_tree(keras_dir)
-    log.info("removed %s: the first weights of a run stopped before its first checkpoint", keras_dir)
-    return True
 
 
 def rotated_out_checkpoint_files(model_dir):

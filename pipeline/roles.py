@@ -62,7 +62,6 @@ def run_local(task, settings, cluster, stop):
     """One machine: trains (validating as it goes), then finishes; returns results.json's dict."""
     with model_dir_lib.locked(settings.model_dir):
         model_dir_lib.remove_leftovers(settings.model_dir)
-        model_dir_lib.remove_first_weights_of_a_stopped_start(settings.model_dir)
         setup = prepare(task, settings, None, local_plan(settings), check_checkpoint=True)
         finished = _already_finished(setup)
         if finished:

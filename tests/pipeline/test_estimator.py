@@ -1,5 +1,7 @@
 """pipeline.estimator.estimator_from_keras: the tasks of a cluster build their Estimators on one model dir,
-and only one of them writes the weights they all start from."""
+and only one of them writes the weights they all start from; first weights that a start stopped before its
+first checkpoint left are this run's only when made the same way; every weight starts from the Keras model's."""
+import json
 import os
 import threading
 
@@ -9,19 +11,37 @@ import tensorflow as tf
 
 from acquisition import locks
 from models.optimizers import Adam
-from pipeline.estimator import check_warm_start_reaches_every_weight, estimator_from_keras
-from pipeline.model_dir import WARM_START_LOCK_FILE
+from acquisition import storage
+from pipeline.estimator import check_warm_start_reaches_every_weight, estimator_from_keras, weights_origin
+from pipeline.model_dir import FIRST_WEIGHTS_RECORD, WARM_START_LOCK_FILE
 
 
 def compiled_model(seed):
-    tf.keras.utils.set_random_seed(seed)
-    model = tf.keras.Sequential([tf.keras.Input((4,), name="image"), tf.keras.layers.Dense(2, activation="softmax")])
+    tf.keras.utils.set_random_seed(seed)  # (each model's weights named alike, as in each task's own process)
+    model = tf.keras.Sequential([tf.keras.Input((4,), name="image"),
+                                 tf.keras.layers.Dense(2, activation="softmax", name="head")])
     model.compile(Adam(0.01), "categorical_crossentropy")
     return model
 
 
 def files_under(directory):
     return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
+
+
+def write_first_weights(model, model_dir, weights_from=None):
+    """Writes keras/ as another task's estimator_from_keras does (under the lock the caller holds, if any),
+    recorded as made with `weights_from`; returns its files."""
+    tf.keras.estimator.model_to_estimator(keras_model=model, config=tf.estimator.RunConfig(model_dir=model_dir))
+    keras_dir = os.path.join(model_dir, "keras")
+    storage.write_atomically(os.path.join(keras_dir, FIRST_WEIGHTS_RECORD),
+                             json.dumps(weights_origin(model, weights_from)))
+    return files_under(keras_dir)
+
+
+def warm_start_kernel(estimator):
+    """Returns the head's kernel in the checkpoint `estimator` warm-starts from."""
+    warm_start = estimator._warm_start_settings.ckpt_to_initialize_from
+    return tf.train.load_variable(warm_start, next(n for n, _ in tf.train.list_variables(warm_start) if "kernel" in n))
 
 
 def test_a_task_waits_while_another_writes_the_first_weights_then_starts_from_them(tmp_path):
@@ -36,17 +56,61 @@ def test_a_task_waits_while_another_writes_the_first_weights_then_starts_from_th
     builder.join(timeout=3)
     assert builder.is_alive() and tf.train.latest_checkpoint(keras_dir) is None  # waiting, nothing written
 
-    tf.keras.estimator.model_to_estimator(keras_model=theirs, config=tf.estimator.RunConfig(model_dir=model_dir))
-    written = files_under(keras_dir)
+    written = write_first_weights(theirs, model_dir)
     locks.release(held)
     builder.join(timeout=60)
 
     assert not builder.is_alive() and files_under(keras_dir) == written  # not written again
     warm_start = built["estimator"]._warm_start_settings.ckpt_to_initialize_from
     assert warm_start == tf.train.latest_checkpoint(keras_dir)
-    kernel = next(name for name, _ in tf.train.list_variables(warm_start) if "kernel" in name)
-    np.testing.assert_array_equal(tf.train.load_variable(warm_start, kernel), theirs.layers[0].kernel.numpy())
+    np.testing.assert_array_equal(warm_start_kernel(built["estimator"]), theirs.layers[0].kernel.numpy())
     assert not np.array_equal(theirs.layers[0].kernel.numpy(), ours.layers[0].kernel.numpy())
+
+
+LEFT_BY = {  # keras/first_weights.json of the first weights a stopped start left, and whether they are this run's
+    "this launch (another task)": ({"init_from": None, "seed": None}, True),
+    "another --init-from": ({"init_from": "/runs/head/best/model.ckpt-6", "seed": None}, False),
+    "another --seed": ({"init_from": None, "seed": 7}, False),
+    "no record (cut before it)": (None, False),
+    "a damaged record": ("{", False),
+}
+
+
+@pytest.mark.parametrize("left_by", LEFT_BY)
+def test_first_weights_a_stopped_start_left_are_kept_only_when_made_the_way_this_run_makes_them(tmp_path, left_by):
+    # model_to_estimator writes keras/ only where there is none: kept, a start stopped before its first checkpoint
+    # with other flags would decide this run's weights (a cluster relaunched with --init-from added, say).
+    model_dir, keras_dir = str(tmp_path), str(tmp_path / "keras")
+    record, kept = LEFT_BY[left_by]
+    theirs = compiled_model(seed=2)
+    write_first_weights(theirs, model_dir, record if isinstance(record, dict) else None)
+    if not isinstance(record, dict):
+        os.remove(os.path.join(keras_dir, FIRST_WEIGHTS_RECORD))
+        if record is not None:
+            open(os.path.join(keras_dir, FIRST_WEIGHTS_RECORD), "w").write(record)
+
+    ours = compiled_model(seed=1)  # (built after theirs' model_to_estimator, as in a process of its own)
+    estimator = estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir),
+                                     weights_from={"init_from": None, "seed": None})
+    starts_from = theirs if kept else ours
+    np.testing.assert_array_equal(warm_start_kernel(estimator), starts_from.layers[0].kernel.numpy())
+    recorded = json.loads(open(os.path.join(keras_dir, FIRST_WEIGHTS_RECORD)).read())
+    assert recorded == weights_origin(ours, {"init_from": None, "seed": None})
+
+
+def test_a_model_dir_with_a_checkpoint_keeps_its_first_weights_whatever_made_them(tmp_path):
+    model_dir, keras_dir = str(tmp_path), str(tmp_path / "keras")
+    written = write_first_weights(compiled_model(seed=2), model_dir, {"seed": 7})
+    open(os.path.join(model_dir, "model.ckpt-5.index"), "wb").close()  # a run reached step 5: it resumes
+    estimator_from_keras(compiled_model(seed=1), tf.estimator.RunConfig(model_dir=model_dir), weights_from={"seed": 1})
+    assert files_under(keras_dir) == written
+
+
+def test_the_origin_names_the_model_by_its_weights_names_and_shapes():
+    a, b = compiled_model(seed=1), compiled_model(seed=2)
+    assert weights_origin(a, {"seed": 1}) == weights_origin(b, {"seed": 1}) != weights_origin(b, {"seed": 2})
+    wider = tf.keras.Sequential([tf.keras.Input((5,), name="image"), tf.keras.layers.Dense(2, name="head")])
+    assert weights_origin(wider)["model"] != weights_origin(a)["model"]
 
 
 def strategy_named(name):

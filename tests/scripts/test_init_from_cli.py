@@ -1,7 +1,7 @@
 """--init-from through the scripts, as the two-stage transfer recipe runs it: a run trains, and a new run in a
 model dir of its own starts from its weights (every one: averaged by --ema, BatchNorm statistics, on two
-replicas) with other trainable layers; resumed, it reads its own checkpoints; the flag's misuses are refused
-in one line, the other run's folder untouched. And --weights PATH's BatchNorm statistics reach the first
+replicas, in a cluster relaunched after a start stopped early) with other trainable layers; resumed, it reads
+its own checkpoints; the flag's misuses are refused in one line, the other run's folder untouched. And --weights PATH's BatchNorm statistics reach the first
 checkpoint (they began at 0 and 1 before)."""
 import json
 import os
@@ -105,6 +105,27 @@ def test_a_new_run_starts_from_the_averaged_best_weights_and_a_resume_reads_its_
             f"from (it started from {best})") in resumed.stderr
     assert json.loads((model_dir / "results.json").read_text())["init_from"] == recorded
     assert files_of(fashion_head) == before  # the other run's folder is only read
+
+
+def test_a_cluster_relaunched_with_init_from_after_a_start_stopped_early_starts_from_those_weights(
+        fashion_data_dir, fashion_head, tmp_path):
+    # The first launch, without --init-from, was stopped before its first checkpoint: its first weights stay in
+    # keras/ (those of the head run here, recorded as made without --init-from). The relaunch adds --init-from;
+    # each task builds its Estimator on the model dir in turn, and the first must not take them.
+    model_dir = tmp_path / "fine"
+    shutil.copytree(fashion_head / "keras", model_dir / "keras")
+    launch = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "launch_local_cluster.py"), "--workers", "1", "--",
+         sys.executable, os.path.join(ROOT, "scripts", "train_fashion.py"), "--strategy", "multi_worker_mirrored",
+         "--data-dir", fashion_data_dir, "--model-dir", str(model_dir), "--max-steps", "2", "--batch-size", "16",
+         "--validation-fraction", "0", "--bootstrap-resamples", "20", "--init-from", str(fashion_head)],
+        capture_output=True, text=True, timeout=600)
+    assert launch.returncode == 0, launch.stdout[-3000:]
+    source = checkpoint(fashion_head / "best" / "model.ckpt-6")
+    started = model_weights(checkpoint(model_dir / "model.ckpt-0"))
+    assert len(started) == 10
+    for key, value in started.items():
+        np.testing.assert_array_equal(value, source[shadow_key(key)], err_msg=key)
 
 
 def test_fine_tuning_more_layers_of_a_batch_norm_network_on_two_replicas(shapes, images_head, tmp_path):
