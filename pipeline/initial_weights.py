@@ -67,7 +67,8 @@ def _check_folder(init_from, model_dir):
                         "checkpoints without it; drop --init-from, or pass another run's model dir")
     if not storage.isdir(init_from):
         raise FlagError(f"--init-from {init_from}: no such folder; pass the --model-dir of a run that has trained")
-    training = None if storage.is_url(init_from) else locks.held_by(os.path.join(init_from, model_dir_lib.LOCK_FILE))
+    lock = storage.join(init_from, model_dir_lib.LOCK_FILE)  # (both only read: a URL's is a lease)
+    training = locks.Lease(lock).holder() if storage.is_url(init_from) else locks.held_by(lock)
     if training:
         raise UsageError(f"--init-from {init_from}: another run ({training}) is training there, and its best "
                          "checkpoint may still change; wait for it to finish, then start this run")
@@ -158,18 +159,22 @@ def _named_weight_keys(shapes):
     return [key for key in shapes if not key.startswith(("training/", SHADOW_PREFIX)) and key != "global_step"]
 
 
-def check_same_classes(initial, class_names):
-    """Raises FlagError (exit 2) when the run `initial` names recorded other classes than `class_names` (this
-    run's, in label order) in its results.json: its head would score each image as another class. Runs
-    that recorded none (a job of fixed classes, or not finished) are taken as they are."""
+def recorded_classes(model_dir):
+    """Returns the class names (in label order) the results.json of the run in `model_dir` records, or None
+    (a job of fixed classes, or a run that did not finish)."""
     try:
-        theirs = json.loads(storage.read_text(storage.join(initial.model_dir, RESULTS_FILE))).get("class_names")
+        return json.loads(storage.read_text(storage.join(model_dir, RESULTS_FILE))).get("class_names")
     except (OSError, ValueError, AttributeError):
-        return
-    if theirs and class_names and list(theirs) != list(class_names):
-        raise FlagError(f"--init-from {initial.model_dir} was trained on the classes {', '.join(theirs)}, and this "
-                        f"run's data has {', '.join(class_names)} (in label order); pass a run trained on these "
-                        "classes")
+        return None
+
+
+def check_same_classes(init_from, theirs, ours):
+    """Raises FlagError (exit 2) when the run in `init_from` was trained on other classes (`theirs`, as its
+    records name them in label order) than this run's data has (`ours`): its head would score each image as
+    another class. Where either is None (nothing recorded, or a job of fixed classes) it passes."""
+    if theirs and ours and list(theirs) != list(ours):
+        raise FlagError(f"--init-from {init_from} was trained on the classes {', '.join(theirs)}, and this run's "
+                        f"data has {', '.join(ours)} (in label order); pass a run trained on these classes")
 
 
 def resume_warning(settings, segments, start_step) -> Optional[str]:

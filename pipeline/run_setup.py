@@ -103,7 +103,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
         settings = settings.replace(**data.recipe_values)
     _check_data(settings, data)
     if initial:
-        initial_weights.check_same_classes(initial, data.class_names)
+        initial_weights.check_same_classes(initial.model_dir, initial_weights.recorded_classes(initial.model_dir),
+                                           data.class_names)
     record = training_record.read(settings.model_dir, task.name)
     global_batch = settings.batch_size * plan.replicas
     trained_on = training_record.describe_data(data.source == "synthetic", data.num_train_examples)

@@ -18,6 +18,7 @@ from acquisition.files import write_json_atomically, write_text_atomically
 from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError
+from pipeline.initial_weights import check_same_classes
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
 from pipeline.training_record import layers_on_record
 from pipeline.validation.split import split_off_validation
@@ -90,7 +91,7 @@ def _load(args):
                                             class_names=folders.class_names)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
     if not saved:
-        _check_test_images_not_trained_on(getattr(args, "init_from", None), splits["test"][0])
+        _check_split_of_init_from(getattr(args, "init_from", None), folders.class_names, splits["test"][0])
     split_dir = storage.join(args.model_dir, SPLIT_DIR)
     pending = None if saved else functools.partial(write_split, args.model_dir, args.data_dir, folders, splits,
                                                     channels, args)
@@ -102,16 +103,19 @@ def _load(args):
     return Dataset(folders.class_names, channels, splits, report, pending)
 
 
-def _check_test_images_not_trained_on(init_from, test_files):
-    """Raises FlagError when the images job's run in `init_from` (--init-from, or None) trained on any of a new
-    split's `test_files`: the test figures would count images the starting weights learned."""
+def _check_split_of_init_from(init_from, class_names, test_files):
+    """Raises FlagError when the images job's run in `init_from` (--init-from, or None) was split from other
+    classes than `class_names` (its split.json, written before it trained, names them: a run stopped before
+    its results is caught too), or trained on any of a new split's `test_files`: the test figures would
+    count images the starting weights learned."""
     if not init_from:
         return
     try:
-        source_root = json.loads(storage.read_text(storage.join(init_from, SPLIT_DIR, "split.json")))["data_dir"]
-        trained = class_folders.read_split_list(storage.join(init_from, SPLIT_DIR, "train.txt"), source_root)
+        source = json.loads(storage.read_text(storage.join(init_from, SPLIT_DIR, "split.json")))
+        trained = class_folders.read_split_list(storage.join(init_from, SPLIT_DIR, "train.txt"), source["data_dir"])
     except (OSError, ValueError, KeyError, TypeError):
         return  # not an images job's run (its own check of the model comes later), or no split kept
+    check_same_classes(init_from, source.get("class_names"), class_names)
     seen = set(map(storage.absolute, trained))
     leaked = [f for f in test_files if storage.absolute(f) in seen]
     if leaked:

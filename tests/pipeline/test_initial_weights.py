@@ -4,12 +4,14 @@ and every weight of a Keras model set from it, by object-graph key or by name, a
 written."""
 import json
 import os
+import time
+import uuid
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from acquisition import locks
+from acquisition import locks, storage
 from models.optimizers import Adam
 from pipeline import initial_weights
 from pipeline.ema import shadow_key
@@ -150,12 +152,13 @@ def test_a_name_based_checkpoint_without_a_weight_or_with_one_more_is_refused(tm
 
 
 def test_a_run_trained_on_other_classes_is_refused(tmp_path):
-    chosen = initial(str(tmp_path / "model.ckpt-1"))
-    initial_weights.check_same_classes(chosen, ["cat", "dog"])  # no results.json: nothing to compare
+    assert initial_weights.recorded_classes(str(tmp_path)) is None  # no results.json: nothing to compare
+    initial_weights.check_same_classes(str(tmp_path), None, ["cat", "dog"])
     (tmp_path / "results.json").write_text(json.dumps({"class_names": ["cat", "dog"]}))
-    initial_weights.check_same_classes(chosen, ["cat", "dog"])
+    theirs = initial_weights.recorded_classes(str(tmp_path))
+    initial_weights.check_same_classes(str(tmp_path), theirs, ["cat", "dog"])
     with pytest.raises(FlagError, match="trained on the classes cat, dog, and this run's data has dog, cat"):
-        initial_weights.check_same_classes(chosen, ["dog", "cat"])
+        initial_weights.check_same_classes(str(tmp_path), theirs, ["dog", "cat"])
 
 
 def test_a_folder_another_run_is_training_in_is_refused_until_it_ends(tmp_path):
@@ -170,6 +173,23 @@ def test_a_folder_another_run_is_training_in_is_refused_until_it_ends(tmp_path):
     finally:
         locks.release(held)
     assert initial_weights.resolve(str(source), str(tmp_path / "new")).step == 5
+
+
+def test_a_url_folder_whose_run_renews_its_lease_is_refused(tmp_path):
+    source = f"ram://{uuid.uuid4().hex}/source"
+    storage.makedirs(source)
+
+    def lease(age):
+        storage.write_atomically(storage.join(source, LOCK_FILE), json.dumps(
+            {"owner": "pid 4242 on elsewhere", "token": "theirs", "heartbeat": time.time() - age,
+             "ttl_seconds": locks.LEASE_SECONDS}))
+    lease(5)
+    with pytest.raises(UsageError, match=r"another run \(pid 4242 on elsewhere, renewed 5 s ago\) is training there"):
+        initial_weights.resolve(source, str(tmp_path / "new"))
+    lease(2 * locks.LEASE_SECONDS)  # no longer renewed: its run is gone, and the folder is read (no checkpoint)
+    with pytest.raises(FlagError, match="checkpoint"):
+        initial_weights.resolve(source, str(tmp_path / "new"))
+    assert json.loads(storage.read_text(storage.join(source, LOCK_FILE)))["token"] == "theirs"  # only read
 
 
 def test_the_best_checkpoint_on_validation_is_chosen_over_newer_ones(tmp_path):

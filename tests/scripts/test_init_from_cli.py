@@ -163,6 +163,23 @@ def test_misuses_are_refused_in_one_line_leaving_both_folders_as_they_were(shape
     assert not model_dir.exists() or not [name for name in os.listdir(model_dir) if name.startswith("model.ckpt")]
 
 
+def test_a_run_of_other_classes_stopped_before_its_results_is_refused(shapes, images_head, tmp_path):
+    # As many classes under other names: the checkpoint fits, so only the run's records can tell. Stopped before
+    # its results.json, it still has split/split.json, written before it trained.
+    head = tmp_path / "head"
+    shutil.copytree(images_head, head)
+    (head / "results.json").unlink()
+    renamed = tmp_path / "renamed"
+    classes = sorted(name for name in os.listdir(shapes) if os.path.isdir(os.path.join(shapes, name)))
+    for i, name in enumerate(classes):
+        shutil.copytree(os.path.join(shapes, name), renamed / f"kind{i}")
+    result = script("train_images.py", "--data-dir", renamed, "--model-dir", tmp_path / "new", "--max-steps", 2,
+                    *IMAGES, "--init-from", head)
+    assert result.returncode == 2
+    assert_clean_failure(result, f"--init-from {head} was trained on the classes {', '.join(classes)}, and this "
+                                 f"run's data has {', '.join(f'kind{i}' for i in range(len(classes)))}")
+
+
 def test_weights_from_a_file_reach_the_first_checkpoint_batch_norm_statistics_too(shapes, tmp_path):
     # A no-top small_resnet weights file, as --weights PATH takes, its BatchNorm statistics not 0 and 1.
     images = tf.keras.Input((32, 32, 3), dtype=tf.uint8, name="image")
