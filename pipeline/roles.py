@@ -46,6 +46,7 @@ def run(task, args):
     """
     configure_logging(args.verbose)
     settings = Settings.from_args(args)
+    task.check(settings)
     cluster = resolve_cluster(settings)
     settings = resolved_precision(settings, in_cluster=cluster is not None)  # refused before any folder is made
     ensure_writable_dir(settings.model_dir)

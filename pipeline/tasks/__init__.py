@@ -77,6 +77,14 @@ class Task:
     # The benchmark's --input-only variants (the first is the task's training input); a job with
     # more than DEFAULT_INPUT_VARIANTS builds them in its input_variant function.
     input_variants: tuple = DEFAULT_INPUT_VARIANTS
+    # A function of the run's Settings raising FlagError for those the task refuses whatever its data; called
+    # before any folder is made (None: it refuses none beyond the common checks).
+    check_settings: Optional[Callable] = None
+
+    def check(self, settings):
+        """Raises FlagError for `settings` this task refuses whatever its data (its check_settings)."""
+        if self.check_settings is not None:
+            self.check_settings(settings)
 
     def prepare_data(self, args, batch_size):
         """Returns TaskData whose input_fns yield batches of `batch_size` (per replica)."""

@@ -4,7 +4,9 @@ import argparse
 import os
 import re
 
+from acquisition import storage
 from models import BACKBONES
+from pipeline.errors import FlagError
 from pipeline.flag_types import RecordedStore, int_in_range, open_fraction
 from pipeline.tasks import Task
 
@@ -59,6 +61,19 @@ def add_flags(parser):
                             "and lists it in results.json")
 
 
+def check_model_dir_outside_data_dir(settings):
+    """Raises FlagError when --model-dir lies inside --data-dir, whose every folder is read as a class (or a
+    train/test split of classes): the run's own folder would be read as a class, its PNGs as images."""
+    if settings.synthetic or not settings.data_dir:
+        return
+    data_dir, model_dir = storage.absolute(settings.data_dir), storage.absolute(settings.model_dir)
+    if not storage.is_url(data_dir):
+        data_dir, model_dir = os.path.realpath(data_dir), os.path.realpath(model_dir)
+    if model_dir.startswith(data_dir.rstrip("/") + "/"):
+        raise FlagError(f"--model-dir {settings.model_dir} is inside --data-dir {settings.data_dir}, whose every "
+                        "folder is read as a class of images, so the run's own files would be too; pass a "
+                        "--model-dir outside it (the default is runs/images under the folder you run from)")
+
 
 def job():
     """Returns the job module, images_job (imports TensorFlow: called once the flags are known good)."""
@@ -76,4 +91,5 @@ TASK = Task(
               "reference_batch_size": 32, "model_dir": os.path.join("runs", "images")},
     add_flags=add_flags,
     job=job,
+    check_settings=check_model_dir_outside_data_dir,
 )

@@ -13,7 +13,7 @@ import tensorflow as tf
 from input_fns import decode
 from input_fns.image_list import ImageListConfig, make_input_fn
 from tests.conftest import ROOT
-from tests.images_data import draw_shape, encode, make_shapes_folder
+from tests.images_data import SHAPE_CLASSES, draw_shape, encode, make_shapes_folder
 
 SMALL = ["--image-size", "32", "--batch-size", "16", "--warm-up-steps", "1", "--log-steps", "100"]
 
@@ -126,6 +126,28 @@ def test_what_cannot_run_is_one_line(tmp_path, monkeypatch, capsys, argv, fragme
     assert ": error: " in lines[-1]
     assert all(fragment in lines[-1] for fragment in fragments), lines[-1]
     assert not os.path.exists(tmp_path / "model" / "split")  # a run that fails before training writes no split
+
+
+@pytest.mark.parametrize("model_dir", ["{data}/run", "{data}/" + SHAPE_CLASSES[0] + "/run", "{link}/run", None])
+def test_a_model_dir_inside_the_data_dir_is_refused_before_any_folder_is_made(tmp_path, monkeypatch, capsys,
+                                                                              model_dir):
+    # Every folder of the data dir is a class (the run's own would be one, its PNGs images), and a folder made
+    # there would stay one after the failure. None: `--data-dir .` run from the data dir, the default model dir.
+    from pipeline.cli import train_main
+    from pipeline.tasks.images import TASK
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=5)
+    os.symlink(data, tmp_path / "link")
+    before = sorted(os.walk(data))
+    if model_dir is None:
+        monkeypatch.chdir(data)
+        argv = ["--data-dir", "."]
+    else:
+        argv = ["--data-dir", data, "--model-dir", model_dir.format(data=data, link=tmp_path / "link")]
+    assert train_main(TASK, [*argv, "--max-steps", "1", *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "is inside --data-dir" in err.strip().splitlines()[-1] and "pass a --model-dir outside it" in err
+    assert sorted(os.walk(data)) == before
 
 
 @pytest.mark.parametrize("first, resumed, fragments", [
