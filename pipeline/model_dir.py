@@ -103,6 +103,8 @@ def first_weights(model_dir, origin):
         record = storage.join(keras_dir, FIRST_WEIGHTS_RECORD)
         new = not candidate_checkpoints(model_dir)
         if new and storage.isdir(keras_dir) and _recorded_origin(record) != origin:
+            if storage.exists(record):  # first: a removal cut short leaves no record, so the next run removes again
+                storage.remove(record)
             storage.remove_tree(keras_dir)
             log.info("removed %s: the first weights of a start stopped before its first checkpoint, made with "
                      "other settings than this run's", keras_dir)

@@ -98,6 +98,26 @@ def test_first_weights_a_stopped_start_left_are_kept_only_when_made_the_way_this
     assert recorded == weights_origin(ours, {"init_from": None, "seed": None})
 
 
+def test_first_weights_whose_removal_was_cut_short_are_not_taken_for_whole_ones(tmp_path, monkeypatch):
+    # A run of other flags was killed while removing keras/: a run of the flags that made it must not find its
+    # record beside half its files (the warm start would fail on the missing ones).
+    model_dir, keras_dir = str(tmp_path), str(tmp_path / "keras")
+    write_first_weights(compiled_model(seed=2), model_dir, {"seed": 2})
+
+    def killed_midway(path):
+        os.remove(next(os.path.join(path, name) for name in os.listdir(path) if ".data-" in name))
+        raise KeyboardInterrupt  # (as a kill would, before the rest went)
+    monkeypatch.setattr(storage, "remove_tree", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        estimator_from_keras(compiled_model(seed=3), tf.estimator.RunConfig(model_dir=model_dir),
+                             weights_from={"seed": 3})
+    monkeypatch.undo()
+
+    ours = compiled_model(seed=2)
+    estimator = estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir), weights_from={"seed": 2})
+    np.testing.assert_array_equal(warm_start_kernel(estimator), ours.layers[0].kernel.numpy())
+
+
 def test_a_model_dir_with_a_checkpoint_keeps_its_first_weights_whatever_made_them(tmp_path):
     model_dir, keras_dir = str(tmp_path), str(tmp_path / "keras")
     written = write_first_weights(compiled_model(seed=2), model_dir, {"seed": 7})
