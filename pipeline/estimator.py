@@ -9,6 +9,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.util import tf_decorator  # TF 2.15's, frozen: what tf_inspect reads signatures through
 
+from acquisition import storage
 from hooks.checkpoint_saver import CadenceCheckpointSaverHook, CheckpointCadence
 from hooks.scores import add_scores_to_collection
 from hooks.stop import add_stop_agreement
@@ -19,6 +20,7 @@ from pipeline import determinism, ema as ema_lib, initial_weights, mfu as mfu_li
 from pipeline.mixing import mixing_of
 from pipeline.metrics import CROSS_ENTROPY, mean_cross_entropy, per_class_metric_ops
 from pipeline.tasks import FILE_KEY
+from pipeline.validation.best import index_digest
 from serving.export import with_class_names
 
 
@@ -59,13 +61,21 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
         determinism.check_resumable(settings, setup.start_step, keras_model)
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
                                      settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema,
-                                     checkpoints=checkpoints, weights_from=_weights_from(settings, setup.initial_weights))
+                                     checkpoints=checkpoints,
+                                     weights_from=weights_sources(settings, setup.initial_weights))
     return estimator, run_figures
 
 
-def _weights_from(settings, initial):
-    """Returns what besides the model decides a new model dir's first weights (see weights_origin)."""
-    return {"init_from": initial.checkpoint if initial else None, "weights": getattr(settings, "weights", None),
+def weights_sources(settings, initial):
+    """Returns what besides the model decides a new model dir's first weights (see weights_origin): --init-from's
+    checkpoint and --weights, each with a digest of its contents (a source run redone in place to the same
+    step, or a weights file replaced, is another origin), and --seed."""
+    weights = getattr(settings, "weights", None)
+    weights_file = weights not in (None, "imagenet", "none") and storage.exists(weights)
+    return {"init_from": initial.checkpoint if initial else None,
+            "init_from_digest": index_digest(initial.checkpoint) if initial else None,
+            "weights": weights,
+            "weights_digest": hashlib.sha256(storage.read_bytes(weights)).hexdigest() if weights_file else None,
             "seed": settings.seed}
 
 

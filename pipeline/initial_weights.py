@@ -68,10 +68,12 @@ def _check_folder(init_from, model_dir):
     if not storage.isdir(init_from):
         raise FlagError(f"--init-from {init_from}: no such folder; pass the --model-dir of a run that has trained")
     lock = storage.join(init_from, model_dir_lib.LOCK_FILE)  # (both only read: a URL's is a lease)
-    training = locks.Lease(lock).holder() if storage.is_url(init_from) else locks.held_by(lock)
+    lease = locks.Lease(lock) if storage.is_url(init_from) else None
+    training = lease.holder() if lease else locks.held_by(lock)
     if training:
+        gone = f" (or, if it is gone, {lease.ttl:.0f} s for its lease to expire)" if lease else ""
         raise UsageError(f"--init-from {init_from}: another run ({training}) is training there, and its best "
-                         "checkpoint may still change; wait for it to finish, then start this run")
+                         f"checkpoint may still change; wait for it to finish{gone}, then start this run")
 
 
 def _best_or_newest(init_from):

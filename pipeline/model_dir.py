@@ -90,10 +90,12 @@ def first_weights(model_dir, origin):
 
     model_to_estimator writes keras/ only where it holds no checkpoint, so a start stopped before its first
     checkpoint would decide the weights of the next, whatever its flags (another --init-from, --weights or
-    --seed). Before the block, keras/ in a model dir without a checkpoint is removed unless its
-    first_weights.json names `origin`; after it, the keras/ written under the lock is recorded with `origin`.
-    In a cluster the first task of a launch writes keras/ and the others, finding their own origin, start
-    from it. A model dir with a checkpoint resumes from it: its keras/ is left as it is.
+    --seed). Before the block, keras/ in a model dir without a checkpoint (as the Estimator tells: no
+    `checkpoint` file naming one, the test its warm start makes) is removed unless its first_weights.json
+    names `origin` and its checkpoint reads back whole; after it, the keras/ written under the lock is
+    recorded with `origin`. In a cluster the first task of a launch writes keras/ and the others, finding
+    their own origin, start from it. A model dir with a checkpoint resumes from it: its keras/ is left as
+    it is.
     """
     with warm_start_lock(model_dir):
         if not model_dir:
@@ -101,16 +103,31 @@ def first_weights(model_dir, origin):
             return
         keras_dir, origin = storage.join(model_dir, KERAS_DIR), json.loads(json.dumps(origin))
         record = storage.join(keras_dir, FIRST_WEIGHTS_RECORD)
-        new = not candidate_checkpoints(model_dir)
-        if new and storage.isdir(keras_dir) and _recorded_origin(record) != origin:
-            if storage.exists(record):  # first: a removal cut short leaves no record, so the next run removes again
-                storage.remove(record)
-            storage.remove_tree(keras_dir)
-            log.info("removed %s: the first weights of a start stopped before its first checkpoint, made with "
-                     "other settings than this run's", keras_dir)
+        new = tf.train.latest_checkpoint(model_dir) is None
+        if new and storage.isdir(keras_dir):
+            problem = _first_weights_problem(keras_dir, record, origin)
+            if problem:
+                if storage.exists(record):  # first: a removal cut short leaves no record, so the next removes again
+                    storage.remove(record)
+                storage.remove_tree(keras_dir)
+                log.info("removed %s, the first weights a start stopped before its first checkpoint left: %s",
+                         keras_dir, problem)
         yield
         if new and storage.isdir(keras_dir) and not storage.exists(record):
             storage.write_atomically(record, json.dumps(origin, indent=1, sort_keys=True) + "\n")
+
+
+def _first_weights_problem(keras_dir, record, origin):
+    """Returns why keras/ is not this run's first weights (see first_weights), or None."""
+    recorded = _recorded_origin(record)
+    if recorded is None:
+        return f"{FIRST_WEIGHTS_RECORD} is missing or damaged, so what made them is not known"
+    if recorded != origin:
+        differ = sorted(key for key in set(recorded) | set(origin) if recorded.get(key) != origin.get(key))
+        return f"they were made with another {', '.join(differ)} than this run's"
+    prefix = tf.train.latest_checkpoint(keras_dir)
+    problem = checkpoint_problem(prefix) if prefix else "no checkpoint is recorded there"
+    return f"they cannot be read ({problem})" if problem else None
 
 
 def _recorded_origin(record):
@@ -224,7 +241,8 @@ def checkpoint_problem(prefix, finite=False):
             if finite and dtype.is_floating and not np.isfinite(value).all():
                 return f"it holds NaN or infinite values ({name})"
     except (tf.errors.OpError, ValueError, IndexError) as e:  # IndexError: a data file cut short
-        return (getattr(e, "message", None) or str(e)).strip().splitlines()[0]
+        lines = (getattr(e, "message", None) or str(e)).strip().splitlines()
+        return lines[0] if lines else "a data file is cut short"  # (ram://'s IndexError says nothing)
     return None
 
 

@@ -62,15 +62,22 @@ def add_flags(parser):
 
 
 def check_model_dir_outside_data_dir(settings):
-    """Raises FlagError when --model-dir lies inside --data-dir, whose every folder is read as a class (or a
-    train/test split of classes): the run's own folder would be read as a class, its PNGs as images."""
+    """Raises FlagError when --model-dir is --data-dir or lies inside it: every folder of the data dir is read
+    as a class (or a train/test split of classes), so the run's own would be one, its PNGs images."""
     if settings.synthetic or not settings.data_dir:
         return
-    data_dir, model_dir = storage.absolute(settings.data_dir), storage.absolute(settings.model_dir)
-    if not storage.is_url(data_dir):
+    data_dir, model_dir = settings.data_dir, settings.model_dir
+    if storage.is_url(data_dir) != storage.is_url(model_dir):
+        return  # one in a bucket, the other on this machine
+    if storage.is_url(data_dir):
+        data_dir, model_dir = data_dir.rstrip("/"), model_dir.rstrip("/")
+        inside = model_dir.startswith(data_dir + "/")
+    else:
         data_dir, model_dir = os.path.realpath(data_dir), os.path.realpath(model_dir)
-    if model_dir.startswith(data_dir.rstrip("/") + "/"):
-        raise FlagError(f"--model-dir {settings.model_dir} is inside --data-dir {settings.data_dir}, whose every "
+        inside = os.path.commonpath([data_dir, model_dir]) == data_dir != model_dir
+    if inside or model_dir == data_dir:
+        where = "is inside" if inside else "is"
+        raise FlagError(f"--model-dir {settings.model_dir} {where} --data-dir {settings.data_dir}, whose every "
                         "folder is read as a class of images, so the run's own files would be too; pass a "
                         "--model-dir outside it (the default is runs/images under the folder you run from)")
 

@@ -90,8 +90,8 @@ def _load(args):
         entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
                                             class_names=folders.class_names)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
-    if not saved:
-        _check_split_of_init_from(getattr(args, "init_from", None), folders.class_names, splits["test"][0])
+    if getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):  # (a resume ignores it)
+        _check_split_of_init_from(args.init_from, folders.class_names, splits["test"][0])
     split_dir = storage.join(args.model_dir, SPLIT_DIR)
     pending = None if saved else functools.partial(write_split, args.model_dir, args.data_dir, folders, splits,
                                                     channels, args)
@@ -104,18 +104,20 @@ def _load(args):
 
 
 def _check_split_of_init_from(init_from, class_names, test_files):
-    """Raises FlagError when the images job's run in `init_from` (--init-from, or None) was split from other
-    classes than `class_names` (its split.json, written before it trained, names them: a run stopped before
-    its results is caught too), or trained on any of a new split's `test_files`: the test figures would
-    count images the starting weights learned."""
-    if not init_from:
-        return
+    """Raises FlagError when the images job's run in `init_from` (--init-from) was split from other classes
+    than `class_names` (its split.json, written before it trained, names them: a run stopped before its
+    results is caught too), or trained on any of this run's `test_files`: the test figures would count
+    images the starting weights learned."""
     try:
         source = json.loads(storage.read_text(storage.join(init_from, SPLIT_DIR, "split.json")))
-        trained = class_folders.read_split_list(storage.join(init_from, SPLIT_DIR, "train.txt"), source["data_dir"])
-    except (OSError, ValueError, KeyError, TypeError):
+        classes, source_root = source.get("class_names"), source["data_dir"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return  # not an images job's run (its own check of the model comes later), or no split kept
-    check_same_classes(init_from, source.get("class_names"), class_names)
+    check_same_classes(init_from, classes, class_names)
+    try:
+        trained = class_folders.read_split_list(storage.join(init_from, SPLIT_DIR, "train.txt"), source_root)
+    except (OSError, ValueError):
+        return
     seen = set(map(storage.absolute, trained))
     leaked = [f for f in test_files if storage.absolute(f) in seen]
     if leaked:

@@ -4,6 +4,8 @@ first checkpoint left are this run's only when made the same way; every weight s
 import json
 import os
 import threading
+import types
+import uuid
 
 import numpy as np
 import pytest
@@ -12,7 +14,8 @@ import tensorflow as tf
 from acquisition import locks
 from models.optimizers import Adam
 from acquisition import storage
-from pipeline.estimator import check_warm_start_reaches_every_weight, estimator_from_keras, weights_origin
+from pipeline.estimator import check_warm_start_reaches_every_weight, estimator_from_keras, weights_origin, \
+    weights_sources
 from pipeline.model_dir import FIRST_WEIGHTS_RECORD, WARM_START_LOCK_FILE
 
 
@@ -32,10 +35,10 @@ def write_first_weights(model, model_dir, weights_from=None):
     """Writes keras/ as another task's estimator_from_keras does (under the lock the caller holds, if any),
     recorded as made with `weights_from`; returns its files."""
     tf.keras.estimator.model_to_estimator(keras_model=model, config=tf.estimator.RunConfig(model_dir=model_dir))
-    keras_dir = os.path.join(model_dir, "keras")
-    storage.write_atomically(os.path.join(keras_dir, FIRST_WEIGHTS_RECORD),
+    keras_dir = storage.join(model_dir, "keras")
+    storage.write_atomically(storage.join(keras_dir, FIRST_WEIGHTS_RECORD),
                              json.dumps(weights_origin(model, weights_from)))
-    return files_under(keras_dir)
+    return None if storage.is_url(model_dir) else files_under(keras_dir)
 
 
 def warm_start_kernel(estimator):
@@ -67,35 +70,43 @@ def test_a_task_waits_while_another_writes_the_first_weights_then_starts_from_th
     assert not np.array_equal(theirs.layers[0].kernel.numpy(), ours.layers[0].kernel.numpy())
 
 
-LEFT_BY = {  # keras/first_weights.json of the first weights a stopped start left, and whether they are this run's
-    "this launch (another task)": ({"init_from": None, "seed": None}, True),
-    "another --init-from": ({"init_from": "/runs/head/best/model.ckpt-6", "seed": None}, False),
-    "another --seed": ({"init_from": None, "seed": 7}, False),
-    "no record (cut before it)": (None, False),
-    "a damaged record": ("{", False),
+THIS_RUN = {"init_from": None, "weights": None, "seed": None}
+LEFT_BY = {  # what made the first weights a stopped start left (keras/first_weights.json), whether their data file
+    # was then cut short, and whether they are this run's
+    "this launch (another task)": (THIS_RUN, False, True),
+    "this launch, cut short": (THIS_RUN, True, False),
+    "another --init-from": ({**THIS_RUN, "init_from": "/runs/head/best/model.ckpt-6"}, False, False),
+    "another --seed": ({**THIS_RUN, "seed": 7}, False, False),
+    "no record (cut before it)": (None, False, False),
+    "a damaged record": ("{", False, False),
 }
 
 
+@pytest.mark.parametrize("where", ["local", "ram"])
 @pytest.mark.parametrize("left_by", LEFT_BY)
-def test_first_weights_a_stopped_start_left_are_kept_only_when_made_the_way_this_run_makes_them(tmp_path, left_by):
+def test_first_weights_a_stopped_start_left_are_kept_only_when_made_the_way_this_run_makes_them(tmp_path, left_by,
+                                                                                               where):
     # model_to_estimator writes keras/ only where there is none: kept, a start stopped before its first checkpoint
     # with other flags would decide this run's weights (a cluster relaunched with --init-from added, say).
-    model_dir, keras_dir = str(tmp_path), str(tmp_path / "keras")
-    record, kept = LEFT_BY[left_by]
+    model_dir = str(tmp_path) if where == "local" else f"ram://{uuid.uuid4().hex}/run"
+    keras_dir = storage.join(model_dir, "keras")
+    record, cut_short, kept = LEFT_BY[left_by]
     theirs = compiled_model(seed=2)
     write_first_weights(theirs, model_dir, record if isinstance(record, dict) else None)
     if not isinstance(record, dict):
-        os.remove(os.path.join(keras_dir, FIRST_WEIGHTS_RECORD))
+        storage.remove(storage.join(keras_dir, FIRST_WEIGHTS_RECORD))
         if record is not None:
-            open(os.path.join(keras_dir, FIRST_WEIGHTS_RECORD), "w").write(record)
+            storage.write_atomically(storage.join(keras_dir, FIRST_WEIGHTS_RECORD), record)
+    if cut_short:
+        data = next(name for name in storage.listdir(keras_dir) if ".data-" in name)
+        storage.write_atomically(storage.join(keras_dir, data), storage.read_bytes(storage.join(keras_dir, data))[:9])
 
     ours = compiled_model(seed=1)  # (built after theirs' model_to_estimator, as in a process of its own)
-    estimator = estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir),
-                                     weights_from={"init_from": None, "seed": None})
+    estimator = estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir), weights_from=THIS_RUN)
     starts_from = theirs if kept else ours
     np.testing.assert_array_equal(warm_start_kernel(estimator), starts_from.layers[0].kernel.numpy())
-    recorded = json.loads(open(os.path.join(keras_dir, FIRST_WEIGHTS_RECORD)).read())
-    assert recorded == weights_origin(ours, {"init_from": None, "seed": None})
+    recorded = json.loads(storage.read_text(storage.join(keras_dir, FIRST_WEIGHTS_RECORD)))
+    assert recorded == weights_origin(ours, THIS_RUN)
 
 
 def test_first_weights_whose_removal_was_cut_short_are_not_taken_for_whole_ones(tmp_path, monkeypatch):
@@ -122,8 +133,28 @@ def test_a_model_dir_with_a_checkpoint_keeps_its_first_weights_whatever_made_the
     model_dir, keras_dir = str(tmp_path), str(tmp_path / "keras")
     written = write_first_weights(compiled_model(seed=2), model_dir, {"seed": 7})
     open(os.path.join(model_dir, "model.ckpt-5.index"), "wb").close()  # a run reached step 5: it resumes
+    tf.compat.v1.train.update_checkpoint_state(model_dir, "model.ckpt-5")
     estimator_from_keras(compiled_model(seed=1), tf.estimator.RunConfig(model_dir=model_dir), weights_from={"seed": 1})
     assert files_under(keras_dir) == written
+
+
+def test_the_sources_name_the_contents_of_the_weights_not_only_their_paths(tmp_path):
+    # A source run redone in place to the same step, or a weights file replaced: the same paths, other weights.
+    prefix, weights = str(tmp_path / "best" / "model.ckpt-6"), tmp_path / "backbone.h5"
+    os.makedirs(os.path.dirname(prefix))
+    settings = types.SimpleNamespace(weights=str(weights), seed=None)
+    initial = types.SimpleNamespace(checkpoint=prefix)
+
+    def sources(index, h5):
+        open(prefix + ".index", "wb").write(index)
+        weights.write_bytes(h5)
+        return weights_sources(settings, initial)
+    first = sources(b"index one", b"weights one")
+    assert first == sources(b"index one", b"weights one")
+    assert first != sources(b"index two", b"weights one") and first != sources(b"index one", b"weights two")
+    assert first["init_from"] == prefix and first["weights"] == str(weights)
+    assert weights_sources(types.SimpleNamespace(weights="imagenet", seed=3), None) == {
+        "init_from": None, "init_from_digest": None, "weights": "imagenet", "weights_digest": None, "seed": 3}
 
 
 def test_the_origin_names_the_model_by_its_weights_names_and_shapes():

@@ -1,8 +1,9 @@
 """--init-from through the scripts, as the two-stage transfer recipe runs it: a run trains, and a new run in a
 model dir of its own starts from its weights (every one: averaged by --ema, BatchNorm statistics, on two
 replicas, in a cluster relaunched after a start stopped early) with other trainable layers; resumed, it reads
-its own checkpoints; the flag's misuses are refused in one line, the other run's folder untouched. And --weights PATH's BatchNorm statistics reach the first
-checkpoint (they began at 0 and 1 before)."""
+its own checkpoints; the flag's misuses are refused in one line, the other run's folder untouched (a run of other
+classes too, stopped before its results, relaunched or not). And --weights PATH's BatchNorm statistics reach the
+first checkpoint (they began at 0 and 1 before)."""
 import json
 import os
 import shutil
@@ -173,11 +174,25 @@ def test_a_run_of_other_classes_stopped_before_its_results_is_refused(shapes, im
     classes = sorted(name for name in os.listdir(shapes) if os.path.isdir(os.path.join(shapes, name)))
     for i, name in enumerate(classes):
         shutil.copytree(os.path.join(shapes, name), renamed / f"kind{i}")
+    words = (f"--init-from {head} was trained on the classes {', '.join(classes)}, and this run's data has "
+             f"{', '.join(f'kind{i}' for i in range(len(classes)))}")
     result = script("train_images.py", "--data-dir", renamed, "--model-dir", tmp_path / "new", "--max-steps", 2,
                     *IMAGES, "--init-from", head)
     assert result.returncode == 2
-    assert_clean_failure(result, f"--init-from {head} was trained on the classes {', '.join(classes)}, and this "
-                                 f"run's data has {', '.join(f'kind{i}' for i in range(len(classes)))}")
+    assert_clean_failure(result, words)
+
+    # Relaunched with --init-from added after a start stopped before its first checkpoint, which kept its split.
+    stopped = tmp_path / "stopped"
+    first = script("train_images.py", "--data-dir", renamed, "--model-dir", stopped, "--max-steps", 1, *IMAGES)
+    assert first.returncode == 0, first.stderr[-3000:]
+    for name in os.listdir(stopped):
+        if name.startswith("model.ckpt") or name == "checkpoint":
+            os.remove(stopped / name)
+    assert (stopped / "split" / "split.json").exists()
+    result = script("train_images.py", "--data-dir", renamed, "--model-dir", stopped, "--max-steps", 2, *IMAGES,
+                    "--init-from", head)
+    assert result.returncode == 2
+    assert_clean_failure(result, words)
 
 
 def test_weights_from_a_file_reach_the_first_checkpoint_batch_norm_statistics_too(shapes, tmp_path):

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -148,6 +149,25 @@ def test_a_model_dir_inside_the_data_dir_is_refused_before_any_folder_is_made(tm
     assert "Traceback" not in err
     assert "is inside --data-dir" in err.strip().splitlines()[-1] and "pass a --model-dir outside it" in err
     assert sorted(os.walk(data)) == before
+
+
+@pytest.mark.parametrize("data_dir, model_dir, refused", [
+    ("{d}", "{d}", True), ("{d}/", "{d}", True), (".", ".", True), (".", "runs/images", True),
+    ("{d}", "{d}/cats/run", True), ("{d}", "{d}-runs/one", False),  # a sibling whose name starts the same
+    (".", "gs://bucket/run", False), ("gs://bucket/data", "gs://bucket/data/run", True),
+    ("gs://bucket/data", "gs://bucket/data2", False), ("gs://bucket/data/", "gs://bucket/data", True),
+])
+def test_where_a_model_dir_lies_against_the_data_dir(tmp_path, monkeypatch, data_dir, model_dir, refused):
+    from pipeline.errors import FlagError
+    from pipeline.tasks.images import check_model_dir_outside_data_dir
+    monkeypatch.chdir(tmp_path)
+    settings = types.SimpleNamespace(synthetic=False, data_dir=data_dir.format(d=tmp_path),
+                                     model_dir=model_dir.format(d=tmp_path))
+    if refused:
+        with pytest.raises(FlagError, match="--data-dir"):
+            check_model_dir_outside_data_dir(settings)
+    else:
+        check_model_dir_outside_data_dir(settings)
 
 
 @pytest.mark.parametrize("first, resumed, fragments", [
