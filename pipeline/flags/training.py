@@ -9,7 +9,8 @@ from pipeline.flag_types import RecordedStore, augment_list, int_in_range, non_n
 def add_data_dir_flag(parser, default):
     """Adds --data-dir, the dataset's folder, with `default`."""
     parser.add_argument("--data-dir", default=default,
-                        help="folder holding the dataset (downloaded there when absent)")
+                        help="folder holding the dataset (a job of a published dataset downloads it there when "
+                             "absent; the images job reads your folder of class folders)")
 
 
 def add_data_flags(parser, task):
