@@ -1,5 +1,6 @@
 """Turns a compiled Keras model into an Estimator configured for a DistributionPlan: build_estimator,
 the one way a run (or a benchmark) gets its Estimator, and the pieces it is made of."""
+import functools
 import hashlib
 import json
 import re
@@ -62,7 +63,7 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
                                      settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema,
                                      checkpoints=checkpoints,
-                                     weights_from=weights_sources(settings, setup.initial_weights))
+                                     weights_from=functools.partial(weights_sources, settings, setup.initial_weights))
     return estimator, run_figures
 
 
@@ -137,9 +138,10 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
 
     A model dir without a checkpoint starts from the Keras model's current
     weights (the tasks of a cluster one after another: see model_dir.warm_start_lock);
-    one with a checkpoint resumes from it. `weights_from` (a dict, see weights_origin) names where those
-    weights came from: first weights that a start stopped before its first checkpoint left with another
-    origin are not this run's (model_dir.first_weights). model_to_estimator's model_fn
+    one with a checkpoint resumes from it. `weights_from` (a function returning a dict, see weights_origin,
+    called only for a model dir without a checkpoint) names where those weights came from: first weights
+    that a start stopped before its first checkpoint left with another origin are not this run's
+    (model_dir.first_weights). model_to_estimator's model_fn
     saves through a Saver of its own that keeps 5 checkpoints whatever the
     RunConfig says; its model_fn is wrapped here so that keep_checkpoint_max holds.
 
@@ -153,7 +155,9 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
     `checkpoints` (a hooks.checkpoint_saver.CheckpointCadence, or None for the Estimator's own saver
     every save_checkpoints_steps since training started) is when training saves checkpoints.
     """
-    with model_dir_lib.first_weights(run_config.model_dir, weights_origin(keras_model, weights_from)):
+    def origin_of():
+        return weights_origin(keras_model, weights_from() if weights_from else None)
+    with model_dir_lib.first_weights(run_config.model_dir, origin_of):
         estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model, config=run_config,
                                                           checkpoint_format=checkpoint_format(keras_model))
     _warm_start_every_weight(estimator, keras_model)

@@ -83,10 +83,11 @@ def warm_start_lock(model_dir):
 
 
 @contextlib.contextmanager
-def first_weights(model_dir, origin):
+def first_weights(model_dir, origin_of):
     """Holds warm_start_lock while model_to_estimator is built on `model_dir`, and makes keras/ (the first
-    weights a model dir without a checkpoint warm-starts from) those of `origin`, a JSON dict naming what
-    decides them (pipeline.estimator.weights_origin), the same in every task of a launch.
+    weights a model dir without a checkpoint warm-starts from) those of the origin `origin_of()` returns, a
+    JSON dict naming what decides them (pipeline.estimator.weights_origin), the same in every task of a
+    launch. `origin_of` is called only for a model dir without a checkpoint: a resume reads no weights file.
 
     model_to_estimator writes keras/ only where it holds no checkpoint, so a start stopped before its first
     checkpoint would decide the weights of the next, whatever its flags (another --init-from, --weights or
@@ -101,10 +102,13 @@ def first_weights(model_dir, origin):
         if not model_dir:
             yield
             return
-        keras_dir, origin = storage.join(model_dir, KERAS_DIR), json.loads(json.dumps(origin))
-        record = storage.join(keras_dir, FIRST_WEIGHTS_RECORD)
         new = tf.train.latest_checkpoint(model_dir) is None
-        if new and storage.isdir(keras_dir):
+        if not new:  # it resumes from its checkpoint: keras/ is left as it is
+            yield
+            return
+        keras_dir, origin = storage.join(model_dir, KERAS_DIR), json.loads(json.dumps(origin_of()))
+        record = storage.join(keras_dir, FIRST_WEIGHTS_RECORD)
+        if storage.isdir(keras_dir):
             problem = _first_weights_problem(keras_dir, record, origin)
             if problem:
                 if storage.exists(record):  # first: a removal cut short leaves no record, so the next removes again
@@ -113,7 +117,7 @@ def first_weights(model_dir, origin):
                 log.info("removed %s, the first weights a start stopped before its first checkpoint left: %s",
                          keras_dir, problem)
         yield
-        if new and storage.isdir(keras_dir) and not storage.exists(record):
+        if storage.isdir(keras_dir) and not storage.exists(record):
             storage.write_atomically(record, json.dumps(origin, indent=1, sort_keys=True) + "\n")
 
 

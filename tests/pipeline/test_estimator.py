@@ -102,7 +102,7 @@ def test_first_weights_a_stopped_start_left_are_kept_only_when_made_the_way_this
         storage.write_atomically(storage.join(keras_dir, data), storage.read_bytes(storage.join(keras_dir, data))[:9])
 
     ours = compiled_model(seed=1)  # (built after theirs' model_to_estimator, as in a process of its own)
-    estimator = estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir), weights_from=THIS_RUN)
+    estimator = estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir), weights_from=lambda: THIS_RUN)
     starts_from = theirs if kept else ours
     np.testing.assert_array_equal(warm_start_kernel(estimator), starts_from.layers[0].kernel.numpy())
     recorded = json.loads(storage.read_text(storage.join(keras_dir, FIRST_WEIGHTS_RECORD)))
@@ -121,11 +121,11 @@ def test_first_weights_whose_removal_was_cut_short_are_not_taken_for_whole_ones(
     monkeypatch.setattr(storage, "remove_tree", killed_midway)
     with pytest.raises(KeyboardInterrupt):
         estimator_from_keras(compiled_model(seed=3), tf.estimator.RunConfig(model_dir=model_dir),
-                             weights_from={"seed": 3})
+                             weights_from=lambda: {"seed": 3})
     monkeypatch.undo()
 
     ours = compiled_model(seed=2)
-    estimator = estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir), weights_from={"seed": 2})
+    estimator = estimator_from_keras(ours, tf.estimator.RunConfig(model_dir=model_dir), weights_from=lambda: {"seed": 2})
     np.testing.assert_array_equal(warm_start_kernel(estimator), ours.layers[0].kernel.numpy())
 
 
@@ -134,7 +134,10 @@ def test_a_model_dir_with_a_checkpoint_keeps_its_first_weights_whatever_made_the
     written = write_first_weights(compiled_model(seed=2), model_dir, {"seed": 7})
     open(os.path.join(model_dir, "model.ckpt-5.index"), "wb").close()  # a run reached step 5: it resumes
     tf.compat.v1.train.update_checkpoint_state(model_dir, "model.ckpt-5")
-    estimator_from_keras(compiled_model(seed=1), tf.estimator.RunConfig(model_dir=model_dir), weights_from={"seed": 1})
+
+    def sources():  # a resume reads no weights file nor --init-from's index: what made keras/ is not asked
+        raise AssertionError("the sources of the first weights were read for a model dir that resumes")
+    estimator_from_keras(compiled_model(seed=1), tf.estimator.RunConfig(model_dir=model_dir), weights_from=sources)
     assert files_under(keras_dir) == written
 
 
