@@ -16,7 +16,7 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import graph_view
 
 from acquisition import locks, storage
-from pipeline import model_dir as model_dir_lib
+from pipeline import model_dir as model_dir_lib, training_record
 from pipeline.ema import SHADOW_PREFIX, shadow_key, unwrapped, variable_name
 from pipeline.errors import FlagError, UsageError
 from pipeline.results import RESULTS_FILE
@@ -123,11 +123,22 @@ def load(keras_model, initial):
     unused = sorted(set(_layer_keys(shapes) if object_based else _named_weight_keys(shapes)) - set(raw))
     problems += [f"it has a weight this model lacks ({key.replace(_VALUE_SUFFIX, '')})" for key in unused[:1]]
     if problems:
+        recorded = recorded_model_flags(initial.model_dir)
+        fix = (f"it was trained with {recorded} (its {training_record.PROGRESS_FILE}): pass those" if recorded else
+               "pass the --model, --image-size and --channels it was trained with")
         raise FlagError(f"--init-from: the checkpoint {initial.checkpoint} does not fit the model these flags build "
-                        f"({'; '.join(problems[:2])}); pass the --model, --image-size and --channels it was "
-                        "trained with, on data of the same classes")
+                        f"({'; '.join(problems[:2])}); {fix}, on data of the same classes")
     keras_model.set_weights([reader.get_tensor(key) for key in chosen])  # in graph mode too (a cluster's tasks)
     return len(chosen)
+
+
+def recorded_model_flags(model_dir):
+    """Returns the flags that shaped the model of the run in `model_dir`, as its training record keeps them
+    ('--model vgg16 --image-size 224'), or None (no record, or a job without those flags)."""
+    newest = training_record.newest_run(model_dir)
+    flags = [f"--{flag} {newest[key]}" for flag, key in (("model", "model"), ("image-size", "image_size"))
+             if newest.get(key) is not None]
+    return " ".join(flags) or None
 
 
 def _misfits(weights, keys, shapes):

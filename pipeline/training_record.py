@@ -96,10 +96,17 @@ def read(model_dir, task_name):
 def final_step(model_dir):
     """Returns the global step the newest run recorded in `model_dir` trains to, or None (no record,
     an unreadable one, or one of an earlier version, which kept no final step)."""
+    return newest_run(model_dir).get("max_steps")
+
+
+def newest_run(model_dir):
+    """Returns the newest run's segment (a dict of Segment's fields) in `model_dir`'s record, read without
+    checking whose it is; {} where there is none that reads."""
     try:
-        return json.loads(storage.read_text(storage.join(model_dir, PROGRESS_FILE)))["runs"][-1].get("max_steps")
-    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
+        newest = json.loads(storage.read_text(storage.join(model_dir, PROGRESS_FILE)))["runs"][-1]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return {}
+    return newest if isinstance(newest, dict) else {}
 
 
 def describe_data(synthetic, train_examples):
