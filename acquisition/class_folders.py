@@ -36,6 +36,7 @@ class ClassFolders:
     scans: Dict[str, FolderScan]  # 'train' and 'test', or 'all'
     gray: bool  # every good image is grayscale
     ignored_files: int  # files that are not images by their names
+    unread_folders: Tuple[str, ...] = ()  # a split dir's val/ or validation/, which its layout does not read
 
     @property
     def presplit(self):
@@ -106,8 +107,9 @@ def scan_class_folders(data_dir, channels=None, workers=4):
                                  f"{', '.join(repr(n) for n in absent)}, which train has; add its test images in "
                                  "one, or take the class out of train")
         folders = {s: storage.join(data_dir, top[s]) for s in SPLITS}
+        unread = tuple(storage.join(data_dir, top[s]) for s in sorted(set(top) - set(SPLITS)))
     else:
-        class_names, folders = tuple(top.values()), {"all": data_dir}
+        class_names, folders, unread = tuple(top.values()), {"all": data_dir}, ()
     broken = next((n for n in class_names if has_line_break(n)), None)
     if broken is not None:
         raise InputDataError(f"class folder {shown_path(storage.join(folders.get('train', data_dir), broken))} has "
@@ -124,7 +126,7 @@ def scan_class_folders(data_dir, channels=None, workers=4):
         if empty:
             raise InputDataError(f"no readable images of class {', '.join(repr(n) for n in empty)} in {folder} "
                                  "(JPEG, PNG, BMP or GIF); add some or remove the folder")
-    return ClassFolders(data_dir, class_names, scans, gray, ignored)
+    return ClassFolders(data_dir, class_names, scans, gray, ignored, unread)
 
 
 def group_of(path, pattern):

@@ -90,6 +90,7 @@ def _load(args):
         entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
                                             class_names=folders.class_names)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
+    _warn_of_unread_folders(folders.unread_folders, getattr(args, "validation_dir", None))
     if getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):  # (a resume ignores it)
         _check_split_of_init_from(args.init_from, folders.class_names, splits["test"][0])
     split_dir = storage.join(args.model_dir, SPLIT_DIR)
@@ -101,6 +102,15 @@ def _load(args):
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
               "skipped_file_problems": problems}
     return Dataset(folders.class_names, channels, splits, report, pending)
+
+
+def _warn_of_unread_folders(unread, validation_dir):
+    """Logs one line for each of `unread` (a split data dir's val/ or validation/) that --validation-dir
+    (`validation_dir`) does not name: users who ship one expect it to be validated on."""
+    for folder in unread:
+        if not validation_dir or storage.absolute(validation_dir) != storage.absolute(folder):
+            log.warning("%s is not read: this job trains on train/ and tests on test/; pass --validation-dir %s "
+                        "to validate on its images", folder, folder)
 
 
 def _check_split_of_init_from(init_from, class_names, test_files):

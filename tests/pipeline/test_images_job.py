@@ -166,3 +166,22 @@ def test_flags_the_data_would_leave_unused_or_cannot_serve_are_refused(tmp_path)
                                         "is the test split; drop --test-fraction"):
         images_job.load_dataset(args_for(presplit, model_dir, "--test-fraction", "0.3"))
     assert len(images_job.load_dataset(args_for(presplit, model_dir)).splits["test"][0]) == 6
+
+
+@pytest.mark.parametrize("name", ["val", "Validation"])
+def test_a_val_folder_beside_train_and_test_is_named_when_it_is_not_read(tmp_path, caplog, name):
+    data, model_dir = str(tmp_path / "data"), str(tmp_path / "model")
+    for side, per_class in (("train", 4), ("test", 2), (name, 2)):
+        make_shapes_folder(os.path.join(data, side), per_class=per_class, seed=len(side))
+    unread = os.path.join(data, name)
+    images_job._DATASETS.clear()
+    caplog.set_level("WARNING", logger=images_job.log.name)
+    images_job.load_dataset(args_for(data, model_dir))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{unread} is not read: this job trains on train/ and tests on test/; pass --validation-dir {unread} to "
+        "validate on its images"]
+    caplog.clear()
+    images_job._DATASETS.clear()
+    args = args_for(data, model_dir, "--validation-dir", unread + "/")  # named, by another spelling
+    assert len(images_job.validation_sides(args, images_job.load_dataset(args))["validation"][0]) == 6
+    assert not caplog.records
