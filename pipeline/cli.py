@@ -13,6 +13,7 @@ from cluster.isolation import with_network_advice
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.out_of_memory import out_of_memory_message
+from pipeline.settings import Settings
 from pipeline.signals import Interrupted
 
 _MISMATCH = ("Restoring from checkpoint failed", "not in the checkpoint", "not found in checkpoint")
@@ -151,6 +152,9 @@ def train_main(task, argv=None):
 
 
 def _train(task, args):
+    # The flags' checks that need no data (roles.run makes them again, for its callers in Python) answer
+    # before TensorFlow's import, which takes seconds.
+    task.check(Settings.from_args(args))
     from pipeline import roles  # imports TensorFlow: only once the arguments are known good
     roles.run(task, args)
 

@@ -93,8 +93,8 @@ def first_weights(model_dir, origin_of):
     checkpoint would decide the weights of the next, whatever its flags (another --init-from, --weights or
     --seed). Before the block, keras/ in a model dir without a checkpoint (as the Estimator tells: no
     `checkpoint` file naming one, the test its warm start makes) is removed unless its first_weights.json
-    names `origin` and its checkpoint reads back whole; after it, the keras/ written under the lock is
-    recorded with `origin`. In a cluster the first task of a launch writes keras/ and the others, finding
+    names that origin and its checkpoint reads back whole; after it, the keras/ written under the lock is
+    recorded with it. In a cluster the first task of a launch writes keras/ and the others, finding
     their own origin, start from it. A model dir with a checkpoint resumes from it: its keras/ is left as
     it is.
     """

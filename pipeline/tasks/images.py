@@ -61,6 +61,16 @@ def add_flags(parser):
                             "and lists it in results.json")
 
 
+def check_paths(settings):
+    """Raises FlagError for a --data-dir on this machine that is no folder, or a --model-dir inside it (see
+    check_model_dir_outside_data_dir); a data dir at a URL is read later, by the job."""
+    data_dir = settings.data_dir
+    if data_dir and not settings.synthetic and not storage.is_url(data_dir) and not os.path.isdir(data_dir):
+        raise FlagError(f"--data-dir {data_dir}: no such folder; pass a folder of class folders "
+                        "(DIR/<class>/<image>)")
+    check_model_dir_outside_data_dir(settings)
+
+
 def check_model_dir_outside_data_dir(settings):
     """Raises FlagError when --model-dir is --data-dir or lies inside it: every folder of the data dir is read
     as a class (or a train/test split of classes), so the run's own would be one, its PNGs images."""
@@ -98,5 +108,5 @@ TASK = Task(
               "reference_batch_size": 32, "model_dir": os.path.join("runs", "images")},
     add_flags=add_flags,
     job=job,
-    check_settings=check_model_dir_outside_data_dir,
+    check_settings=check_paths,
 )

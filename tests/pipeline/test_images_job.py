@@ -182,6 +182,11 @@ def test_a_val_folder_beside_train_and_test_is_named_when_it_is_not_read(tmp_pat
         "validate on its images"]
     caplog.clear()
     images_job._DATASETS.clear()
-    args = args_for(data, model_dir, "--validation-dir", unread + "/")  # named, by another spelling
-    assert len(images_job.validation_sides(args, images_job.load_dataset(args))["validation"][0]) == 6
+    os.symlink(data, str(tmp_path / "link"))
+    for spelling in (unread + "/", os.path.join(str(tmp_path / "link"), name)):  # named, by another spelling
+        args = args_for(data, model_dir, "--validation-dir", spelling)
+        assert len(images_job.validation_sides(args, images_job.load_dataset(args))["validation"][0]) == 6
+        images_job._DATASETS.clear()
     assert not caplog.records
+    assert images_job._same_folder("gs://b/data/val/", "gs://b/data/val")
+    assert not images_job._same_folder("gs://b/data/val", "gs://b/data/validation")

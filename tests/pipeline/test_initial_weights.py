@@ -142,18 +142,26 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_misfit_names_the_flags_the_source_run_recorded(tmp_path):
+def test_a_misfit_names_the_flags_the_source_run_recorded_other_than_this_runs(tmp_path):
     object_checkpoint(small_model(1, extra=True), str(tmp_path / "model.ckpt-1"))
-    with pytest.raises(FlagError, match="pass the --model, --image-size and --channels it was trained with"):
-        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")))  # no record: generic
-    runs = [{"start_step": 0, "model": "vgg16", "image_size": 224}, {"start_step": 4, "model": "resnet50"}]
+    generic = "pass the --model, --image-size and --channels it was trained with, on data of the same classes"
+    with pytest.raises(FlagError, match=generic):
+        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")))  # no record
+    runs = [{"start_step": 0, "model": "vgg16", "image_size": 224}, {"start_step": 4, "model": "resnet50",
+                                                                      "image_size": 64}]
     (tmp_path / "training_progress.json").write_text(json.dumps({"task": "images", "runs": runs}))
-    with pytest.raises(FlagError, match=r"it was trained with --model resnet50 \(its training_progress.json\): "
-                                        "pass those, on data of the same classes"):
+    with pytest.raises(FlagError, match=r"it was trained with --model resnet50 --image-size 64 \(its "
+                                        r"training_progress.json\): pass those, on data of the same classes"):
         initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")))  # the newest run's
-    for damaged in ("{", "[]", '{"runs": []}', '{"runs": [7]}'):
+    with pytest.raises(FlagError, match=r"it was trained with --model resnet50 \(its training_progress.json\): "
+                                        "pass that,"):
+        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")), {"image_size": 64})
+    with pytest.raises(FlagError, match=generic):  # the same flags: channels or classes differ, not these
+        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")),
+                             {"model": "resnet50", "image_size": 64})
+    for damaged in ("{", "[]", '{"runs": []}', '{"runs": [7]}', '{"runs": "x"}'):
         (tmp_path / "training_progress.json").write_text(damaged)
-        assert initial_weights.recorded_model_flags(str(tmp_path)) is None
+        assert initial_weights.other_model_flags(str(tmp_path), {}) == []
 
 
 def test_a_name_based_checkpoint_without_a_weight_or_with_one_more_is_refused(tmp_path):

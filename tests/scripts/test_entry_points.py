@@ -78,6 +78,21 @@ def test_a_misspelt_flag_is_one_line_naming_the_nearest(script, argv, typo, mean
     assert line == f"{script}: error: unrecognized arguments: {typo}=2{guess}; --help lists the flags"
 
 
+@pytest.mark.parametrize("script, argv, words", [
+    ("train_images.py", ["--data-dir", "{tmp}/absent"], "--data-dir {tmp}/absent: no such folder"),
+    ("train_images.py", ["--data-dir", "{tmp}", "--model-dir", "{tmp}/model"], "is inside --data-dir"),
+    ("train_fashion.py", ["--min-delta", "0.01"], "--min-delta is the least improvement --patience counts"),
+])
+def test_flags_refused_whatever_the_data_answer_without_importing_tensorflow(script, argv, words, tmp_path):
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    model_dir = [] if "--model-dir" in argv else ["--model-dir", str(tmp_path / "model")]
+    refused = probe(script, *argv, *model_dir)
+    assert refused.stderr.endswith("exit=2 tensorflow_imported=False\n"), refused.stderr[-2000:]
+    (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]
+    assert line.startswith(f"{script}: error: ") and words.format(tmp=tmp_path) in line, line
+    assert not (tmp_path / "model").exists()
+
+
 def test_the_launcher_given_a_command_without_double_dash_says_where_it_goes():
     refused = probe("launch_local_cluster.py", "--workers", "1", "python", "train.py", "--max-steps", "5")
     (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]

@@ -148,7 +148,7 @@ def test_fine_tuning_more_layers_of_a_batch_norm_network_on_two_replicas(shapes,
     (["--init-from", "{head}", "--eval-only"], "--init-from starts a new run's training"),
     (["--init-from", "{model_dir}"], "is this run's own --model-dir"),
     (["--init-from", "{head}", "--model", "small_cnn"],  # (stage 2 without stage 1's --model)
-     "it was trained with --model small_resnet --image-size 32 (its training_progress.json): pass those"),
+     "it was trained with --model small_resnet (its training_progress.json): pass that, on data of"),
     (["--init-from", "{head}", "--split-seed", "7"], "--init-from {head} trained on"),  # test images it learned
 ])
 def test_misuses_are_refused_in_one_line_leaving_both_folders_as_they_were(shapes, images_head, tmp_path, flags,

@@ -110,7 +110,7 @@ def test_bad_files_are_named_in_one_line_or_skipped(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,fragments,code", [
     ([], ["pass --data-dir with a folder of class folders"], 2),
-    (["--data-dir", "{tmp}/absent"], ["no folder", "absent"], 1),
+    (["--data-dir", "{tmp}/absent"], ["--data-dir ", "absent: no such folder"], 2),
     (["--data-dir", "{data}", "--model", "resnet50"], ["ImageNet resnet50 weights", "--weights"], 1),
     (["--data-dir", "{data}", "--trainable-layers", "50"], ["--trainable-layers 50 is more than"], 2),
 ])
