@@ -2,6 +2,7 @@
 flag's text into its value or raises ArgumentTypeError, which the parser reports in one line with
 exit 2. Nothing here imports TensorFlow."""
 import argparse
+import csv
 import difflib
 
 import hooks
@@ -123,16 +124,32 @@ def open_fraction(text):
 
 def name_list(text):
     """argparse type: a comma-separated list of names (classes, say), none empty; returns a tuple,
-    or None for 'none'."""
+    or None for a bare 'none'. Spaces around a name are dropped; a name in double quotes may hold commas
+    and be 'none': '"none"' is a class called none, '"a,b",c' two classes, the first with a comma (CSV's
+    quoting: a quote inside one is doubled)."""
     if text.strip().lower() == "none":
         return None
-    names = tuple(n.strip() for n in text.split(","))
-    if not text.strip() or not all(names):
+    try:
+        fields = next(csv.reader([text], skipinitialspace=True, strict=True), [])
+    except csv.Error as e:
+        raise argparse.ArgumentTypeError(f"cannot read the names in {text!r} ({e}); put a name with a comma or a "
+                                         'quote in double quotes, a quote in it doubled ("a ""b"" c")') from None
+    names = tuple(n.strip() for n in fields)
+    if not names or not all(names):
         raise argparse.ArgumentTypeError(f"expected comma-separated names such as CNV,DME, got {text!r}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise argparse.ArgumentTypeError(f"names {', '.join(repeated)} twice; give each name once")
     return names
+
+
+def names_text(names):
+    """Returns `names` (a tuple) as name_list reads them back: 'CNV,DME', '"none",CNV'; 'none' for none."""
+    if not names:
+        return "none"
+    quoted = [f'"{n.replace(chr(34), chr(34) * 2)}"' if "," in n or '"' in n or n.lower() == "none" else n
+              for n in names]
+    return ",".join(quoted)
 
 
 def hook_names(text):

@@ -2,6 +2,7 @@
 import os
 
 from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
+from pipeline.flag_types import names_text
 from pipeline.flags.tta import tta_text
 from pipeline.training_record import describe_trainable_layers, trainable_layers_of
 from pipeline.validation.early_stopping import EarlyStopping
@@ -189,7 +190,7 @@ def finishing_flags_not_applied(results, settings):
              "at_specificity": referral_flag("at_specificity", getattr(settings, "at_specificity", None))
              if had["positive_classes"] else None}
     texts = {"tta": tta_text, "tflite": lambda kinds: ",".join(kinds) or "none",
-             "positive_classes": lambda names: ",".join(names) or "none"}
+             "positive_classes": names_text}
 
     def applied(name, value):  # a conversion of more kinds holds the kinds asked now
         return set(value) <= set(had[name]) if name == "tflite" else value == had[name]

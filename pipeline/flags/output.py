@@ -41,7 +41,8 @@ def add_report_flags(parser, task):
                         metavar="NAME,NAME",
                         help="classes that make up the referral decision reported against all others "
                              "(sensitivity, specificity and ROC AUC of their summed probability); "
-                             "'none' (or no default) reports no referral decision")
+                             "'none' (or no default) reports no referral decision; a class whose name has a "
+                             "comma, or is none, in double quotes: '\"none\",CNV'")
     report.add_argument("--at-specificity", type=fraction, default=0.95, action=RecordedStore,
                         help="the referral decision's operating point: the highest sensitivity among the "
                              "thresholds whose specificity is at least this, chosen on the validation split "

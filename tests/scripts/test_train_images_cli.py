@@ -195,3 +195,20 @@ def test_a_resume_with_another_graph_is_one_line_and_changes_nothing(tmp_path, c
     assert {p.name: p.read_bytes() for p in model_dir.iterdir() if p.is_file()} == before
     assert train_main(TASK, [*flags, *size, *first, "--max-steps", "4"]) == 0  # the same flags go on
     assert json.loads((model_dir / "results.json").read_text())["global_step"] == 4
+
+
+def test_classes_called_none_or_with_a_comma_can_be_the_referral_classes(tmp_path, capsys):
+    # Class folders are any names: '"none","a, b"' names two of them in --positive-classes (CSV's quoting).
+    from pipeline.cli import train_main
+    from pipeline.tasks.images import TASK
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=8)
+    names = {"circle": "none", "square": "a, b"}
+    for shape, name in names.items():
+        os.rename(os.path.join(data, shape), os.path.join(data, name))
+    model_dir = tmp_path / "model"
+    assert train_main(TASK, ["--data-dir", data, "--model-dir", str(model_dir), "--max-steps", "1",
+                             "--validation-fraction", "0", "--bootstrap-resamples", "20", "--positive-classes",
+                             '"none","a, b"', *SMALL]) == 0, capsys.readouterr().err[-2000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["clinical"]["referral"]["positive_classes"] == ["none", "a, b"]
+    assert sorted(results["class_names"]) == sorted(["none", "a, b", SHAPE_CLASSES[2]])
