@@ -25,7 +25,8 @@ SPLITS = ("train", "test")
 # The model dir lists each split's files one a line, and an export its class names: a name over two
 # lines would come back as two.
 _LINE_BREAK_IN_NAME = "has a line break in its name, which the model dir's split files cannot list (rename it)"
-_SPLIT_FOLDERS = frozenset({"train", "test", "validation", "val"})  # lowercased; validation is not used
+_VALIDATION_FOLDERS = frozenset({"validation", "val", "valid"})  # lowercased: beside train and test, not read
+_SPLIT_FOLDERS = frozenset(SPLITS) | _VALIDATION_FOLDERS
 
 
 @dataclasses.dataclass
@@ -94,6 +95,8 @@ def scan_class_folders(data_dir, channels=None, workers=4):
                              "(DIR/<class>/<image>)")
     top = {d.lower(): d for d in _class_dirs(data_dir)}
     presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
+    if not presplit:
+        _check_not_split_folders(data_dir, top)
     if presplit:
         class_names = tuple(_class_dirs(storage.join(data_dir, top["train"])))
         test_classes = set(_class_dirs(storage.join(data_dir, top["test"])))
@@ -127,6 +130,27 @@ def scan_class_folders(data_dir, channels=None, workers=4):
             raise InputDataError(f"no readable images of class {', '.join(repr(n) for n in empty)} in {folder} "
                                  "(JPEG, PNG, BMP or GIF); add some or remove the folder")
     return ClassFolders(data_dir, class_names, scans, gray, ignored, unread)
+
+
+def _check_not_split_folders(data_dir, top):
+    """Raises InputDataError when the folders of `data_dir` ({lowercased: name}), not a train/test layout,
+    look like one (train/ with val/ and no test/, say): they would be trained as classes. One class called
+    train or test among others is a class."""
+    named = sorted(top[n] for n in set(top) & _SPLIT_FOLDERS)
+    if len(named) < 2 or not set(top) & set(SPLITS):
+        return
+    others = sorted(top[n] for n in set(top) - _SPLIT_FOLDERS)
+    if "train" not in top:
+        fix = f"add {os.path.join(data_dir, 'train')} with the training images' class folders"
+    elif "test" not in top:
+        validation = next(top[n] for n in sorted(top) if n in _VALIDATION_FOLDERS)
+        fix = (f"add {os.path.join(data_dir, 'test')}, or pass --data-dir {os.path.join(data_dir, top['train'])} "
+               f"(split into train and test here) with --validation-dir {os.path.join(data_dir, validation)}")
+    else:
+        fix = f"move {', '.join(others)} out of it, or into train/ and test/ as classes"
+    raise InputDataError(f"{data_dir} holds the split folders {', '.join(named)}"
+                         f"{' beside ' + ', '.join(others) if others else ''}, which would be read as classes; "
+                         f"{fix}")
 
 
 def group_of(path, pattern):

@@ -21,6 +21,7 @@ def print_header(setup, cadence=None):
                   else "")
     print(f"{task.name}: {data.source} data, {data.num_train_examples} training{validation} / "
           f"{data.num_eval_examples} test images\n"
+          f"{_describe_classes(data.class_names)}"
           f"  devices:       {plan.description}\n"
           f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {setup.global_batch} "
           "global\n"
@@ -37,6 +38,15 @@ def print_header(setup, cadence=None):
           + (f"\n  recipe:        {data.recipe}" if data.recipe else "")
           + (f"\n  ema:           weights averaged with decay {args.ema:g} after every step; evaluations and the "
              "export use the average" if args.ema else ""), flush=True)
+
+
+def _describe_classes(class_names, shown=12):
+    """Returns the header's line naming the classes in label order (the first `shown` of more), or ''."""
+    if not class_names:
+        return ""
+    names = ", ".join(class_names[:shown]) + (f", ... ({len(class_names)} in all)" if len(class_names) > shown
+                                              else "")
+    return f"  classes:       {names}\n"
 
 
 def _describe_training(setup, scaling, resume):

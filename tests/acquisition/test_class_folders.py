@@ -40,6 +40,38 @@ def test_train_and_test_folders_are_used_as_they_are(tmp_path):
     assert folders.scans["train"].num_good == 12 and folders.scans["test"].num_good == 4
 
 
+@pytest.mark.parametrize("top, words", [
+    (("train", "val"), "holds the split folders train, val, which would be read as classes; add {root}/test, or "
+                       "pass --data-dir {root}/train (split into train and test here) with --validation-dir "
+                       "{root}/val"),
+    (("Train", "Valid"), "pass --data-dir {root}/Train"),
+    (("test", "validation"), "add {root}/train with the training images' class folders"),
+    (("train", "test", "extra"), "holds the split folders test, train beside extra, which would be read as "
+                                 "classes; move extra out of it"),
+])
+def test_split_folders_that_are_no_train_and_test_layout_are_not_trained_as_classes(tmp_path, top, words):
+    for split in top:
+        for name in ("a", "b"):
+            write_images(str(tmp_path / split / name), 2)
+    with pytest.raises(InputDataError, match=re.escape(words.format(root=tmp_path))):
+        class_folders.scan_class_folders(str(tmp_path))
+
+
+@pytest.mark.parametrize("classes", [("bus", "car", "train"), ("valid", "invalid"), ("test", "control")])
+def test_one_class_called_as_a_split_is_a_class(tmp_path, classes):
+    for name in classes:
+        write_images(str(tmp_path / name), 2)
+    assert class_folders.scan_class_folders(str(tmp_path)).class_names == tuple(sorted(classes))
+
+
+def test_train_and_test_beside_a_valid_folder_are_a_layout_that_names_it_unread(tmp_path):
+    for split in ("train", "test", "valid"):
+        for name in ("a", "b"):
+            write_images(str(tmp_path / split / name), 2)
+    folders = class_folders.scan_class_folders(str(tmp_path))
+    assert folders.presplit and folders.unread_folders == (str(tmp_path / "valid"),)
+
+
 def test_a_test_folder_without_a_class_of_train_is_named_as_such(tmp_path):
     """It said 'no readable images of class 'b' in .../test; add some or remove the folder' of a folder
     that is not there."""
