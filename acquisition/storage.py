@@ -43,6 +43,14 @@ def absolute(path):
     return path if is_url(path) else os.path.abspath(path)
 
 
+def same_folder(a, b):
+    """Returns whether the paths `a` and `b` name one folder: by their real paths on this machine (links
+    resolved, whether or not they exist), as strings without a trailing slash at URLs."""
+    if is_url(a) or is_url(b):
+        return str(a).rstrip("/") == str(b).rstrip("/")
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def bucket_of(url):
     """Returns 'gs://bucket' for 'gs://bucket/some/run' (the scheme and the first name)."""
     scheme, _, rest = str(url).partition("://")

@@ -49,22 +49,20 @@ class InitialWeights:
         return dataclasses.asdict(self)
 
 
-def resolve(init_from, model_dir):
-    """Returns the InitialWeights of --init-from `init_from` for a new run in `model_dir`. Raises FlagError
-    (exit 2) for a folder that is this run's own, missing or without a checkpoint; UsageError (exit 1) for
-    one another run is training in, or whose recorded checkpoint cannot be read."""
-    _check_folder(init_from, model_dir)
+def resolve(init_from):
+    """Returns the InitialWeights of --init-from `init_from` for a new run. Raises FlagError (exit 2) for a
+    folder that is missing or without a checkpoint; UsageError (exit 1) for one another run is training in,
+    or whose recorded checkpoint cannot be read."""
+    _check_folder(init_from)
     checkpoint, chosen = _best_or_newest(init_from)
     keys = model_dir_lib.read_checkpoint(checkpoint).get_variable_to_shape_map()
     return InitialWeights(storage.absolute(init_from), checkpoint, int(checkpoint.rsplit("-", 1)[1]), chosen,
                           any(key.startswith(SHADOW_PREFIX) for key in keys))
 
 
-def _check_folder(init_from, model_dir):
-    """Raises when `init_from` is `model_dir` itself, missing, or the model dir of a run still training."""
-    if storage.absolute(init_from) == storage.absolute(model_dir):
-        raise FlagError(f"--init-from {init_from} is this run's own --model-dir, which resumes from its own "
-                        "checkpoints without it; drop --init-from, or pass another run's model dir")
+def _check_folder(init_from):
+    """Raises when `init_from` is missing (at a URL: one on this machine is refused before, with this run's
+    own model dir, by pipeline.tasks.check_init_from_folder) or the model dir of a run still training."""
     if not storage.isdir(init_from):
         raise FlagError(f"--init-from {init_from}: no such folder; pass the --model-dir of a run that has trained")
     lock = storage.join(init_from, model_dir_lib.LOCK_FILE)  # (both only read: a URL's is a lease)

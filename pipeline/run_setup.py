@@ -129,6 +129,10 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     if not settings.eval_only and start_step < steps.max_steps:  # an evaluation builds no optimizer
         training_record.check_same_trainable_layers(record.segments, start_step,
                                                     training_record.trainable_layers_of(settings), settings.model_dir)
+        rate_changed = training_record.check_same_recipe(record.segments, start_step,
+                                                         training_record.recipe_of(settings), settings.model_dir)
+        if rate_changed:
+            log.warning(rate_changed)
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
@@ -152,7 +156,7 @@ def _initial_weights(settings):
     without the flag, or for a model dir that goes on from its own checkpoints."""
     if not getattr(settings, "init_from", None) or tf.train.latest_checkpoint(settings.model_dir):
         return None
-    return initial_weights.resolve(settings.init_from, settings.model_dir)
+    return initial_weights.resolve(settings.init_from)
 
 
 def _check_finishing_flags(settings, record, start_step, keeps_best):

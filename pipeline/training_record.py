@@ -31,8 +31,9 @@ class Segment:
     to `max_steps`, in `precision`, with or without --deterministic and its `seed`, at `image_size`, of
     `model`, averaging its weights with --ema's decay `ema`, with `trainable_layers` of its backbone trainable
     (see trainable_layers_of; the last eight None in records of earlier versions; the size, the model and the
-    layers None too for a job without --image-size, --model or --trainable-layers). A new run started from
-    another run's weights keeps their `init_from` (pipeline.initial_weights.InitialWeights.as_record)."""
+    layers None too for a job without --image-size, --model or --trainable-layers), under its `recipe`
+    (recipe_of). A new run started from another run's weights keeps their `init_from`
+    (pipeline.initial_weights.InitialWeights.as_record)."""
     start_step: int
     images_at_start: int
     global_batch: int
@@ -45,6 +46,7 @@ class Segment:
     ema: Optional[float] = None  # --ema's decay; None without it (or in records of earlier versions)
     trainable_layers: Optional[Union[int, str]] = None  # the backbone's last N layers, or 'all'
     init_from: Optional[dict] = None  # --init-from's checkpoint, in the segment of step 0
+    recipe: Optional[dict] = None  # what training does to the weights, by flag (recipe_of); None in earlier records
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -225,6 +227,52 @@ def check_convertible(segments, start_step, tflite, model_dir, eval_only, best_s
                     "--model-dir")
 
 
+# The flags that decide what training does to the weights beyond the graph (which --model, --image-size and
+# --trainable-layers decide). results.json describes a run by one value of each of RECIPE_FLAGS; the rate's
+# (RATE_FLAGS) may change on a resume, which then applies the rate its flags give (and reports this run's).
+RECIPE_FLAGS = ("augment", "label_smoothing", "mixup", "cutmix", "mix_switch_prob", "class_weight")
+RATE_FLAGS = ("learning_rate", "lr_scaling", "lr_schedule", "warm_up_epochs")
+
+
+def recipe_of(settings):
+    """Returns {'--augment': 'flip=horizontal,rotate=15', '--lr-schedule': 'cosine', ...}: each of RECIPE_FLAGS
+    and RATE_FLAGS that `settings` has, as the command line gives it."""
+    def text(value):
+        if isinstance(value, float):
+            return f"{value:g}"
+        if isinstance(value, (list, tuple)):  # --augment's (name, value) pairs
+            return ",".join(f"{name}={text(arg)}" for name, arg in value) or "none"
+        return str(value)
+    both_mixes = getattr(settings, "mixup", 0) and getattr(settings, "cutmix", 0)  # (the switch acts only then)
+    return {f"--{flag.replace('_', '-')}": text(getattr(settings, flag)) for flag in RECIPE_FLAGS + RATE_FLAGS
+            if hasattr(settings, flag) and (flag != "mix_switch_prob" or both_mixes)}
+
+
+def check_same_recipe(segments, start_step, recipe, model_dir):
+    """Raises FlagError (exit 2) when the steps before `start_step` trained under another value of one of
+    RECIPE_FLAGS than `recipe` (recipe_of's) gives, naming them: results.json would describe the whole run by
+    this one. Returns one line naming the RATE_FLAGS that changed, or None. Steps of an earlier version (no
+    recipe on record) are taken on trust."""
+    earlier = [s for s in segments if s.start_step < start_step and s.recipe is not None]
+    if not earlier or not start_step:
+        return None
+    theirs = earlier[-1].recipe
+    differ = [flag for flag in recipe if flag in theirs and theirs[flag] != recipe[flag]]
+    refused = [flag for flag in differ if flag[2:].replace("-", "_") in RECIPE_FLAGS]
+
+    def values(recipe_, flags):
+        return " ".join(f"{flag} {recipe_[flag]}" for flag in flags)
+    if refused:
+        raise FlagError(f"{values(recipe, refused)}: the steps to {start_step} in {model_dir} trained with "
+                        f"{values(theirs, refused)}; resume with {'that' if len(refused) == 1 else 'those'} (its "
+                        f"results describe one recipe), or pass another --model-dir (--init-from {model_dir} starts "
+                        "a new run from its weights)")
+    if differ:
+        return (f"{values(recipe, differ)}: the steps to {start_step} trained with {values(theirs, differ)}; the "
+                "rate follows this run's flags from here (training_progress.json keeps each run's)")
+    return None
+
+
 def check_same_model(segments, start_step, model, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` trained another --model than `model`: its
     checkpoint does not fit (or, worse, would fit) the network these flags build. Steps of an earlier
@@ -309,6 +357,7 @@ def record_start(model_dir, task_name, record, plan_, data, settings, init_from=
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps,
                         settings.precision, bool(settings.deterministic), settings.seed,
                         getattr(settings, "image_size", None), getattr(settings, "model", None),
-                        getattr(settings, "ema", None) or None, trainable_layers_of(settings), init_from))
+                        getattr(settings, "ema", None) or None, trainable_layers_of(settings), init_from,
+                        recipe_of(settings)))
     return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

@@ -5,7 +5,7 @@ import os
 import re
 
 from acquisition import storage
-from models import BACKBONES
+from models import BACKBONES, SCRATCH_MODELS
 from pipeline.errors import FlagError
 from pipeline.flag_types import RecordedStore, int_in_range, open_fraction
 from pipeline.tasks import Task
@@ -61,9 +61,13 @@ def add_flags(parser):
                             "and lists it in results.json")
 
 
-def check_paths(settings):
-    """Raises FlagError for a --data-dir on this machine that is no folder, or a --model-dir inside it (see
-    check_model_dir_outside_data_dir); a data dir at a URL is read later, by the job."""
+def check_flags(settings):
+    """Raises FlagError for ImageNet weights of a network trained from scratch, a --data-dir on this machine
+    that is no folder, or a --model-dir inside it (see check_model_dir_outside_data_dir); a data dir at a URL
+    is read later, by the job."""
+    if settings.model in SCRATCH_MODELS and settings.weights == "imagenet":
+        raise FlagError(f"--model {settings.model} is trained from scratch and has no ImageNet weights; pass "
+                        "--weights none, or a no-top .h5 PATH of its own")
     data_dir = settings.data_dir
     if data_dir and not settings.synthetic and not storage.is_url(data_dir) and not os.path.isdir(data_dir):
         raise FlagError(f"--data-dir {data_dir}: no such folder; pass a folder of class folders "
@@ -108,5 +112,5 @@ TASK = Task(
               "reference_batch_size": 32, "model_dir": os.path.join("runs", "images")},
     add_flags=add_flags,
     job=job,
-    check_settings=check_paths,
+    check_settings=check_flags,
 )

@@ -108,17 +108,9 @@ def _warn_of_unread_folders(unread, validation_dir):
     """Logs one line for each of `unread` (a split data dir's val/ or validation/) that --validation-dir
     (`validation_dir`) does not name: users who ship one expect it to be validated on."""
     for folder in unread:
-        if not validation_dir or not _same_folder(validation_dir, folder):
+        if not validation_dir or not storage.same_folder(validation_dir, folder):
             log.warning("%s is not read: this job trains on train/ and tests on test/; pass --validation-dir %s "
                         "to validate on its images", folder, folder)
-
-
-def _same_folder(a, b):
-    """Returns whether the paths `a` and `b` name one folder: by their real paths on this machine (links
-    resolved), as strings without a trailing slash at URLs."""
-    if storage.is_url(a) or storage.is_url(b):
-        return a.rstrip("/") == b.rstrip("/")
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _check_split_of_init_from(init_from, class_names, test_files):

@@ -200,3 +200,14 @@ def test_a_folder_of_100000_images_is_scanned_and_split(tmp_path):
     assert len(files) == 100000 and not folders.scans["all"].problems
     assert len(split["test"]) == 20000 and collections.Counter(l for _, l in split["test"]) == dict.fromkeys(
         range(10), 2000)
+
+
+def test_a_folder_of_one_class_s_images_names_its_parent(tmp_path):
+    write_images(str(tmp_path / "shapes" / "circle"), 3)
+    with pytest.raises(InputDataError, match=re.escape(f"{tmp_path}/shapes/circle holds 3 image(s) and no class "
+                                                       f"folders: it looks like one class's folder; pass --data-dir "
+                                                       f"{tmp_path}/shapes, whose every folder is a class")):
+        class_folders.scan_class_folders(str(tmp_path / "shapes" / "circle"))
+    write_images(str(tmp_path / "one" / "only"), 3)
+    with pytest.raises(InputDataError, match="holds 1 class folder"):
+        class_folders.scan_class_folders(str(tmp_path / "one"))

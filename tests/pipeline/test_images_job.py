@@ -3,6 +3,8 @@ import os
 
 import pytest
 
+from acquisition import storage
+
 from acquisition.errors import InputDataError
 from input_fns import CROP_VIEWS
 from pipeline.errors import FlagError
@@ -188,5 +190,5 @@ def test_a_val_folder_beside_train_and_test_is_named_when_it_is_not_read(tmp_pat
         assert len(images_job.validation_sides(args, images_job.load_dataset(args))["validation"][0]) == 6
         images_job._DATASETS.clear()
     assert not caplog.records
-    assert images_job._same_folder("gs://b/data/val/", "gs://b/data/val")
-    assert not images_job._same_folder("gs://b/data/val", "gs://b/data/validation")
+    assert storage.same_folder("gs://b/data/val/", "gs://b/data/val")
+    assert not storage.same_folder("gs://b/data/val", "gs://b/data/validation")

@@ -5,6 +5,7 @@ written."""
 import json
 import os
 import time
+import types
 import uuid
 
 import numpy as np
@@ -16,6 +17,7 @@ from models.optimizers import Adam
 from pipeline import initial_weights
 from pipeline.ema import shadow_key
 from pipeline.errors import FlagError, UsageError
+from pipeline.tasks import check_init_from_folder
 from pipeline.model_dir import LOCK_FILE
 from pipeline.validation.record import VALIDATION_FILE
 
@@ -191,10 +193,10 @@ def test_a_folder_another_run_is_training_in_is_refused_until_it_ends(tmp_path):
     held = locks.acquire(str(source / LOCK_FILE))
     try:
         with pytest.raises(UsageError, match=r"another run \(pid \d+ on .*\) is training there"):
-            initial_weights.resolve(str(source), str(tmp_path / "new"))
+            initial_weights.resolve(str(source))
     finally:
         locks.release(held)
-    assert initial_weights.resolve(str(source), str(tmp_path / "new")).step == 5
+    assert initial_weights.resolve(str(source)).step == 5
 
 
 def test_a_url_folder_whose_run_renews_its_lease_is_refused(tmp_path):
@@ -207,10 +209,10 @@ def test_a_url_folder_whose_run_renews_its_lease_is_refused(tmp_path):
              "ttl_seconds": locks.LEASE_SECONDS}))
     lease(5)
     with pytest.raises(UsageError, match=r"another run \(pid 4242 on elsewhere, renewed 5 s ago\) is training there"):
-        initial_weights.resolve(source, str(tmp_path / "new"))
+        initial_weights.resolve(source)
     lease(2 * locks.LEASE_SECONDS)  # no longer renewed: its run is gone, and the folder is read (no checkpoint)
     with pytest.raises(FlagError, match="checkpoint"):
-        initial_weights.resolve(source, str(tmp_path / "new"))
+        initial_weights.resolve(source)
     assert json.loads(storage.read_text(storage.join(source, LOCK_FILE)))["token"] == "theirs"  # only read
 
 
@@ -226,7 +228,7 @@ def test_the_best_checkpoint_on_validation_is_chosen_over_newer_ones(tmp_path):
     (source / VALIDATION_FILE).write_text(json.dumps({"evaluations": [], "best": {
         "step": 10, "checkpoint": "/elsewhere/run/best/model.ckpt-10", "export_dir": None,
         "validation_accuracy": 0.5, "validation_loss": 1.0}}))
-    chosen = initial_weights.resolve(str(source), str(tmp_path / "new"))
+    chosen = initial_weights.resolve(str(source))
     assert chosen == initial_weights.InitialWeights(str(source), str(source / "best" / "model.ckpt-10"), 10,
                                                     initial_weights.BEST, True)
     assert "step 10, its best on validation, its --ema average" in chosen.describe()
@@ -242,7 +244,7 @@ def test_without_a_best_the_newest_readable_checkpoint_is_chosen_and_nothing_the
     with open(source / "model.ckpt-10.index", "r+b") as f:  # damaged
         f.truncate(10)
     before = files_of(str(source))
-    chosen = initial_weights.resolve(str(source), str(tmp_path / "new"))
+    chosen = initial_weights.resolve(str(source))
     assert (chosen.checkpoint, chosen.step, chosen.chosen, chosen.averaged) == \
         (str(source / "model.ckpt-5"), 5, initial_weights.NEWEST, False)
     assert files_of(str(source)) == before  # the damaged one is skipped, not set aside: another run's folder
@@ -252,11 +254,16 @@ def test_folders_that_cannot_give_weights_are_refused(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(FlagError, match="holds no checkpoint"):
-        initial_weights.resolve(str(empty), str(tmp_path / "new"))
+        initial_weights.resolve(str(empty))
     with pytest.raises(FlagError, match="no such folder"):
-        initial_weights.resolve(str(tmp_path / "missing"), str(tmp_path / "new"))
-    with pytest.raises(FlagError, match="this run's own --model-dir"):
-        initial_weights.resolve(str(empty), str(empty) + "/")
+        initial_weights.resolve(str(tmp_path / "missing"))
+    os.symlink(str(empty), str(tmp_path / "link"))
+    for own in (str(empty) + "/", str(tmp_path / "link")):  # another spelling of the model dir, a link to it
+        with pytest.raises(FlagError, match="this run's own --model-dir"):
+            check_init_from_folder(types.SimpleNamespace(init_from=own, model_dir=str(empty)))
+    with pytest.raises(FlagError, match="no such folder"):
+        check_init_from_folder(types.SimpleNamespace(init_from=str(tmp_path / "missing"), model_dir=str(empty)))
+    check_init_from_folder(types.SimpleNamespace(init_from="gs://b/missing", model_dir=str(empty)))  # read later
 
 
 def test_an_unreadable_best_is_a_data_error_naming_it(tmp_path):
@@ -268,5 +275,5 @@ def test_an_unreadable_best_is_a_data_error_naming_it(tmp_path):
         "step": 10, "checkpoint": str(source / "best" / "model.ckpt-10"), "export_dir": None,
         "validation_accuracy": 0.5, "validation_loss": 1.0}}))
     with pytest.raises(UsageError, match="its best checkpoint .*model.ckpt-10 cannot be read") as raised:
-        initial_weights.resolve(str(source), str(tmp_path / "new"))
+        initial_weights.resolve(str(source))
     assert not isinstance(raised.value, FlagError)  # exit 1: the data, not the flag

@@ -68,10 +68,12 @@ def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
                      "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
-                               "model": None, "ema": None, "trainable_layers": None, "init_from": started_from},
+                               "model": None, "ema": None, "trainable_layers": None, "init_from": started_from,
+                               "recipe": {}},
                               {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
-                               "model": None, "ema": None, "trainable_layers": None, "init_from": None}]}
+                               "model": None, "ema": None, "trainable_layers": None, "init_from": None,
+                               "recipe": {}}]}
 
 
 def test_a_resume_on_other_data_is_refused(tmp_path):
@@ -244,3 +246,29 @@ def test_the_record_keeps_the_layers_the_images_job_resolves_from_its_weights():
     assert recorded("--model", "mobilenet_v2", "--weights", "none") == "all"
     assert recorded("--model", "mobilenet_v2", "--trainable-layers", "20") == 20
     assert progress.trainable_layers_of(FP32) is None  # the Fashion job has no backbone
+
+
+def recipe(**flags):
+    settings = dict(augment=(), label_smoothing=0.0, mixup=0.0, cutmix=0.0, mix_switch_prob=0.5, class_weight="none",
+                    learning_rate=1e-3, lr_scaling="linear", lr_schedule="constant", warm_up_epochs=0.0)
+    return progress.recipe_of(types.SimpleNamespace(**{**settings, **flags}))
+
+
+def test_a_resume_under_another_recipe_is_refused_and_another_rate_named():
+    first = progress.Segment(0, 0, 32, recipe=recipe(augment=(("flip", "horizontal"), ("rotate", 15.0))))
+    assert first.recipe["--augment"] == "flip=horizontal,rotate=15" and "--mix-switch-prob" not in first.recipe
+    same = recipe(augment=(("flip", "horizontal"), ("rotate", 15.0)))
+    assert progress.check_same_recipe([first], 10, same, "/m") is None
+    with pytest.raises(FlagError, match=r"^--augment none --class-weight balanced: the steps to 10 in /m trained "
+                                        "with --augment flip=horizontal,rotate=15 --class-weight none; resume with "
+                                        "those"):
+        progress.check_same_recipe([first], 10, recipe(class_weight="balanced"), "/m")
+    rate = {**same, **recipe(lr_schedule="cosine", learning_rate=0.01)}
+    rate["--augment"] = same["--augment"]
+    assert progress.check_same_recipe([first], 10, rate, "/m") == (
+        "--learning-rate 0.01 --lr-schedule cosine: the steps to 10 trained with --learning-rate 0.001 --lr-schedule "
+        "constant; the rate follows this run's flags from here (training_progress.json keeps each run's)")
+    both = recipe(mixup=0.2, cutmix=1.0)
+    assert both["--mix-switch-prob"] == "0.5"  # the switch counts when both mix
+    assert progress.check_same_recipe([progress.Segment(0, 0, 32)], 10, both, "/m") is None  # an earlier version's
+    assert progress.check_same_recipe([first], 0, both, "/m") is None  # nothing trained yet

@@ -82,6 +82,10 @@ def test_a_misspelt_flag_is_one_line_naming_the_nearest(script, argv, typo, mean
     ("train_images.py", ["--data-dir", "{tmp}/absent"], "--data-dir {tmp}/absent: no such folder"),
     ("train_images.py", ["--data-dir", "{tmp}", "--model-dir", "{tmp}/model"], "is inside --data-dir"),
     ("train_fashion.py", ["--min-delta", "0.01"], "--min-delta is the least improvement --patience counts"),
+    ("train_images.py", ["--data-dir", "{tmp}", "--model", "small_resnet", "--weights", "imagenet"],
+     "--model small_resnet is trained from scratch and has no ImageNet weights; pass --weights none"),
+    ("train_fashion.py", ["--init-from", "{tmp}/absent"], "--init-from {tmp}/absent: no such folder"),
+    ("train_oct.py", ["--init-from", "{tmp}/model/"], "is this run's own --model-dir"),
 ])
 def test_flags_refused_whatever_the_data_answer_without_importing_tensorflow(script, argv, words, tmp_path):
     argv = [a.format(tmp=tmp_path) for a in argv]

@@ -57,3 +57,27 @@ def test_a_resume_with_a_doubled_batch_trains_the_images_that_remain(fashion_dat
                                 "of 60,000 training images", "pass another --model-dir")
     assert other.returncode == 2  # a flag to drop, as a changed --test-fraction is
     assert {f: (model_dir / f).read_bytes() for f in before} == before
+
+
+def test_a_resume_under_another_recipe_is_refused_naming_the_flags_and_the_same_one_goes_on(tmp_path, capsys):
+    # results.json describes the run by one --augment, one schedule, ...: steps trained with others would be hidden.
+    from pipeline.cli import train_main
+    from pipeline.tasks.fashion import TASK
+    model_dir = tmp_path / "m"
+    recipe = ["--augment", "flip,translate=0.1", "--lr-schedule", "cosine", "--label-smoothing", "0.1"]
+
+    def run(*argv):
+        return train_main(TASK, ["--synthetic", "--model-dir", str(model_dir), "--batch-size", "16",
+                                 "--bootstrap-resamples", "20", *argv])
+    assert run("--max-steps", "2", *recipe) == 0, capsys.readouterr().err[-2000:]
+    capsys.readouterr()
+    assert run("--max-steps", "4", "--lr-schedule", "cosine") == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith(f"error: --augment none --label-smoothing 0: the steps to 2 in {model_dir} trained with "
+                         "--augment flip=horizontal,translate=0.1 --label-smoothing 0.1; resume with those (its results "
+                         f"describe one recipe), or pass another --model-dir (--init-from {model_dir} starts a new run "
+                         "from its weights)"), line
+    assert not list(model_dir.glob("model.ckpt-4.*"))
+    assert run("--max-steps", "4", *recipe, "--batch-size", "8") == 0  # another batch: the images that remain
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["global_step"] == 4 and results["augment"] == [["flip", "horizontal"], ["translate", 0.1]]
