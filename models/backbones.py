@@ -8,7 +8,7 @@ import tensorflow as tf
 from input_fns import FEATURE_KEY
 from models import SCRATCH_MODELS, WeightsUnavailableError
 from models.optimizers import Adam
-from models.scratch import scratch_network
+from models.scratch import BN_MOMENTUM, scratch_network
 
 HEADS = ("pool", "flatten")
 VGG16_BGR_MEANS = (103.939, 116.779, 123.68)  # keras.applications.vgg16's ImageNet means
@@ -53,12 +53,12 @@ def _preprocess(name, images):
     return tf.keras.layers.Rescaling(1.0, name="to_float")(images)  # EfficientNet rescales inside itself
 
 
-def _scratch(name, images, weights):
+def _scratch(name, images, weights, bn_momentum):
     """Returns the base of SCRATCH_MODELS' network `name` on uint8 `images`, with the weights of the
-    .h5 file `weights` loaded (None or 'none': random)."""
+    .h5 file `weights` loaded (None or 'none': random), its BatchNorm of `bn_momentum`."""
     if weights == "imagenet":
         raise WeightsUnavailableError(f"{name} has no ImageNet weights; pass --weights none or PATH")
-    base = _small_cnn(images) if name == "small_cnn" else scratch_network(name, images)
+    base = _small_cnn(images) if name == "small_cnn" else scratch_network(name, images, bn_momentum)
     if weights not in (None, "none"):
         base.load_weights(weights)
     return base
@@ -95,7 +95,8 @@ def _application(name, images, weights):
 
 
 def build_image_classifier(backbone, num_classes, image_size, channels, weights="none", trainable_layers=None,
-                           learning_rate=1e-3, input_name=FEATURE_KEY, class_weights=None, head="pool"):
+                           learning_rate=1e-3, input_name=FEATURE_KEY, class_weights=None, head="pool",
+                           bn_momentum=BN_MOMENTUM):
     """Returns the compiled classifier: `backbone` (a SCRATCH_MODELS network or a BACKBONES application) without
     its top, a `head` for the applications ('pool': global average pooling; 'flatten': the design's
     Flatten, as the OCT job's VGG16 has it), and a float32 softmax over `num_classes`.
@@ -106,7 +107,8 @@ def build_image_classifier(backbone, num_classes, image_size, channels, weights=
     no-top .h5 weights file. `trainable_layers`: the backbone's last N layers
     left trainable, the rest frozen (None: all). `class_weights` (one per class)
     multiply each example's cross-entropy by its true class's weight (a soft label's: each class's term
-    by its weight).
+    by its weight). `bn_momentum`: the BatchNorm momentum of a SCRATCH_MODELS network (see
+    models.scratch.moving_statistics_momentum).
     Raises WeightsUnavailableError for weights that cannot be had, ValueError
     for a trainable_layers beyond the backbone's layers.
     """
@@ -120,7 +122,7 @@ def build_image_classifier(backbone, num_classes, image_size, channels, weights=
                                               f"no-top {backbone} .h5 file, 'imagenet' or 'none'")
     inputs = tf.keras.Input(shape=tuple(image_size) + (channels,), dtype=tf.uint8, name=input_name)
     if backbone in SCRATCH_MODELS:  # each ends in its own features (Flatten, or pooling and dropout)
-        base = _scratch(backbone, inputs, weights)
+        base = _scratch(backbone, inputs, weights, bn_momentum)
         features = base.output
     else:
         base = _application(backbone, inputs, weights)

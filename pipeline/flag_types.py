@@ -4,6 +4,7 @@ exit 2. Nothing here imports TensorFlow."""
 import argparse
 import csv
 import difflib
+import sys
 
 import hooks
 from input_fns import AUGMENTATIONS, FLIP_DIRECTIONS
@@ -15,19 +16,35 @@ class ArgumentParser(argparse.ArgumentParser):
     `also_known`: another parser whose flags the same command line takes (a tool's, beside a job's)."""
     also_known = None
 
+    _argv = ()
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)  # (a missing flag's error names a misspelt one)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}{self._nearest(message)}; --help lists the flags\n")
 
     def _nearest(self, message):
-        if not message.startswith("unrecognized arguments:"):
-            return ""
+        """Returns ' (did you mean --max-steps?)' for the unknown flags of an unrecognized-arguments error, or
+        of the command line when a required flag is missing (--modle for --model); '' when none is near."""
         parsers = [self] + ([self.also_known] if self.also_known else [])
-        names = [flag[2:] for parser in parsers for flag in parser._option_string_actions  # '--' would count
-                 if flag.startswith("--") and flag != "--help"]
-        guesses = [difflib.get_close_matches(word.split("=")[0][2:], names, n=1, cutoff=0.6)
-                   for word in message.split()[2:] if word.startswith("--")]
-        named = [f"--{guess[0]}" for guess in guesses if guess]
-        return f" (did you mean {', '.join(named)}?)" if named else ""
+        known = {flag for parser in parsers for flag in parser._option_string_actions}
+        if message.startswith("unrecognized arguments:"):
+            words = message.split()[2:]
+        elif message.startswith("the following arguments are required:"):
+            words = [word for word in map(str, self._argv) if word.split("=")[0] not in known]
+        else:
+            return ""
+        names = [flag[2:] for flag in known if flag.startswith("--") and flag != "--help"]  # '--' would count
+        guesses = [(word.split("=")[0], difflib.get_close_matches(word.split("=")[0][2:], names, n=1, cutoff=0.6))
+                   for word in words if word.startswith("--")]
+        named = [f"--{guess[0]}" for _, guess in guesses if guess]
+        if not named:
+            return ""
+        given = [word for word, guess in guesses if guess]
+        return (f" (did you mean {', '.join(named)}?)" if message.startswith("unrecognized") else
+                f" ({', '.join(given)} given: did you mean {', '.join(named)}?)")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -35,8 +52,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     such flags say in their help what happens without them."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.default is False:
+        default = action.default
+        if default is None or default is False or (isinstance(default, (list, tuple)) and not default):
             return action.help
+        if isinstance(default, (list, tuple)) and all(isinstance(item, str) for item in default):
+            return f"{action.help} (default: {','.join(default)})"  # as the flag is typed, not a Python list
         return super()._get_help_string(action)
 
 

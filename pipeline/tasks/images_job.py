@@ -17,6 +17,7 @@ from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
 from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
+from models.scratch import moving_statistics_momentum
 from pipeline.errors import FlagError
 from pipeline.initial_weights import check_same_classes
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
@@ -327,6 +328,14 @@ def _model_report(args):
             "trainable_layers": layers_on_record(backbone["trainable_layers"])}
 
 
+def planned_steps(schedule):
+    """Returns the global steps a run's learning-rate `schedule` (a models.learning_rate.ScheduledRate) plans in
+    all, resumed or not: its images at the end over a step's; None for a fixed rate (a float)."""
+    if not hasattr(schedule, "total_images"):
+        return None
+    return -(-schedule.total_images // max(1, schedule.images_per_step))
+
+
 def build_model(args, learning_rate):
     """Returns the compiled classifier --model names, for the folder's classes and channels."""
     if args.synthetic:
@@ -339,7 +348,8 @@ def build_model(args, learning_rate):
     try:
         return build_image_classifier(args.model, num_classes, (args.image_size, args.image_size), channels,
                                       learning_rate=learning_rate, **backbone_settings(args),
-                                      input_name=FEATURE_KEY, class_weights=class_weights)
+                                      input_name=FEATURE_KEY, class_weights=class_weights,
+                                      bn_momentum=moving_statistics_momentum(planned_steps(learning_rate)))
     except ValueError as e:  # --trainable-layers beyond the backbone: known only once it is built
         raise FlagError(str(e)) from None
 

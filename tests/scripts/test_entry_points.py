@@ -97,6 +97,14 @@ def test_flags_refused_whatever_the_data_answer_without_importing_tensorflow(scr
     assert not (tmp_path / "model").exists()
 
 
+def test_a_misspelt_required_flag_is_named_beside_the_missing_one():
+    refused = probe("predict.py", "--modle=runs/x", "image.png")
+    assert refused.stderr.endswith("exit=2 tensorflow_imported=False\n"), refused.stderr[-2000:]
+    (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]
+    assert line == ("predict.py: error: the following arguments are required: --model (--modle given: did you mean "
+                    "--model?); --help lists the flags")
+
+
 def test_the_launcher_given_a_command_without_double_dash_says_where_it_goes():
     refused = probe("launch_local_cluster.py", "--workers", "1", "python", "train.py", "--max-steps", "5")
     (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]
