@@ -121,10 +121,14 @@ def scan_class_folders(data_dir, channels=None, workers=4):
     if len(class_names) < 2:
         folder = folders.get("train", data_dir)
         loose = sum(1 for name in storage.listdir(folder) if is_image_name(name))
+        if loose and not class_names and presplit:
+            raise InputDataError(f"{folder} holds {loose} image(s) and no class folders; train/ and test/ each "
+                                 "need one folder of images per class (train/<class>/<image>)")
         if loose and not class_names:
+            parent = os.path.dirname(storage.absolute(folder).rstrip("/"))
             raise InputDataError(f"{folder} holds {loose} image(s) and no class folders: it looks like one class's "
-                                 f"folder; pass --data-dir {os.path.dirname(storage.absolute(folder).rstrip('/'))}, whose every "
-                                 "folder is a class, if that is the dataset")
+                                 f"folder; pass --data-dir {parent}, whose every folder is a class, if that is the "
+                                 "dataset")
         raise InputDataError(f"{folder} holds {len(class_names)} class folder(s); "
                              "a classifier needs at least 2 (one folder of images per class)")
     scans, gray, ignored = {}, True, 0

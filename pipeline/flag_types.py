@@ -32,8 +32,9 @@ class ArgumentParser(argparse.ArgumentParser):
         known = {flag for parser in parsers for flag in parser._option_string_actions}
         if message.startswith("unrecognized arguments:"):
             words = message.split()[2:]
-        elif message.startswith("the following arguments are required:"):
-            words = [word for word in map(str, self._argv) if word.split("=")[0] not in known]
+        elif message.startswith("the following arguments are required:"):  # (not a prefix argparse took)
+            words = [word for word in map(str, self._argv) if word.split("=")[0] not in known and
+                     len([flag for flag in known if flag.startswith(word.split("=")[0])]) != 1]
         else:
             return ""
         names = [flag[2:] for flag in known if flag.startswith("--") and flag != "--help"]  # '--' would count
@@ -149,12 +150,10 @@ def name_list(text):
     quoting: a quote inside one is doubled)."""
     if text.strip().lower() == "none":
         return None
-    try:
-        fields = next(csv.reader([text], skipinitialspace=True, strict=True), [])
-    except csv.Error as e:
-        raise argparse.ArgumentTypeError(f"cannot read the names in {text!r} ({e}); put a name with a comma or a "
-                                         'quote in double quotes, a quote in it doubled ("a ""b"" c")') from None
-    names = tuple(n.strip() for n in fields)
+    if text.count('"') % 2:
+        raise argparse.ArgumentTypeError(f"cannot read the names in {text!r} (a quote is not closed); put a name "
+                                         'with a comma or a quote in double quotes, a quote in it doubled ("a ""b""")')
+    names = tuple(n.strip() for n in next(csv.reader([text], skipinitialspace=True), []))
     if not names or not all(names):
         raise argparse.ArgumentTypeError(f"expected comma-separated names such as CNV,DME, got {text!r}")
     repeated = sorted({n for n in names if names.count(n) > 1})

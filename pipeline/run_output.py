@@ -44,8 +44,8 @@ def _describe_classes(class_names, shown=12):
     """Returns the header's line naming the classes in label order (the first `shown` of more), or ''."""
     if not class_names:
         return ""
-    names = ", ".join(class_names[:shown]) + (f", ... ({len(class_names)} in all)" if len(class_names) > shown
-                                              else "")
+    names = ", ".join(f'"{name}"' if "," in name else name for name in class_names[:shown])  # 'a, b' is one
+    names += f", ... ({len(class_names)} in all)" if len(class_names) > shown else ""
     return f"  classes:       {names}\n"
 
 

@@ -240,8 +240,8 @@ def recipe_of(settings):
     def text(value):
         if isinstance(value, float):
             return f"{value:g}"
-        if isinstance(value, (list, tuple)):  # --augment's (name, value) pairs
-            return ",".join(f"{name}={text(arg)}" for name, arg in value) or "none"
+        if isinstance(value, (list, tuple)):  # --augment's (name, value) pairs, in any order the same
+            return ",".join(f"{name}={text(arg)}" for name, arg in sorted(value)) or "none"
         return str(value)
     both_mixes = getattr(settings, "mixup", 0) and getattr(settings, "cutmix", 0)  # (the switch acts only then)
     return {f"--{flag.replace('_', '-')}": text(getattr(settings, flag)) for flag in RECIPE_FLAGS + RATE_FLAGS

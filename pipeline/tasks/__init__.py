@@ -23,14 +23,18 @@ VALIDATION_FILES = "validation_files.txt"  # in the model dir: a folder dataset'
 
 def check_init_from_folder(settings):
     """Raises FlagError for --init-from naming this run's own --model-dir (whether or not it has checkpoints:
-    it never starts from itself) or a folder on this machine that does not exist; a URL's is read later."""
+    it never starts from itself) or a folder on this machine that does not exist, unless the model dir resumes
+    from its own checkpoints (it reads no --init-from then: the first run's may be gone); a URL's is read
+    later."""
     init_from = getattr(settings, "init_from", None)
     if not init_from:
         return
     if storage.same_folder(init_from, settings.model_dir):
         raise FlagError(f"--init-from {init_from} is this run's own --model-dir, which resumes from its own "
                         "checkpoints without it; drop --init-from, or pass another run's model dir")
-    if not storage.is_url(init_from) and not os.path.isdir(init_from):
+    model_dir = settings.model_dir
+    resumes = model_dir and not storage.is_url(model_dir) and os.path.isfile(os.path.join(model_dir, "checkpoint"))
+    if not storage.is_url(init_from) and not os.path.isdir(init_from) and not resumes:  # (a resume does not read it)
         raise FlagError(f"--init-from {init_from}: no such folder; pass the --model-dir of a run that has trained")
 
 

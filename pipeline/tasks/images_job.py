@@ -329,11 +329,11 @@ def _model_report(args):
 
 
 def planned_steps(schedule):
-    """Returns the global steps a run's learning-rate `schedule` (a models.learning_rate.ScheduledRate) plans in
-    all, resumed or not: its images at the end over a step's; None for a fixed rate (a float)."""
+    """Returns the global step a run's learning-rate `schedule` (a models.learning_rate.ScheduledRate) ends at:
+    the steps trained in all, a resume's earlier ones at their own batch included; None for a fixed rate."""
     if not hasattr(schedule, "total_images"):
         return None
-    return -(-schedule.total_images // max(1, schedule.images_per_step))
+    return schedule.step_at(schedule.total_images)
 
 
 def build_model(args, learning_rate):

@@ -208,6 +208,11 @@ def test_a_folder_of_one_class_s_images_names_its_parent(tmp_path):
                                                        f"folders: it looks like one class's folder; pass --data-dir "
                                                        f"{tmp_path}/shapes, whose every folder is a class")):
         class_folders.scan_class_folders(str(tmp_path / "shapes" / "circle"))
+    for split in ("train", "test"):  # a split layout without class folders
+        write_images(str(tmp_path / "split" / split), 2)
+    with pytest.raises(InputDataError, match=r"train holds 2 image\(s\) and no class folders; train/ and test/ each "
+                                             "need one folder of images per class"):
+        class_folders.scan_class_folders(str(tmp_path / "split"))
     write_images(str(tmp_path / "one" / "only"), 3)
     with pytest.raises(InputDataError, match="holds 1 class folder"):
         class_folders.scan_class_folders(str(tmp_path / "one"))

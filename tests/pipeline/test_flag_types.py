@@ -11,7 +11,8 @@ from pipeline.flag_types import name_list, names_text
     ("CNV,DME", ("CNV", "DME")), (" CNV , DME ", ("CNV", "DME")),
     ('"none"', ("none",)), ('"none",other', ("none", "other")),  # a class called none
     ('"a,b",c', ("a,b", "c")), ('c, "a,b"', ("c", "a,b")),  # a class whose name has a comma
-    ('"say ""hi""",x', ('say "hi"', "x")), ('a"b,c', ('a"b', "c")),  # quotes inside names
+    ('"say ""hi""",x', ('say "hi"', "x")), ('a""b,c', ('a""b', "c")),  # quotes inside names
+    ('"none" , CNV', ("none", "CNV")), (' "none" ', ("none",)),  # spaces around a quoted name
 ])
 def test_names_are_read_as_csv_fields(text, names):
     assert name_list(text) == names
@@ -19,7 +20,7 @@ def test_names_are_read_as_csv_fields(text, names):
 
 @pytest.mark.parametrize("text, words", [
     ("CNV,", "expected comma-separated names such as CNV,DME"), ("", "expected comma-separated names"),
-    (",", "expected comma-separated names"), ('"a,b', "cannot read the names in"),
+    (",", "expected comma-separated names"), ('"a,b', "a quote is not closed"),
     ("CNV,DME,CNV", "names CNV twice; give each name once"), ('"a",a', "names a twice"),
 ])
 def test_names_that_cannot_be_read_are_one_line(text, words):

@@ -192,3 +192,12 @@ def test_a_val_folder_beside_train_and_test_is_named_when_it_is_not_read(tmp_pat
     assert not caplog.records
     assert storage.same_folder("gs://b/data/val/", "gs://b/data/val")
     assert not storage.same_folder("gs://b/data/val", "gs://b/data/validation")
+
+
+def test_the_planned_steps_of_a_resume_at_another_batch_count_the_earlier_steps_at_theirs():
+    from models.learning_rate import ScheduledRate
+    # 30 steps of 64, then resumed at 8 a step to 20 more: the run ends at global step 50, not 1,920+160 / 8.
+    resumed = ScheduledRate(1e-3, 30 * 64 + 20 * 8, images_per_step=8, start_step=30, images_at_start=30 * 64)
+    assert images_job.planned_steps(resumed) == 50
+    assert images_job.planned_steps(ScheduledRate(1e-3, 100 * 32, images_per_step=32)) == 100
+    assert images_job.planned_steps(1e-3) is None  # a fixed rate (a network built outside a run)

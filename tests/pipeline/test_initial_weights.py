@@ -264,6 +264,8 @@ def test_folders_that_cannot_give_weights_are_refused(tmp_path):
     with pytest.raises(FlagError, match="no such folder"):
         check_init_from_folder(types.SimpleNamespace(init_from=str(tmp_path / "missing"), model_dir=str(empty)))
     check_init_from_folder(types.SimpleNamespace(init_from="gs://b/missing", model_dir=str(empty)))  # read later
+    (empty / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')  # it resumes: the source unread
+    check_init_from_folder(types.SimpleNamespace(init_from=str(tmp_path / "missing"), model_dir=str(empty)))
 
 
 def test_an_unreadable_best_is_a_data_error_naming_it(tmp_path):

@@ -257,7 +257,7 @@ def recipe(**flags):
 def test_a_resume_under_another_recipe_is_refused_and_another_rate_named():
     first = progress.Segment(0, 0, 32, recipe=recipe(augment=(("flip", "horizontal"), ("rotate", 15.0))))
     assert first.recipe["--augment"] == "flip=horizontal,rotate=15" and "--mix-switch-prob" not in first.recipe
-    same = recipe(augment=(("flip", "horizontal"), ("rotate", 15.0)))
+    same = recipe(augment=(("rotate", 15.0), ("flip", "horizontal")))  # another order: the same transforms
     assert progress.check_same_recipe([first], 10, same, "/m") is None
     with pytest.raises(FlagError, match=r"^--augment none --class-weight balanced: the steps to 10 in /m trained "
                                         "with --augment flip=horizontal,rotate=15 --class-weight none; resume with "
