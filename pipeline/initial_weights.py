@@ -106,12 +106,12 @@ def _newest_readable(init_from):
     raise FlagError(f"--init-from {init_from} holds no checkpoint; pass the --model-dir of a run that has trained")
 
 
-def load(keras_model, initial, ours=None):
+def load(keras_model, initial, settings=None):
     """Sets every weight of `keras_model` to its value in the checkpoint of `initial` (an InitialWeights),
     each trainable one averaged when the checkpoint holds its --ema shadow; returns how many were set.
     Raises FlagError (exit 2) when the checkpoint holds a model of another shape (another --model,
     --image-size, --channels or number of classes), naming the first differences and the shaping flags
-    the source run recorded other than this run's (`ours`: {'model': ..., 'image_size': ...})."""
+    the source run recorded other than this run's `settings`."""
     reader = model_dir_lib.read_checkpoint(initial.checkpoint)
     shapes = reader.get_variable_to_shape_map()
     object_based = OBJECT_GRAPH_KEY in shapes
@@ -122,7 +122,7 @@ def load(keras_model, initial, ours=None):
     unused = sorted(set(_layer_keys(shapes) if object_based else _named_weight_keys(shapes)) - set(raw))
     problems += [f"it has a weight this model lacks ({key.replace(_VALUE_SUFFIX, '')})" for key in unused[:1]]
     if problems:
-        differ = other_model_flags(initial.model_dir, ours or {})
+        differ = other_model_flags(initial.model_dir, settings)
         fix = (f"it was trained with {' '.join(differ)} (its {training_record.PROGRESS_FILE}): pass "
                f"{'those' if len(differ) > 1 else 'that'}" if differ else
                "pass the --model, --image-size and --channels it was trained with")
@@ -132,13 +132,13 @@ def load(keras_model, initial, ours=None):
     return len(chosen)
 
 
-def other_model_flags(model_dir, ours):
+def other_model_flags(model_dir, settings=None):
     """Returns the flags that shaped the model of the run in `model_dir`, as its training record keeps them,
-    where they differ from `ours` ({'model': 'small_cnn', 'image_size': 32}): ['--model vgg16', ...];
-    [] where none is recorded (a job without those flags, no record) or all are the same."""
+    where they differ from this run's `settings` (None: all): ['--model vgg16', ...]; [] where none is
+    recorded (a job without those flags, no record) or all are the same."""
     newest = training_record.newest_run(model_dir)
     return [f"--{flag} {newest[key]}" for flag, key in (("model", "model"), ("image-size", "image_size"))
-            if newest.get(key) is not None and newest.get(key) != ours.get(key)]
+            if newest.get(key) is not None and newest.get(key) != getattr(settings, key, None)]
 
 
 def _misfits(weights, keys, shapes):

@@ -244,8 +244,13 @@ def recipe_of(settings):
             return ",".join(f"{name}={text(arg)}" for name, arg in sorted(value)) or "none"
         return str(value)
     both_mixes = getattr(settings, "mixup", 0) and getattr(settings, "cutmix", 0)  # (the switch acts only then)
-    return {f"--{flag.replace('_', '-')}": text(getattr(settings, flag)) for flag in RECIPE_FLAGS + RATE_FLAGS
-            if hasattr(settings, flag) and (flag != "mix_switch_prob" or both_mixes)}
+    return {_flag(dest): text(getattr(settings, dest)) for dest in RECIPE_FLAGS + RATE_FLAGS
+            if hasattr(settings, dest) and (dest != "mix_switch_prob" or both_mixes)}
+
+
+def _flag(dest):
+    """Returns the command-line flag of the settings' `dest` ('--lr-schedule' for 'lr_schedule')."""
+    return f"--{dest.replace('_', '-')}"
 
 
 def check_same_recipe(segments, start_step, recipe, model_dir):
@@ -258,7 +263,7 @@ def check_same_recipe(segments, start_step, recipe, model_dir):
         return None
     theirs = earlier[-1].recipe
     differ = [flag for flag in recipe if flag in theirs and theirs[flag] != recipe[flag]]
-    refused = [flag for flag in differ if flag[2:].replace("-", "_") in RECIPE_FLAGS]
+    refused = [flag for flag in differ if flag in {_flag(dest) for dest in RECIPE_FLAGS}]
 
     def values(recipe_, flags):
         return " ".join(f"{flag} {recipe_[flag]}" for flag in flags)

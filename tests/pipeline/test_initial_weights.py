@@ -157,13 +157,14 @@ def test_a_misfit_names_the_flags_the_source_run_recorded_other_than_this_runs(t
         initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")))  # the newest run's
     with pytest.raises(FlagError, match=r"it was trained with --model resnet50 \(its training_progress.json\): "
                                         "pass that,"):
-        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")), {"image_size": 64})
+        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")),
+                             types.SimpleNamespace(image_size=64))
     with pytest.raises(FlagError, match=generic):  # the same flags: channels or classes differ, not these
         initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")),
-                             {"model": "resnet50", "image_size": 64})
+                             types.SimpleNamespace(model="resnet50", image_size=64))
     for damaged in ("{", "[]", '{"runs": []}', '{"runs": [7]}', '{"runs": "x"}'):
         (tmp_path / "training_progress.json").write_text(damaged)
-        assert initial_weights.other_model_flags(str(tmp_path), {}) == []
+        assert initial_weights.other_model_flags(str(tmp_path)) == []
 
 
 def test_a_name_based_checkpoint_without_a_weight_or_with_one_more_is_refused(tmp_path):
