@@ -19,6 +19,7 @@ from acquisition import locks, storage
 from pipeline import model_dir as model_dir_lib, training_record
 from pipeline.ema import SHADOW_PREFIX, shadow_key, unwrapped, variable_name
 from pipeline.errors import FlagError, UsageError
+from pipeline.init_from import no_such_folder
 from pipeline.results import RESULTS_FILE
 from pipeline.validation.record import read_record
 
@@ -62,9 +63,9 @@ def resolve(init_from):
 
 def _check_folder(init_from):
     """Raises when `init_from` is missing (at a URL: one on this machine is refused before, with this run's
-    own model dir, by pipeline.tasks.check_init_from_folder) or the model dir of a run still training."""
+    own model dir, by pipeline.init_from.check_folder) or the model dir of a run still training."""
     if not storage.isdir(init_from):
-        raise FlagError(f"--init-from {init_from}: no such folder; pass the --model-dir of a run that has trained")
+        raise no_such_folder(init_from)
     lock = storage.join(init_from, model_dir_lib.LOCK_FILE)  # (both only read: a URL's is a lease)
     lease = locks.Lease(lock) if storage.is_url(init_from) else None
     training = lease.holder() if lease else locks.held_by(lock)

@@ -6,36 +6,18 @@ its benchmark input variants, importable without TensorFlow; its job module (fas
 when the arguments are known good. Nothing outside this package names a task.
 """
 import dataclasses
-import os
 from typing import Callable, Optional, Sequence
 
 from acquisition import storage
 from acquisition.files import write_text_atomically
-from pipeline.errors import FlagError
 from input_fns import FEATURE_KEY  # noqa: F401 (the jobs' feature key, the models' input layer name)
+from pipeline import init_from
 FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
 # --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
 AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}
 # The benchmark's --input-only variant every task has: its own training input.
 DEFAULT_INPUT_VARIANTS = ("pipeline",)
 VALIDATION_FILES = "validation_files.txt"  # in the model dir: a folder dataset's validation split, one path a line
-
-
-def check_init_from_folder(settings):
-    """Raises FlagError for --init-from naming this run's own --model-dir (whether or not it has checkpoints:
-    it never starts from itself) or a folder on this machine that does not exist, unless the model dir resumes
-    from its own checkpoints (it reads no --init-from then: the first run's may be gone); a URL's is read
-    later."""
-    init_from = getattr(settings, "init_from", None)
-    if not init_from:
-        return
-    if storage.same_folder(init_from, settings.model_dir):
-        raise FlagError(f"--init-from {init_from} is this run's own --model-dir, which resumes from its own "
-                        "checkpoints without it; drop --init-from, or pass another run's model dir")
-    model_dir = settings.model_dir
-    resumes = model_dir and not storage.is_url(model_dir) and os.path.isfile(os.path.join(model_dir, "checkpoint"))
-    if not storage.is_url(init_from) and not os.path.isdir(init_from) and not resumes:  # (a resume does not read it)
-        raise FlagError(f"--init-from {init_from}: no such folder; pass the --model-dir of a run that has trained")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +84,8 @@ class Task:
 
     def check(self, settings):
         """Raises FlagError for `settings` this task refuses whatever its data: an --init-from every job
-        refuses (check_init_from_folder), then its check_settings'."""
-        check_init_from_folder(settings)
+        refuses (pipeline.init_from.check_folder), then its check_settings'."""
+        init_from.check_folder(settings)
         if self.check_settings is not None:
             self.check_settings(settings)
 

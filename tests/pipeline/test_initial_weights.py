@@ -17,7 +17,7 @@ from models.optimizers import Adam
 from pipeline import initial_weights
 from pipeline.ema import shadow_key
 from pipeline.errors import FlagError, UsageError
-from pipeline.tasks import check_init_from_folder
+from pipeline.init_from import check_folder as check_init_from_folder
 from pipeline.model_dir import LOCK_FILE
 from pipeline.validation.record import VALIDATION_FILE
 
