@@ -19,7 +19,7 @@ import tensorflow as tf
 from benchmark.sweep import SWEEP_SETS
 from hooks.loss_watch import DivergenceError
 from models.optimizers import precision
-from pipeline import estimator as estimator_lib
+from pipeline import estimator as estimator_lib, model_dir as model_dir_lib
 from pipeline.errors import UsageError
 from pipeline.run_setup import prepare
 from pipeline.settings import settings_of
@@ -79,7 +79,7 @@ def measure_time_to_accuracy(task, task_args, plan, config, target, seed, time_b
         hooks = build_training_hooks(setup, stop_hook(over_budget), validation).adding(listeners=[validation])
         diverged = _train(setup, estimator, hooks)
         train_seconds = time.perf_counter() - started
-        final_step = estimator_lib.latest_global_step(model_dir)
+        final_step = model_dir_lib.latest_global_step(model_dir)
     return {**_outcome(setup, validation, hooks, target, diverged), "validation_seconds": validation.seconds,
             "final_step": final_step, "budget_steps": setup.max_steps, "time_budget_seconds": time_budget,
             "train_seconds": train_seconds, "images_per_sec": (hooks.throughput() or {}).get("images_per_sec"),

@@ -9,6 +9,9 @@ function every time an input_fn was called: for training, each evaluation and ea
 # The feature every input_fn yields its images under. model_to_estimator matches features to the
 # Keras model's inputs by name, so the models name their input layer the same (models import it).
 FEATURE_KEY = "image"
+# The feature an evaluation input yields each image's file name under (not a model input: the Estimator's
+# model_fn takes it out of the features and hands it to the test report's score collector).
+FILE_KEY = "file"
 
 # --augment's transforms, named here so that command lines can offer them without TensorFlow
 # (see input_fns.augmentation): each takes a value, a direction for flip and a number for the rest.

@@ -15,7 +15,7 @@ from cluster.tf_config import read_tf_config, without_evaluator
 from cluster.watch import ClusterWatch
 from hooks.stepping import OwnStepsHook
 from hooks.stop import SessionStartedHook
-from pipeline import estimator as estimator_lib, results as results_lib, training_record as progress
+from pipeline import model_dir as model_dir_lib, results as results_lib, training_record as progress
 from pipeline.validation import agreed_stop
 
 # How often a worker rechecks whether the chief has initialized (or restored) the variables.
@@ -46,7 +46,7 @@ def training_finished(model_dir, max_steps=None, current_stop=None):
     meanwhile (slow to answer on a loaded machine) must not be taken for a lost one. `current_stop`
     (an agreed_stop.CurrentStop made at the task's start) reads the stop record, setting aside an
     earlier run's; without it the record is read as it is."""
-    step = estimator_lib.latest_global_step(model_dir)
+    step = model_dir_lib.latest_global_step(model_dir)
     # An early stop every trainer agreed on (pipeline.validation.agreed_stop).
     stopped = current_stop() if current_stop is not None else agreed_stop.read_stop(model_dir)
     if stopped is not None and step >= stopped["stop_after_step"]:
@@ -113,7 +113,7 @@ def wait_for_chief_checkpoint(cluster, model_dir, step, wait_secs):
     chief writes that checkpoint as its session ends, and the worker's own last line names it."""
     deadline, said = time.monotonic() + wait_secs, False
     chief = cluster.addresses["chief"][0]
-    while estimator_lib.latest_global_step(model_dir) < step:
+    while model_dir_lib.latest_global_step(model_dir) < step:
         if time.monotonic() >= deadline or probe(chief) is not None:
             return False
         if not said:

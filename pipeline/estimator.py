@@ -14,13 +14,12 @@ from acquisition import storage
 from hooks.checkpoint_saver import CadenceCheckpointSaverHook, CheckpointCadence
 from hooks.scores import add_scores_to_collection
 from hooks.stop import add_stop_agreement
-from input_fns import augmentation, mixing as mixing_lib
+from input_fns import FILE_KEY, augmentation, mixing as mixing_lib
 from models import GRAPH_REWRITE_PRECISIONS
 from pipeline.batching import batch_sizes_for_replicas
 from pipeline import determinism, ema as ema_lib, initial_weights, mfu as mfu_lib, model_dir as model_dir_lib
 from pipeline.mixing import mixing_of
 from pipeline.metrics import CROSS_ENTROPY, mean_cross_entropy, per_class_metric_ops
-from pipeline.tasks import FILE_KEY
 from pipeline.validation.best import index_digest
 from serving.export import with_class_names
 
@@ -416,13 +415,6 @@ def run_as_written(model_fn):
     whole chain: 3.6 s of a 20 s Fashion run on 2 replicas); it branches on Python values only, and the
     Estimator calls it as written on one device."""
     return tf_decorator.make_decorator(model_fn, tf.autograph.experimental.do_not_convert(model_fn))
-
-
-def latest_global_step(model_dir):
-    """Returns the global step of the newest checkpoint in `model_dir`, or 0 if there is none."""
-    checkpoint = tf.train.latest_checkpoint(model_dir)
-    match = re.search(r"-(\d+)$", checkpoint or "")
-    return int(match.group(1)) if match else 0
 
 
 def replica_batched_input_fn(input_fn, num_examples, batch_size, replicas):

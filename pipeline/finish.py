@@ -7,8 +7,8 @@ import logging
 import tensorflow as tf
 
 from acquisition import faults, storage
-from pipeline import ema as ema_lib, estimator as estimator_lib, evaluation_report, initial_weights, mfu as mfu_lib, mixing, results as results_lib, \
-    training_record, tta
+from pipeline import ema as ema_lib, evaluation_report, initial_weights, mfu as mfu_lib, mixing, model_dir as model_dir_lib, \
+    results as results_lib, training_record, tta
 from pipeline.run_output import print_summary
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.machine import describe_cpu
@@ -35,7 +35,7 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     dict. `figures` is (model FLOPs per image, the peak)."""
     args, data = setup.settings, setup.data
     throughput = hooks.throughput()
-    steps_run = 0 if args.eval_only else estimator_lib.latest_global_step(args.model_dir) - setup.start_step
+    steps_run = 0 if args.eval_only else model_dir_lib.latest_global_step(args.model_dir) - setup.start_step
     if throughput is None and steps_run > 0:  # the steps this run trained: fewer than planned after an early stop
         log.warning("no throughput measured: %s", _why_untimed(args, steps_run))
     best = validation.record["best"] if validation else None
@@ -100,7 +100,7 @@ def _export_dir(setup, estimator, best, eval_step):
 def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_step):
     args, data, plan = setup.settings, setup.data, setup.plan
     model_flops, peak = figures
-    step = estimator_lib.latest_global_step(args.model_dir)
+    step = model_dir_lib.latest_global_step(args.model_dir)
     segments = training_record.read(args.model_dir, setup.task.name).segments
     images_trained = training_record.images_at(segments, step, setup.global_batch)[0]
     return results_lib.RunResults(

@@ -228,6 +228,13 @@ def _checkpoint_files(model_dir):
     return found
 
 
+def latest_global_step(model_dir):
+    """Returns the global step of the newest checkpoint in `model_dir`, or 0 if there is none."""
+    checkpoint = tf.train.latest_checkpoint(model_dir)
+    match = re.search(r"-(\d+)$", checkpoint or "")
+    return int(match.group(1)) if match else 0
+
+
 def read_checkpoint(prefix):
     """Returns a reader of the checkpoint `prefix`. Not tf.train.load_checkpoint: where the file system
     calls a prefix a folder (ram://, TF 2.15) it looks for a checkpoint inside it and finds none."""

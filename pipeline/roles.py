@@ -17,7 +17,7 @@ from pipeline import determinism, ema as ema_lib, evaluation_report, initial_wei
 from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
     wait_for_chief_checkpoint, watch_evaluator, watch_parameter_server, watch_trainer
 from pipeline.errors import FlagError, TrainingError, UsageError
-from pipeline.estimator import build_estimator, build_run_config, latest_global_step
+from pipeline.estimator import build_estimator, build_run_config
 from pipeline.finish import finish
 from pipeline.logs import configure_logging
 from pipeline.machine import resolved_precision
@@ -111,7 +111,7 @@ def run_chief(task, settings, cluster, stop):
         if validation is not None and not stop.requested():
             # The Estimator calls no saving listener in a cluster, so neither the listener's end(): the
             # final step's evaluation comes here, after the final checkpoint (none after an early stop).
-            validation.end(None, latest_global_step(settings.model_dir))
+            validation.end(None, model_dir_lib.latest_global_step(settings.model_dir))
         if stop.requested():
             raise Interrupted(stop.received, hooks.stop.stopped_at_step)
         return finish(setup, estimator, hooks, figures, seconds, validation,

@@ -115,7 +115,7 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                     skipped=data.report.get("skipped_files", ()))
     if check_checkpoint:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
-    start_step = estimator_lib.latest_global_step(settings.model_dir)
+    start_step = model_dir_lib.latest_global_step(settings.model_dir)
     if start_step and validates:
         check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files)
     training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,

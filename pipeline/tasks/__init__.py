@@ -10,9 +10,8 @@ from typing import Callable, Optional, Sequence
 
 from acquisition import storage
 from acquisition.files import write_text_atomically
-from input_fns import FEATURE_KEY  # noqa: F401 (the jobs' feature key, the models' input layer name)
+from input_fns import FEATURE_KEY, FILE_KEY  # noqa: F401 (the jobs' feature keys: the models' input, the file names)
 from pipeline import init_from
-FILE_KEY = "file"  # an evaluation input's feature holding each image's file name (not a model input)
 # --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
 AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}
 # The benchmark's --input-only variant every task has: its own training input.

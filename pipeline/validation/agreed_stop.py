@@ -27,7 +27,7 @@ from tensorflow_estimator.python.estimator import training as training_lib
 
 from acquisition import storage
 from acquisition.files import write_json_atomically
-from pipeline import estimator as estimator_lib
+from pipeline import model_dir as model_dir_lib
 
 log = logging.getLogger(__name__)
 STOP_FILE = "stop.json"
@@ -74,12 +74,12 @@ class CurrentStop:
     def __init__(self, model_dir):
         self._model_dir = model_dir
         self._found_at_start = read_stop(model_dir)
-        self._step_at_start = estimator_lib.latest_global_step(model_dir) if self._found_at_start else None
+        self._step_at_start = model_dir_lib.latest_global_step(model_dir) if self._found_at_start else None
 
     def __call__(self):
         record = read_stop(self._model_dir)
         if record is not None and record == self._found_at_start \
-                and estimator_lib.latest_global_step(self._model_dir) <= self._step_at_start:
+                and model_dir_lib.latest_global_step(self._model_dir) <= self._step_at_start:
             return None
         return record
 
