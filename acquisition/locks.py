@@ -41,22 +41,29 @@ def acquire(path, wait=False):
     `wait`, logs who holds it and blocks until it is free. The lock lasts until
     release(fd) or the end of the process.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not wait:
-                raise LockHeld(path, _owner(fd)) from None
-            log.info("waiting for %s, which holds %s", _owner(fd), path)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+            _lock_exclusively(fd, path, wait)
+            if os.fstat(fd).st_nlink:  # (0: its last holder removed the file before letting go, release_and_remove)
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # and lock the file now at `path`
+
+
+def _lock_exclusively(fd, path, wait):
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if not wait:
+            raise LockHeld(path, _owner(fd)) from None
+        log.info("waiting for %s, which holds %s", _owner(fd), path)
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def share(path):
@@ -92,6 +99,15 @@ def release(fd):
     """Releases a lock taken by acquire()."""
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
+
+
+def release_and_remove(fd, path):
+    """Removes the lock file at `path`, then releases the lock taken on it by acquire(): a process that
+    opened the file before it went finds it gone once it gets the lock, and locks the path anew."""
+    try:
+        os.unlink(path)
+    finally:
+        release(fd)
 
 
 @contextlib.contextmanager

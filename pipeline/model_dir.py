@@ -39,7 +39,7 @@ def locked(model_dir):
     path = storage.join(model_dir, LOCK_FILE)
     lease = locks.Lease(path) if storage.is_url(model_dir) else None
     try:
-        held = lease.acquire() if lease else locks.acquire(path)
+        held = lease.acquire() if lease else _acquire_in(model_dir, path)
     except locks.LockHeld as e:
         wait = f"wait for it to finish (or, if it is gone, {lease.ttl:.0f} s for its lease to expire)" if lease \
             else "wait for it to finish"
@@ -49,6 +49,54 @@ def locked(model_dir):
         yield
     finally:
         lease.release() if lease else locks.release(held)
+
+
+def _acquire_in(model_dir, path):
+    try:
+        return locks.acquire(path)
+    except FileNotFoundError:  # a run that failed there removed the folder it made (removed_if_left_empty)
+        os.makedirs(model_dir, exist_ok=True)
+        return locks.acquire(path)
+
+
+@contextlib.contextmanager
+def removed_if_left_empty(model_dir, made):
+    """Removes the local folder `model_dir` when the block raises, this run made it (`made`: the outermost
+    folder it made, `model_dir` or a parent, which go too) and it holds nothing but its lock file: a run that
+    failed on its data leaves no folder behind. The folder is removed under its lock (see
+    locks.release_and_remove), so a run that took the lock meanwhile keeps it."""
+    try:
+        yield
+    except BaseException:
+        if made and _removed_if_empty(model_dir):
+            folder = os.path.abspath(model_dir)
+            while folder != made and folder != os.path.dirname(folder):  # the parents it made, innermost first
+                folder = os.path.dirname(folder)
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break
+        raise
+
+
+def _removed_if_empty(model_dir):
+    """Returns whether `model_dir`, holding nothing but its free lock file, was removed."""
+    path = os.path.join(model_dir, LOCK_FILE)
+    try:
+        if os.listdir(model_dir) != [LOCK_FILE]:
+            return False
+        held = locks.acquire(path)
+    except (OSError, locks.LockHeld):
+        return False
+    if os.listdir(model_dir) != [LOCK_FILE]:
+        locks.release(held)
+        return False
+    locks.release_and_remove(held, path)
+    try:
+        os.rmdir(model_dir)
+    except OSError:
+        return False
+    return True
 
 
 @contextlib.contextmanager

@@ -49,13 +49,14 @@ def run(task, args):
     task.check(settings)
     cluster = resolve_cluster(settings)
     settings = resolved_precision(settings, in_cluster=cluster is not None)  # refused before any folder is made
-    ensure_writable_dir(settings.model_dir)
+    made_model_dir = ensure_writable_dir(settings.model_dir)
     if cluster is not None and settings.eval_only:
         raise FlagError("--eval-only evaluates a trained model dir on one machine; run it without a cluster "
                         "(no TF_CONFIG, no --cluster slurm)")
     role = ROLES[cluster.task_type] if cluster is not None else run_local
     ema_lib.check(settings, role in (run_local, run_chief))  # the roles that write the model dir read it
-    with StopSignals() as stop, precision(settings.precision), determinism.turned_on(settings):
+    with model_dir_lib.removed_if_left_empty(settings.model_dir, made_model_dir), StopSignals() as stop, \
+            precision(settings.precision), determinism.turned_on(settings):
         return role(task, settings, cluster, stop)
 
 

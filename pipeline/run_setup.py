@@ -51,8 +51,9 @@ class RunSetup:
 
 
 def ensure_writable_dir(path):
-    """Creates `path` if needed; raises UsageError when it cannot be written to. A URL (gs://...) is
-    checked through tf.io.gfile, a file written and removed, and never made a local folder."""
+    """Creates `path` if needed; returns the outermost local folder it made (`path` or one of its parents), or
+    None. Raises UsageError when it cannot be written to. A URL (gs://...) is checked through tf.io.gfile, a file written and removed, and never made
+    a local folder."""
     if storage.is_url(path):
         probe = storage.join(path, f".tmp-write-check-{uuid.uuid4().hex[:8]}")
         try:
@@ -62,7 +63,11 @@ def ensure_writable_dir(path):
         except tf.errors.OpError as e:
             raise UsageError(f"cannot write to the model dir {path}: {storage.url_failure(path, e.message)}; "
                              "pass --model-dir with a folder or bucket you can write to") from None
-        return
+        return None
+    made = None
+    parent = os.path.abspath(path)
+    while not os.path.isdir(parent) and os.path.dirname(parent) != parent:
+        made, parent = parent, os.path.dirname(parent)
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -70,6 +75,7 @@ def ensure_writable_dir(path):
     except OSError as e:
         raise UsageError(f"cannot write to the model dir {path} ({e.strerror}); "
                          "pass --model-dir with a folder you can write to") from None
+    return made
 
 
 def local_plan(settings):

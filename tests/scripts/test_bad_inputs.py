@@ -14,9 +14,10 @@ import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from pipeline.flags import build_parser
-from pipeline.model_dir import LOCK_FILES
+from pipeline.model_dir import LOCK_FILE, LOCK_FILES
 from pipeline.roles import run
 from pipeline.tasks.fashion import TASK as FASHION
 from tests.bad_data import fashion_copy, idx_with_wrong_magic, idx_with_mismatched_counts, idx_truncated, data_dir_is_a_file, oct_copy, oct_unknown_class, oct_empty_class, oct_no_images, oct_and_records_manifest, oct_only_val, oct_with
@@ -255,3 +256,26 @@ def test_ds_store_files_are_not_images(oct_sample, tmp_path):
                                                                                             "NORMAL"))
     assert scan.bad_files == [] and not any(f.endswith(".DS_Store") for f in scan.files)
     assert np.sum(list(scan.class_counts().values())) == 105
+
+
+def test_a_run_that_fails_on_its_data_leaves_no_folder_it_made(tmp_path):
+    """A new model dir (and the parents made for it) goes when the run stops on its data with nothing in it;
+    a folder that was there stays, and so does a model dir holding anything but its lock."""
+    data = tmp_path / "pictures"
+    for name in ("a", "b"):
+        (data / name).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(np.full((8, 8), 40 * i, np.uint8)).save(data / name / f"{i}.png")
+    (data / "a" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (tmp_path / "there").mkdir()
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine\n")
+    for model_dir in ("runs/new/model", "there", "there/model", "kept"):
+        result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_images.py"), "--data-dir",
+                                 str(data), "--model-dir", str(tmp_path / model_dir), "--max-steps", "1"],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1
+        assert_clean_failure(result, "broken.png has no PNG header")
+    assert sorted(os.listdir(tmp_path)) == ["kept", "pictures", "there"]
+    assert os.listdir(tmp_path / "there") == [LOCK_FILE]  # made by the user: emptied of nothing of theirs
+    assert sorted(os.listdir(tmp_path / "kept")) == sorted([LOCK_FILE, "notes.txt"])

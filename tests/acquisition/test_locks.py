@@ -1,0 +1,29 @@
+"""The flock lock of a local model dir: one holder at a time, through a holder that removes the file."""
+import os
+import threading
+import time
+
+import pytest
+
+from acquisition import locks
+
+
+def test_a_waiter_on_a_lock_file_its_holder_removed_locks_the_file_now_at_the_path(tmp_path, caplog):
+    path = str(tmp_path / "lock")
+    held = locks.acquire(path)
+    got = {}
+    caplog.set_level("INFO", logger=locks.__name__)
+    waiter = threading.Thread(target=lambda: got.update(fd=locks.acquire(path, wait=True)), daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while "waiting for" not in caplog.text:  # the waiter has opened the file and waits in flock
+        assert time.monotonic() < deadline, "the waiter never waited"
+        time.sleep(0.01)
+    locks.release_and_remove(held, path)
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert os.fstat(got["fd"]).st_nlink == 1  # not the removed file
+    assert os.fstat(got["fd"]).st_ino == os.stat(path).st_ino
+    with pytest.raises(locks.LockHeld):  # so a third process is refused, not given a lock of its own
+        locks.acquire(path)
+    locks.release(got["fd"])
