@@ -8,6 +8,8 @@ import re
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.python.training import checkpoint_state_pb2  # (not in TF 2.15's public API)
 
 from acquisition import locks, storage
 from pipeline.errors import UsageError
@@ -239,8 +241,7 @@ def forget_checkpoint_cut_before_its_meta_graph(model_dir):
     older = [p for p in (state.all_model_checkpoint_paths if state else []) if p != newest]
     if not newest or storage.exists(newest + ".meta") or not any(storage.exists(p + ".meta") for p in older):
         return []
-    tf.compat.v1.train.update_checkpoint_state(model_dir, os.path.basename(older[-1]),
-                                               all_model_checkpoint_paths=[os.path.basename(p) for p in older])
+    write_checkpoint_state(model_dir, older)
     name = os.path.basename(newest)
     return [storage.join(model_dir, f) for f in storage.listdir(model_dir) if f.startswith(name + ".")]
 
@@ -257,6 +258,16 @@ def checkpoint_cut_before_it_was_recorded(model_dir):
     return [path for prefix, (step, files) in _checkpoint_files(model_dir).items()
             if (step > newest if newest is not None else checkpoint_problem(storage.join(model_dir, prefix)))
             for path in files]
+
+
+def write_checkpoint_state(model_dir, checkpoints):
+    """Writes the `checkpoint` file of `model_dir` naming `checkpoints` (prefixes, oldest first; the last is the
+    one a run resumes from) by their names alone, as the Estimator's Savers write them. Not through
+    update_checkpoint_state: given a relative model dir, it names them relative to the working directory
+    ('../../model.ckpt-23'), and TensorFlow then finds none of them."""
+    names = [os.path.basename(p) for p in checkpoints]
+    state = checkpoint_state_pb2.CheckpointState(model_checkpoint_path=names[-1], all_model_checkpoint_paths=names)
+    storage.write_atomically(storage.join(model_dir, "checkpoint"), text_format.MessageToString(state))
 
 
 def _newest_recorded_step(state):
@@ -358,8 +369,7 @@ def point_state_here(model_dir):
         return
     log.warning("%s's checkpoint file names checkpoints in %s: the model dir was moved or copied; it now names "
                 "those here", model_dir, os.path.dirname(state.model_checkpoint_path))
-    tf.compat.v1.train.update_checkpoint_state(model_dir, os.path.basename(state.model_checkpoint_path),
-                                               all_model_checkpoint_paths=[os.path.basename(p) for p in paths])
+    write_checkpoint_state(model_dir, paths)
 
 
 def restorable_checkpoint(model_dir):
@@ -368,16 +378,23 @@ def restorable_checkpoint(model_dir):
 
     Newer damaged ones (a truncated data file from a full disk, a flipped byte, a
     missing index) are renamed `<file>.damaged` and named in a warning, and the
-    `checkpoint` file is rewritten to point at the one kept. Raises UsageError when
-    checkpoints exist but none can be read.
+    `checkpoint` file is rewritten to point at the one kept, as it is when it is missing, damaged or names
+    another (TensorFlow would start from step 0). Raises UsageError when checkpoints exist but none can be
+    read.
     """
     point_state_here(model_dir)
     skipped = []
-    for prefix in candidate_checkpoints(model_dir):
+    candidates = candidate_checkpoints(model_dir)
+    for prefix in candidates:
         problem = checkpoint_problem(prefix)
         if problem is None:
             if skipped:
                 _set_aside(model_dir, prefix, skipped)
+            elif not _resumes_from(model_dir, prefix):
+                log.warning("%s's checkpoint file is missing or damaged, or names no checkpoint there: it now names "
+                            "%s, the newest that reads back, which a run resumes from", model_dir,
+                            os.path.basename(prefix))
+                write_checkpoint_state(model_dir, candidates[candidates.index(prefix):][::-1])
             return prefix
         skipped.append((prefix, problem))
     if skipped:
@@ -385,6 +402,12 @@ def restorable_checkpoint(model_dir):
             f"no checkpoint in {model_dir} can be read ({'; '.join(f'{os.path.basename(p)}: {why}' for p, why in skipped)}); "
             "move them away to train from scratch, or pass another --model-dir")
     return None
+
+
+def _resumes_from(model_dir, prefix):
+    """Returns whether TensorFlow, reading the `checkpoint` file, resumes `model_dir` from `prefix`."""
+    latest = tf.train.latest_checkpoint(model_dir)
+    return latest is not None and os.path.basename(latest) == os.path.basename(prefix)
 
 
 def set_aside_diverged(model_dir, nan_step):
@@ -424,5 +447,4 @@ def _set_aside(model_dir, kept, skipped):
     damaged = {os.path.basename(p) for p, _ in skipped}
     kept_names = [os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else [])
                   if os.path.basename(p) not in damaged]
-    tf.compat.v1.train.update_checkpoint_state(model_dir, os.path.basename(kept),
-                                               all_model_checkpoint_paths=kept_names or [os.path.basename(kept)])
+    write_checkpoint_state(model_dir, kept_names or [kept])

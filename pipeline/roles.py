@@ -183,14 +183,22 @@ def _no_input():
 
 def _already_finished(setup):
     """Returns the results of a run already finished at these settings (re-printed), or None. Raises
-    UsageError for --eval-only of a model dir with no checkpoint."""
+    UsageError for --eval-only of a model dir with no checkpoint, FlagError for a --max-steps below the step
+    an unfinished model dir reached."""
     settings = setup.settings
     if settings.eval_only:
         if not setup.start_step:
             raise UsageError(f"--eval-only needs a trained model dir, and {settings.model_dir} holds no checkpoint; "
                              "train first (without --eval-only), or pass the --model-dir of a trained run")
         return None
-    return _finished_results(setup) if setup.start_step >= setup.max_steps else None
+    if setup.start_step < setup.max_steps:
+        return None
+    finished = _finished_results(setup)
+    if finished is None and setup.start_step > setup.max_steps:  # stopped before its report, past this run's end
+        raise FlagError(f"--max-steps {setup.max_steps}: {settings.model_dir} has trained to step {setup.start_step} "
+                        f"already, and training cannot go back; pass --max-steps {setup.start_step} or more to "
+                        "finish that run, or another --model-dir")
+    return finished
 
 
 def _finished_results(setup, stopped_because=None):

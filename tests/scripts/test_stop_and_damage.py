@@ -153,16 +153,50 @@ def remove_index(prefix):
     os.remove(prefix + ".index")
 
 
+def relative(train, model_dir):
+    """Returns `train` naming `model_dir` relative to its parent, the working directory to run it from (a
+    relative --model-dir, as the default runs/<job> is: checkpoint files rewritten for it named
+    '../../model.ckpt-10')."""
+    return dict(args=[os.path.basename(model_dir) if arg == str(model_dir) else arg for arg in train],
+                cwd=model_dir.parent)
+
+
 @pytest.mark.parametrize("damage", [truncate_data, flip_a_byte, remove_index])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(two_checkpoints, damage):
     model_dir, train = two_checkpoints
     damage(str(model_dir / "model.ckpt-20"))
-    result = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(**relative(train, model_dir), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "checkpoint model.ckpt-20 is set aside" in result.stderr and "resumes from model.ckpt-10" in result.stderr
     results = json.loads((model_dir / "results.json").read_text())
     assert results["start_global_step"] == 10 and results["global_step"] == 30
     assert any(f.startswith("model.ckpt-20.") and f.endswith(".damaged") for f in os.listdir(model_dir))
+
+
+@pytest.mark.parametrize("damage", ["removed", "cut short"])
+def test_a_missing_or_damaged_checkpoint_file_resumes_from_the_newest_checkpoint(two_checkpoints, damage):
+    # TensorFlow finds no checkpoint without it, and trained from step 0 over the run's own checkpoints.
+    model_dir, train = two_checkpoints
+    state = model_dir / "checkpoint"
+    state.unlink() if damage == "removed" else state.write_bytes(state.read_bytes()[:25])
+    result = subprocess.run(**relative(train, model_dir), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checkpoint file is missing or damaged" in result.stderr and "it now names model.ckpt-20" in result.stderr
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["start_global_step"] == 20 and results["global_step"] == 30
+    runs = json.loads((model_dir / "training_progress.json").read_text())["runs"]
+    assert [(run["start_step"], run["max_steps"]) for run in runs] == [(0, 10), (10, 20), (20, 30)]  # none from 0
+
+
+def test_a_max_steps_below_the_step_an_unfinished_run_reached_is_one_line(two_checkpoints):
+    # Stopped before its report (no results.json): it planned -10 steps and reported max_steps 10 at step 20.
+    model_dir, train = two_checkpoints
+    os.remove(model_dir / "results.json")
+    before = sorted(os.listdir(model_dir))
+    result = subprocess.run(train[:-2] + ["--max-steps", "10"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert_clean_failure(result, "--max-steps 10:", "has trained to step 20 already", "--max-steps 20 or more")
+    assert sorted(os.listdir(model_dir)) == before
 
 
 def test_no_readable_checkpoint_is_one_line(two_checkpoints):
@@ -294,7 +328,7 @@ def test_a_checkpoint_cut_before_its_meta_graph_is_trained_again(two_checkpoints
     # A kill between the Saver's writing of the `checkpoint` file and of the newest checkpoint's .meta.
     model_dir, train = two_checkpoints
     os.remove(model_dir / "model.ckpt-20.meta")
-    result = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(**relative(train, model_dir), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     results = json.loads((model_dir / "results.json").read_text())
     assert results["start_global_step"] == 10 and results["global_step"] == 30  # steps 11-20 trained again
