@@ -70,10 +70,11 @@ def shown_path(path):
     return repr(path) if has_line_break(path) else path
 
 
-def check_bad_files(scans, on_bad_image):
+def check_bad_files(scans, on_bad_image, listed_in="results.json"):
     """Raises InputDataError naming the first bad file of the FolderScans `scans` (the splits of one
     dataset), its problem and how many more there are in them all, when `on_bad_image` is 'fail';
-    with 'skip' such files are left out, warned of in one line, and nothing is raised."""
+    with 'skip' such files are left out, warned of in one line naming the file `listed_in` that lists
+    them (skipped_files), and nothing is raised."""
     if on_bad_image not in BAD_IMAGE_POLICIES:
         raise ValueError(f"on_bad_image must be one of {BAD_IMAGE_POLICIES}, got {on_bad_image!r}")
     problems = {f: problem for scan in scans for f, problem in scan.problems.items()}
@@ -84,9 +85,9 @@ def check_bad_files(scans, on_bad_image):
                              "or pass --on-bad-image=skip to leave such files out")
     if problems:
         first = min(problems)
-        log.warning("%d bad image file%s left out (--on-bad-image skip), the first %s %s; results.json lists "
-                    "each (skipped_files)", len(problems), "" if len(problems) == 1 else "s", shown_path(first),
-                    problems[first])
+        log.warning("%d bad image file%s left out (--on-bad-image skip), the first %s %s; %s lists each "
+                    "(skipped_files)", len(problems), "" if len(problems) == 1 else "s", shown_path(first),
+                    problems[first], listed_in)
 
 
 def jpeg_frame_header(f):

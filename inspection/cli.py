@@ -50,6 +50,7 @@ def _inspect(args, task, task_args):
 
     configure_logging(task_args.verbose)
     data = task.prepare_data(task_args, task_args.batch_size)
+    batch_size = data.recipe_values.get("batch_size", task_args.batch_size)  # (the shipped sample's recipe, say)
     report = input_report.inspect_batches(data.train_input_fn, args.batches, len(data.class_names),
                                           input_report.input_context(args.workers, args.worker_index))
     report.update(input_report.class_mix(report["class_counts_per_batch"], data.train_class_counts))
@@ -60,14 +61,14 @@ def _inspect(args, task, task_args):
     first_labels = report.pop("first_labels")
     report.pop("first_images")
     report.update(task=task.name, data_source=data.source, class_names=list(data.class_names),
-                  batch_size=task_args.batch_size, workers=args.workers, worker_index=args.worker_index,
+                  batch_size=batch_size, workers=args.workers, worker_index=args.worker_index,
                   train_examples=data.num_train_examples, first_batch_labels=first_labels.tolist(),
                   sheet=os.path.abspath(args.sheet) if args.sheet else None)
     if args.json:
         print(json.dumps(report))
     else:
         header = (f"{task.name}: training input of {data.source} data ({data.num_train_examples} images), "
-                  f"batch {task_args.batch_size}, worker {args.worker_index + 1} of {args.workers}")
+                  f"batch {batch_size}, worker {args.worker_index + 1} of {args.workers}")
         print(input_report.format_report(report, data.class_names, header))
         if args.sheet:
             print(f"contact sheet of the first batch: {report['sheet']}")

@@ -221,7 +221,7 @@ def prepare_records(data_dir, out_dir, image_size, on_bad_image="fail", num_shar
     root = dataset_root(data_dir)
     scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS) for split in ("train", "test")}
-    image_checks.check_bad_files(scans.values(), on_bad_image)
+    image_checks.check_bad_files(scans.values(), on_bad_image, listed_in=storage.join(out_dir, shards.MANIFEST))
     listed = [f for scan in scans.values() for f in scan.files]
     source = {"dataset": retinal_oct.DATASET, "root": root, "files": shards.fingerprint(listed),
               "image_size": image_size, "train_order_seed": seed, "num_shards": list(num_shards)}

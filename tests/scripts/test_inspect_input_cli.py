@@ -14,8 +14,9 @@ SCRIPT = os.path.join(ROOT, "scripts", "inspect_input.py")
 BATCHES = 100
 
 
-def inspect(*argv, cwd=None):
-    result = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=600, cwd=cwd)
+def inspect(*argv, cwd=None, env=None):
+    result = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=600, cwd=cwd,
+                            env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -63,6 +64,17 @@ def test_one_workers_share_text_report_and_contact_sheet(full_oct_tree, tmp_path
     assert [sum(map(int, line.split()[1:])) for line in lines[2:7]] == [32] * 5
     assert "class mix over 5 batches (160 images) against the dataset's:" in result.stdout
     assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_shipped_sample_is_inspected_in_its_recipe_s_batches(tmp_path):
+    # Offline, with no dataset in HOME: the training job falls back to the sample and trains it in batches of
+    # 32 (its recipe), which the report called batches of 512 (the flag's default).
+    offline = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}  # refused at once
+    result = inspect("--task", "fashion", "--batches", "2", "--json", env=dict(os.environ, HOME=str(tmp_path),
+                                                                                  **offline))
+    report = json.loads(result.stdout)
+    assert report["data_source"].startswith("real (shipped")
+    assert report["batch_size"] == 32 == np.sum(report["class_counts_per_batch"][0])
 
 
 def test_synthetic_data_says_it_repeats_one_batch():
