@@ -21,7 +21,14 @@ def int_list(text):
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"expected numbers greater than 0, got {text!r}")
+    _check_distinct(values)
     return values
+
+
+def _check_distinct(values):
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:  # each would be swept again, doubling the run for no figure
+        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given more than once; name each value once")
 
 
 def choice_list(choices):
@@ -32,6 +39,7 @@ def choice_list(choices):
         if unknown or not values:
             raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'empty list'}; "
                                              f"choose from {', '.join(choices)}")
+        _check_distinct(values)
         return values
     return parse
 
@@ -102,6 +110,10 @@ def parse_args(parser, argv):
                      f"{max(args.cpu_replicas)}")
     if args.input_only and args.tiny_model:
         parser.error("argument --tiny-model: --input-only measures no model; use one or the other")
+    if args.input_only and args.engines:
+        parser.error("argument --engines: --input-only trains no model; use one or the other")
+    if args.variants and not args.input_only:
+        parser.error("argument --variants: it names --input-only's input variants; give --input-only too")
     if args.target_accuracy is None:
         if args.time_budget is not None:
             parser.error("argument --time-budget: it bounds --target-accuracy's runs; give --target-accuracy too")

@@ -143,7 +143,8 @@ def input_variant(args, variant, batch_size, workdir):
                                        feature_key=FEATURE_KEY), 0
     if variant == "pipeline":
         return prepare_data(args, batch_size).train_input_fn, 0
-    images, labels = fashion_mnist.load_split(args.data_dir, "train")
+    data_dir, _ = _dataset_or_sample(args)  # the 'pipeline' variant's data (offline: the shipped sample)
+    images, labels = fashion_mnist.load_split(data_dir, "train")
     return baselines.design_array_input_fn(
         (images[..., None] / 255.0).astype(np.float32),
         np.eye(fashion_mnist.NUM_CLASSES, dtype=np.float32)[labels], batch_size, FEATURE_KEY), 0

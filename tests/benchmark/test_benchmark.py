@@ -106,6 +106,15 @@ def test_bad_sweep_flags_are_refused(capsys):
         main(["--task", "fashion", "--input-only", "--tiny-model"])
     assert exit_info.value.code == 2
     assert "--input-only measures no model" in capsys.readouterr().err
+    # Flags that would have been ignored, or swept twice, are refused too.
+    for argv, message in ((["--variants", "design"], "give --input-only too"),
+                          (["--input-only", "--engines", "keras"], "--input-only trains no model"),
+                          (["--cpu-replicas", "1,2,1"], "1 given more than once"),
+                          (["--precision", "fp32,bf16,fp32"], "fp32 given more than once")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--task", "fashion", *argv])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err, argv
 
 
 def test_an_output_it_could_not_write_or_would_overwrite_is_refused_before_any_measurement(tmp_path, capsys):
@@ -221,3 +230,20 @@ def test_engines_are_compared_repeat_by_repeat_with_an_interval_of_the_median():
     median, low, high = benchmark_report.median_interval([0.9, 1.0, 1.1, 1.2, 0.95, 1.05])
     assert low < median < high and 0.9 <= low and high <= 1.2
     assert benchmark_report.median_interval([0.9, 1.0, 1.1, 1.2, 0.95, 1.05]) == (median, low, high)
+
+
+def test_the_fashion_input_variants_fall_back_to_the_shipped_sample_offline(tmp_path):
+    # The 'design' variant read the full dataset's IDX files straight from --data-dir: offline, the benchmark
+    # measured 'pipeline' (on the sample) and then stopped on a missing file.
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    offline = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}  # refused at once
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "benchmark.py"), "--task", "fashion",
+                             "--input-only", "--variants", "pipeline,design", "--batch-size", "32", "--repeats", "1",
+                             "--warm-up-steps", "1", "--timed-steps", "2", "--output", str(tmp_path / "out")],
+                            env=dict(os.environ, HOME=str(tmp_path), **offline), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(tmp_path / "out" / "results.csv") as f:
+        assert sorted(row["data"] for row in csv.DictReader(f)) == ["design", "pipeline"]

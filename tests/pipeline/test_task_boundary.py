@@ -66,11 +66,11 @@ def test_a_task_defined_here_trains_benchmarks_inspects_and_predicts(tmp_path, m
     assert results["task"] == "tiny" and results["replicas"] == 2 and results["eval_examples"] == 32
 
     from benchmark.cli import main as benchmark
-    for mode, expected in (([], {("estimator", "real")}), (["--input-only"], {("input", "pipeline")})):
+    for mode, expected in ((["--engines", "estimator", "--data", "real"], {("estimator", "real")}),
+                           (["--input-only"], {("input", "pipeline")})):
         out = str(tmp_path / f"bench{len(mode)}")
-        assert benchmark(["--task", "tiny", "--data-dir", str(data), "--engines", "estimator", "--data", "real",
-                          "--repeats", "1", "--warm-up-steps", "1", "--timed-steps", "2", "--output", out,
-                          *mode]) == 0
+        assert benchmark(["--task", "tiny", "--data-dir", str(data), "--repeats", "1", "--warm-up-steps", "1",
+                          "--timed-steps", "2", "--output", out, *mode]) == 0
         with open(os.path.join(out, "results.csv")) as f:
             rows = list(csv.DictReader(f))
         assert {(r["engine"], r["data"]) for r in rows} == expected and float(rows[0]["images_per_sec"]) > 0
