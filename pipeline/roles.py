@@ -184,7 +184,7 @@ def _no_input():
 def _already_finished(setup):
     """Returns the results of a run already finished at these settings (re-printed), or None. Raises
     UsageError for --eval-only of a model dir with no checkpoint, FlagError for a --max-steps below the step
-    an unfinished model dir reached."""
+    an unfinished model dir reached or, where only the report is left to write, another precision or batch."""
     settings = setup.settings
     if settings.eval_only:
         if not setup.start_step:
@@ -198,6 +198,9 @@ def _already_finished(setup):
         raise FlagError(f"--max-steps {setup.max_steps}: {settings.model_dir} has trained to step {setup.start_step} "
                         f"already, and training cannot go back; pass --max-steps {setup.start_step} or more to "
                         "finish that run, or another --model-dir")
+    if finished is None:  # stopped before its report: this run writes it
+        training_record.check_report_flags(setup.record.segments, setup.start_step, settings.precision,
+                                           setup.global_batch, settings.model_dir)
     return finished
 
 

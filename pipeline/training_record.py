@@ -181,6 +181,24 @@ def _check_countable(images, flag, value):
                         f"(2**53, in the learning-rate schedule's float64); pass a smaller {flag}")
 
 
+def check_report_flags(segments, start_step, precision, global_batch, model_dir):
+    """Raises FlagError (exit 2) when a run that only writes the report of a model dir trained to `start_step`
+    (stopped after its last step, before its report) asks for another precision or global batch than the last
+    steps trained in: results.json would describe that training by this run's flags."""
+    trained = [s for s in segments if s.start_step < start_step]
+    if not trained:
+        return
+    last, differ = trained[-1], []
+    if last.precision and last.precision != precision:
+        differ.append(f"--precision {last.precision}")
+    if last.global_batch != global_batch:
+        differ.append(f"a global batch of {last.global_batch} (--batch-size x replicas)")
+    if differ:
+        raise FlagError(f"{model_dir} trained to its final step {start_step}, and only its report is left to write: "
+                        f"its last steps trained with {' and '.join(differ)}, not this run's; run with those to write "
+                        "it (or --eval-only to evaluate it with these)")
+
+
 def check_reproducible(segments, start_step, deterministic, seed, model_dir, precision=None):
     """Raises FlagError (exit 2) when a --deterministic run would resume from steps trained otherwise:
     without --deterministic, with another seed, or in another precision than `precision`. Its results

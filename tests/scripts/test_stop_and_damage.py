@@ -199,6 +199,23 @@ def test_a_max_steps_below_the_step_an_unfinished_run_reached_is_one_line(two_ch
     assert sorted(os.listdir(model_dir)) == before
 
 
+def test_a_run_left_only_its_report_to_write_is_refused_another_precision_or_batch(two_checkpoints):
+    # Killed after its last step, before results.json: a run with other flags wrote that report, naming its own
+    # precision and batch as the training's (the test evaluation ran in them too).
+    model_dir, train = two_checkpoints
+    os.remove(model_dir / "results.json")
+    trained_in = json.loads((model_dir / "training_progress.json").read_text())["runs"][-1]["precision"]
+    other = "fp32" if trained_in == "bf16" else "bf16"
+    before = sorted(os.listdir(model_dir))
+    base = train[:-2] + ["--max-steps", "20"]
+    for flags, named in ((["--precision", other], f"--precision {trained_in}"),
+                         (["--batch-size", "8"], "a global batch of 16")):
+        result = subprocess.run(base + flags, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2
+        assert_clean_failure(result, "trained to its final step 20, and only its report is left to write", named)
+        assert sorted(os.listdir(model_dir)) == before
+
+
 def test_no_readable_checkpoint_is_one_line(two_checkpoints):
     model_dir, train = two_checkpoints
     before = sorted(os.listdir(model_dir))
