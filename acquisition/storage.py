@@ -237,6 +237,18 @@ _CAUSES = {  # words in a TensorFlow file-system error -> what they mean to a us
 }
 
 
+def op_error_line(error):
+    """Returns the line of a TensorFlow OpError that says what went wrong: in graph mode its message
+    opens with 'Graph execution error:' and where the failing node was defined, and that is not it."""
+    for line in error.message.splitlines():
+        if line.strip() and not line[0].isspace() and not line.startswith(_OP_ERROR_FRAME):
+            return line.strip()
+    return type(error).__name__
+
+
+_OP_ERROR_FRAME = ("Graph execution error:", "Detected at node", "Detected in the process", "Node: ", "[[")
+
+
 def url_failure(url, message):
     """Returns one line saying why the file system of `url` failed, from TensorFlow's error `message`:
     the bucket, the cause (its 'error details', or first line) and, when known, what it means."""

@@ -8,7 +8,7 @@ import select
 import sys
 import traceback
 
-from acquisition.storage import url_failure
+from acquisition.storage import op_error_line, url_failure
 from cluster.isolation import with_network_advice
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
@@ -170,7 +170,8 @@ def _tensorflow_failure(error, args):
         words = next((words for words in _TF_IO_WORDS if words in line), None)
         if words is not None:
             path = _PATH.search(line)
-            return _io_failure(_TF_IO_WORDS[words], words, path.group(0) if path else None, args)
+            what = line.strip() if words == _NOT_A_FOLDER and not path else words  # (it names a relative path)
+            return _io_failure(_TF_IO_WORDS[words], what, path.group(0) if path else None, args)
     # Saver.restore's words for a checkpoint of another graph: other shapes, or other variables
     # (a loss-scaling optimizer's under --precision fp16, say).
     if any(words in error.message for words in _MISMATCH):
@@ -201,18 +202,6 @@ def _tensorflow_failure(error, args):
 _DAMAGED_RECORD = ("truncated record", "corrupted record", "Read less bytes than requested")
 
 
-def op_error_line(error):
-    """Returns the line of a TensorFlow OpError that says what went wrong: in graph mode its message
-    opens with 'Graph execution error:' and where the failing node was defined, and that is not it."""
-    for line in error.message.splitlines():
-        if line.strip() and not line[0].isspace() and not line.startswith(_OP_ERROR_FRAME):
-            return line.strip()
-    return type(error).__name__
-
-
-_OP_ERROR_FRAME = ("Graph execution error:", "Detected at node", "Detected in the process", "Node: ", "[[")
-
-
 # What to do about a failed file operation, by its errno; {flag} is the flag naming the path.
 _IO_ADVICE = {
     errno.ENOSPC: "the disk is full: free some space on it, or pass another {flag}",
@@ -234,9 +223,10 @@ _TF_ERROR_NUMBERS = {"PermissionDeniedError": errno.EACCES, "UnauthenticatedErro
                      "NotFoundError": errno.ENOENT, "ResourceExhaustedError": errno.ENOSPC}
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\",;)]+")
 # TensorFlow's file errors carry no errno: their words, mapped to one.
+_NOT_A_FOLDER = "is not a directory"  # (a file where the run makes a folder: <model dir>/export, say)
 _TF_IO_WORDS = {"No space left on device": errno.ENOSPC, "File too large": errno.EFBIG,
                 "Disk quota exceeded": errno.EDQUOT, "Read-only file system": errno.EROFS,
-                "Too many open files": errno.EMFILE}
+                "Too many open files": errno.EMFILE, _NOT_A_FOLDER: errno.ENOTDIR}
 # The local file a TensorFlow file error names, where it names one (not a URL's path).
 _PATH = re.compile(r"(?<![\w:/.])/[^\s;,'\"]+")
 

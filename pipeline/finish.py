@@ -3,12 +3,14 @@ the exports for devices, --tflite), results.json (and TensorBoard's hparams) and
 chief finish; nothing else does."""
 import datetime
 import logging
+import os
 
 import tensorflow as tf
 
 from acquisition import faults, storage
 from pipeline import ema as ema_lib, evaluation_report, initial_weights, mfu as mfu_lib, mixing, model_dir as model_dir_lib, \
     results as results_lib, training_record, tta
+from pipeline.errors import UsageError
 from pipeline.run_output import print_summary
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.machine import describe_cpu
@@ -28,6 +30,15 @@ def _why_untimed(args, steps_run):
             "--warm-up-steps")
 
 
+def _check_readable(best_checkpoint, model_dir):
+    """Raises UsageError when the best checkpoint validation.json names cannot be read back whole."""
+    problem = model_dir_lib.checkpoint_problem(best_checkpoint)
+    if problem:
+        raise UsageError(f"the best checkpoint validation kept, {best_checkpoint}, cannot be read ({problem}); "
+                         f"restore {os.path.dirname(best_checkpoint)} from a copy (or pass another --model-dir), then "
+                         f"run the same command: {model_dir}'s training is kept")
+
+
 def finish(setup, estimator, hooks, figures, train_seconds, validation=None, extra_fields=None):
     """Ends a run, in this order: evaluates the chosen model on the test split (the best checkpoint
     `validation`, a ValidationListener, recorded; else the last), exports it (the best is exported
@@ -39,6 +50,8 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     if throughput is None and steps_run > 0:  # the steps this run trained: fewer than planned after an early stop
         log.warning("no throughput measured: %s", _why_untimed(args, steps_run))
     best = validation.record["best"] if validation else None
+    if best:
+        _check_readable(best["checkpoint"], args.model_dir)
     log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
              f" with the best checkpoint, of step {best['step']}" if best else "")
     faults.point("test_evaluation")

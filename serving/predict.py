@@ -55,7 +55,12 @@ def load_predictor(path):
     if missing:
         raise ExportNotFoundError(f"the export {export_dir} lacks {' and '.join(missing)}: it was copied in part; "
                                   "copy the whole export folder again (or pass the model dir that made it)")
-    signatures = tf.saved_model.load(export_dir).signatures
+    try:
+        signatures = tf.saved_model.load(export_dir).signatures
+    except tf.errors.OpError as e:  # (the variables' data cut short or damaged, say)
+        raise ExportNotFoundError(f"the export {export_dir} cannot be loaded ({storage.op_error_line(e)}): it was "
+                                  "copied in part or is damaged; copy the whole export folder again (or pass the "
+                                  "model dir that made it)") from None
     class_names = [line.strip() for line in storage.read_text(names_path).splitlines() if line.strip()]
     # serving_default takes file contents: 'jpeg_bytes' (the OCT job) or 'image_bytes' (the others)
     outputs = signatures["serving_default"].structured_outputs

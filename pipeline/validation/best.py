@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import re
 import types
 import zipfile
 
@@ -60,7 +61,8 @@ class BestKeeper:
         if storage.exists(kept + SCORES_SUFFIX):  # an earlier copy's (a run resumed from before step N)
             storage.remove(kept + SCORES_SUFFIX)
         for file in storage.listdir(self._model_dir):
-            if file.startswith(name + "."):
+            # its files alone: not those of it set aside as damaged (<file>.damaged) or left half-written
+            if file.startswith(name + ".") and re.fullmatch(r"index|meta|data-\d+-of-\d+", file[len(name) + 1:]):
                 storage.copy_file(storage.join(self._model_dir, file), storage.join(best_dir, file + ".tmp"))
                 storage.rename(storage.join(best_dir, file + ".tmp"), storage.join(best_dir, file))
                 faults.point("best_copy")

@@ -97,6 +97,25 @@ def test_a_file_error_tensorflow_raises_as_resources_exhausted_is_not_called_out
     assert "memory" not in line and "--batch-size" not in line and "\n" not in line
 
 
+def test_a_file_where_the_run_makes_a_folder_is_one_line_naming_it(capsys, tmp_path):
+    """A file at <model dir>/export: the export's FailedPreconditionError was a traceback."""
+    import tensorflow as tf
+    (tmp_path / "export").write_text("")
+    try:
+        tf.io.gfile.makedirs(str(tmp_path / "export" / "temp-1"))
+    except tf.errors.OpError as e:
+        error = e
+    parser, work = fail_with(error)
+    assert run_command(parser, work, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"job.py: error: a file operation failed: is not a directory ({tmp_path / 'export'})") \
+        and "a part of that path is a file, not a folder" in line and "\n" not in line, line
+    relative = tf.errors.FailedPreconditionError(None, None, "runs/m/export is not a directory")
+    parser, work = fail_with(relative)
+    assert run_command(parser, work, []) == 1
+    assert "failed: runs/m/export is not a directory;" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("records_dir", [None, "/shards"])
 def test_a_truncated_shard_is_named_with_how_to_make_it_again(capsys, tmp_path, records_dir):
     """It read 'truncated record at 2156' failed with Read less bytes than requested', naming no fix."""

@@ -501,3 +501,17 @@ def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(t
     (tmp_path / "longer.bmp").write_bytes(bytes([7]) * 65)
     assert index.holds(str(tmp_path / "copy.bmp"))
     assert not index.holds(str(tmp_path / "other.bmp")) and not index.holds(str(tmp_path / "longer.bmp"))
+
+
+def test_the_best_copy_takes_a_checkpoint_s_own_files_not_its_damaged_or_half_written_ones(tmp_path):
+    # A checkpoint trained again after its first save was set aside (model.ckpt-60.index.damaged beside the new
+    # model.ckpt-60.index): the copy to best/ took the damaged files too, a checkpoint's size for nothing.
+    own = ["model.ckpt-60.index", "model.ckpt-60.meta", "model.ckpt-60.data-00000-of-00002",
+           "model.ckpt-60.data-00001-of-00002"]
+    for name in own + ["model.ckpt-60.index.damaged", "model.ckpt-60.data-00000-of-00002.damaged",
+                       "model.ckpt-60.index.tmp1f2e", "model.ckpt-600.index", "model.ckpt-6.index"]:
+        (tmp_path / name).write_bytes(name.encode())
+    kept = BestKeeper(str(tmp_path)).keep({"step": 60}, str(tmp_path / "model.ckpt-60"))
+    assert sorted(os.listdir(tmp_path / BEST_DIR)) == sorted(own)
+    assert all((tmp_path / BEST_DIR / name).read_bytes() == name.encode() for name in own)
+    assert kept["checkpoint"] == str(tmp_path / BEST_DIR / "model.ckpt-60")

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,7 +20,7 @@ from input_fns.decode import PIXELS_SIGNATURE
 from pipeline.cli import train_main
 from pipeline.tasks import fashion
 from serving.predict import classify_files, load_predictor
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_clean_failure
 
 CLASSES = list(CLASS_NAMES)
 
@@ -180,3 +181,17 @@ def test_a_synthetic_run_exports_too(tmp_path):
     assert predictor.export_dir == results["export_dir"] and predictor.pixels_shape == (28, 28, 1)
     from_png, from_gray = classify_files(predictor, [str(tmp_path / "a.png"), str(tmp_path / "a.gray")])
     assert from_png["class"] in CLASSES and from_png["probabilities"] == from_gray["probabilities"]
+
+
+def test_an_export_whose_weights_are_cut_short_is_one_line(fashion_run, test_images, tmp_path):
+    results, _, _ = fashion_run
+    images, _ = test_images
+    export = tmp_path / "export"
+    shutil.copytree(results["export_dir"], export)
+    data = next((export / "variables").glob("variables.data-*"))
+    data.write_bytes(data.read_bytes()[:1000])  # a copy cut short
+    good = tmp_path / "good.gray"
+    good.write_bytes(images[0].tobytes())
+    result = script("predict.py", "--model", str(export), str(good))
+    assert result.returncode == 1
+    assert_clean_failure(result, f"the export {export} cannot be loaded (", "copy the whole export folder again")

@@ -216,6 +216,19 @@ def test_a_run_left_only_its_report_to_write_is_refused_another_precision_or_bat
         assert sorted(os.listdir(model_dir)) == before
 
 
+def test_a_damaged_best_checkpoint_is_one_line_at_the_test_evaluation(fashion_data_dir, tmp_path):
+    # Only the newest checkpoint is read back before training: a best/ cut short was a traceback at the end.
+    model_dir = tmp_path / "m"
+    train = command(fashion_data_dir, model_dir, "--max-steps", "10", "--validation-fraction", "0.1",
+                    "--eval-every-steps", "5")
+    assert subprocess.run(train, capture_output=True, text=True, timeout=300).returncode == 0
+    os.remove(model_dir / "results.json")
+    truncate_data(str(next((model_dir / "best").glob("*.index")))[:-len(".index")])
+    result = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert_clean_failure(result, "the best checkpoint validation kept", "cannot be read", "restore")
+
+
 def test_no_readable_checkpoint_is_one_line(two_checkpoints):
     model_dir, train = two_checkpoints
     before = sorted(os.listdir(model_dir))
