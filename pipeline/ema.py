@@ -230,6 +230,9 @@ def check(args, reads_checkpoint):
                         "--strategy multi_worker_mirrored")
     names = _checkpoint_names(args.model_dir) if reads_checkpoint else []
     if names and not any(name.startswith(SHADOW_PREFIX) for name in names):
+        if not model_dir_lib.latest_global_step(args.model_dir):  # a first save, killed before any step
+            raise FlagError(f"--ema: {args.model_dir} holds only the first checkpoint (step 0, nothing trained) of a "
+                            "run without --ema; remove that model dir and run again with --ema, or run without it")
         raise FlagError(f"--ema: the checkpoint in {args.model_dir} was trained without --ema and holds no average "
                         "to continue or evaluate; run without --ema, or pass another --model-dir")
 

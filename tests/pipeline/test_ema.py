@@ -212,3 +212,16 @@ def test_the_images_jobs_batch_norm_backbone_checkpoints_the_shadows_of_its_trai
         for values in steps[1:]:
             expected = DECAY * expected + (1 - DECAY) * values[key]
         np.testing.assert_allclose(steps[2][ema_lib.shadow_key(key)], expected, rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("step,says", [(0, "holds only the first checkpoint (step 0, nothing trained)"),
+                                       (5, "was trained without --ema and holds no average")])
+def test_ema_on_a_model_dir_without_an_average_names_what_to_do(tmp_path, step, says):
+    import types
+    from pipeline.errors import FlagError
+    from pipeline.model_dir import write_checkpoint_state
+    prefix = str(tmp_path / f"model.ckpt-{step}")
+    tf.train.Checkpoint(weights=tf.Variable([1.0])).write(prefix)
+    write_checkpoint_state(str(tmp_path), [prefix])
+    with pytest.raises(FlagError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        ema_lib.check(types.SimpleNamespace(ema=0.99, strategy="mirrored", model_dir=str(tmp_path)), True)
