@@ -93,6 +93,7 @@ def ensure_dataset(data_dir, api_factory=kaggle_api, stall_seconds=STALL_SECONDS
     if root:
         return root
     if storage.is_url(data_dir):
+        storage.exists(data_dir)  # a bucket out of reach raises here, in words saying why (pipeline.cli)
         raise InputDataError(f"{data_dir} holds no OCT2017 tree (a folder with train/ and test/ class folders "
                              f"{', '.join(CLASS_NAMES)}); the dataset is downloaded into a local --data-dir only: "
                              "download it there, copy it to the bucket, and pass that folder")

@@ -137,8 +137,10 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                                     training_record.trainable_layers_of(settings), settings.model_dir)
         rate_changed = training_record.check_same_recipe(record.segments, start_step,
                                                          training_record.recipe_of(settings), settings.model_dir)
-        if rate_changed:
-            log.warning(rate_changed)
+        for warning in (rate_changed, training_record.schedule_moved(record.segments, start_step, steps,
+                                                                      settings.lr_schedule)):
+            if warning:
+                log.warning(warning)
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
@@ -209,9 +211,18 @@ def warn_about(setup):
                     "counted as %d steps of this run's %d-image global batch", setup.settings.model_dir,
                     setup.start_step, setup.start_step, setup.global_batch)
     warnings = (precision_warning(setup.settings.precision, setup.plan.devices[0].startswith("/gpu")),
-                evaluation_report.calibration_warning(setup.settings, setup.data), _profiler_warning(setup))
+                evaluation_report.calibration_warning(setup.settings, setup.data), _profiler_warning(setup),
+                _memory_model_dir_warning(setup.settings.model_dir))
     for warning in filter(None, warnings):
         log.warning(warning)
+
+
+def _memory_model_dir_warning(model_dir):
+    """Returns one line for a model dir on ram://, which lives in this process's memory; else None."""
+    if not str(model_dir or "").startswith("ram://"):
+        return None
+    return (f"the model dir {model_dir} is in this process's memory (ram://): its checkpoints, export and "
+            "results.json are gone when the run ends; pass a folder or a bucket to keep them")
 
 
 def _profiler_warning(setup):

@@ -296,6 +296,21 @@ def check_same_recipe(segments, start_step, recipe, model_dir):
     return None
 
 
+def schedule_moved(segments, start_step, plan_, lr_schedule):
+    """Returns one line when a resume at `start_step` moves the end of a --lr-schedule that decays (not
+    'constant') to another number of images than the run before it planned (another --epochs or --max-steps):
+    from here the rate follows the new length. None otherwise."""
+    earlier = [s for s in segments if s.start_step < start_step and s.max_steps is not None]
+    if lr_schedule == "constant" or not earlier or not start_step:
+        return None
+    planned = earlier[-1].images_at(earlier[-1].max_steps)
+    if abs(planned - plan_.images_at_end) < max(earlier[-1].global_batch, plan_.global_batch):
+        return None  # the same length, rounded to another batch's steps
+    return (f"--lr-schedule {lr_schedule}: the run before planned {planned:,} training images and this one "
+            f"{plan_.images_at_end:,}; the rate follows the new length from step {start_step} (it jumps where the "
+            "two schedules differ)")
+
+
 def check_same_model(segments, start_step, model, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` trained another --model than `model`: its
     checkpoint does not fit (or, worse, would fit) the network these flags build. Steps of an earlier

@@ -272,3 +272,18 @@ def test_a_resume_under_another_recipe_is_refused_and_another_rate_named():
     assert both["--mix-switch-prob"] == "0.5"  # the switch counts when both mix
     assert progress.check_same_recipe([progress.Segment(0, 0, 32)], 10, both, "/m") is None  # an earlier version's
     assert progress.check_same_recipe([first], 0, both, "/m") is None  # nothing trained yet
+
+
+def test_a_resume_that_moves_a_decaying_schedule_s_end_is_named():
+    # Stopped at step 100 of 200 (batch 32), resumed with another --epochs: cosine's rate jumped, with no word.
+    first = progress.Segment(0, 0, 32, max_steps=200)
+    longer = progress.plan([first], 100, 32, 1000, epochs=12.8)  # 12,800 images: step 400
+    assert progress.schedule_moved([first], 100, longer, "cosine") == (
+        "--lr-schedule cosine: the run before planned 6,400 training images and this one 12,800; the rate follows "
+        "the new length from step 100 (it jumps where the two schedules differ)")
+    assert progress.schedule_moved([first], 100, longer, "constant") is None  # no decay to move
+    assert progress.schedule_moved([first], 0, longer, "cosine") is None  # nothing trained yet
+    same = progress.plan([first], 100, 64, 1000, epochs=6.4)  # the same length at another batch
+    assert progress.schedule_moved([first], 100, same, "cosine") is None
+    rounded = progress.plan([first], 100, 48, 1000, epochs=6.4)  # 3,200 left in steps of 48: 6,416 at its end
+    assert rounded.images_at_end == 6416 and progress.schedule_moved([first], 100, rounded, "cosine") is None

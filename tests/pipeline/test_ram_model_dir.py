@@ -40,7 +40,8 @@ def test_a_whole_run_on_ram(tmp_path, monkeypatch, capsys):
 
     assert train_main(TASK, common + ["--max-steps", "2"]) == 0
     assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-2")
-    capsys.readouterr()
+    assert "is in this process's memory (ram://): its checkpoints, export and results.json are gone when the run " \
+        "ends" in capsys.readouterr().err
     assert train_main(TASK, common + ["--max-steps", "4"]) == 0  # resumed
     results = json.loads(storage.read_text(storage.join(model_dir, "results.json")))
     assert (results["start_global_step"], results["global_step"]) == (2, 4)

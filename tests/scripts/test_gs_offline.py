@@ -36,3 +36,17 @@ def test_an_unreachable_gs_model_dir_is_one_line_and_no_local_folder(tmp_path):
                                  "gs://my-bucket cannot be reached or written (Could not resolve host: "
                                  "www.googleapis.com: no network, or no DNS)")
     assert os.listdir(cwd) == []  # no ./gs:/my-bucket/run1, nothing else
+
+
+def test_an_unreachable_gs_oct_data_dir_says_it_cannot_be_reached(tmp_path):
+    # It said 'gs://my-bucket/oct holds no OCT2017 tree': the folder was never read.
+    env = {**os.environ, "PYTHONPATH": ROOT, "HOME": str(tmp_path / "home")}
+    env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
+    result = subprocess.run([sys.executable, "-c", OFFLINE_RUN, os.path.join(ROOT, "scripts", "train_oct.py"),
+                             "--data-dir", "gs://my-bucket/oct", "--model-dir", str(tmp_path / "m"), "--weights",
+                             "none"], env=env, capture_output=True, text=True, timeout=120)
+    if result.returncode == 99:
+        pytest.skip(result.stdout.strip())
+    assert result.returncode == 1
+    line = assert_clean_failure(result, "gs://my-bucket cannot be reached or written (Could not resolve host: ")
+    assert "holds no OCT2017 tree" not in line and not (tmp_path / "m").exists()
