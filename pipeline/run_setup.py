@@ -137,8 +137,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                                     training_record.trainable_layers_of(settings), settings.model_dir)
         rate_changed = training_record.check_same_recipe(record.segments, start_step,
                                                          training_record.recipe_of(settings), settings.model_dir)
-        for warning in (rate_changed, training_record.schedule_moved(record.segments, start_step, steps,
-                                                                      settings.lr_schedule)):
+        for warning in (training_record.batch_changed(record.segments, start_step, global_batch), rate_changed,
+                        training_record.schedule_moved(record.segments, start_step, steps, settings.lr_schedule)):
             if warning:
                 log.warning(warning)
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results

@@ -296,6 +296,17 @@ def check_same_recipe(segments, start_step, recipe, model_dir):
     return None
 
 
+def batch_changed(segments, start_step, global_batch):
+    """Returns one line when a resume at `start_step` trains at another global batch than the steps before it
+    (another --batch-size or replica count, or the shipped sample's recipe turned off by a flag); else None."""
+    earlier = [s for s in segments if s.start_step < start_step]
+    if not earlier or not start_step or earlier[-1].global_batch == global_batch:
+        return None
+    return (f"the steps to {start_step} trained at a global batch of {earlier[-1].global_batch} and this run trains "
+            f"at {global_batch} (--batch-size x replicas): the images so far are counted at theirs, the steps from "
+            "here at this one")
+
+
 def schedule_moved(segments, start_step, plan_, lr_schedule):
     """Returns one line when a resume at `start_step` moves the end of a --lr-schedule that decays (not
     'constant') to another number of images than the run before it planned (another --epochs or --max-steps):

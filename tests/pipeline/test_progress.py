@@ -287,3 +287,13 @@ def test_a_resume_that_moves_a_decaying_schedule_s_end_is_named():
     assert progress.schedule_moved([first], 100, same, "cosine") is None
     rounded = progress.plan([first], 100, 48, 1000, epochs=6.4)  # 3,200 left in steps of 48: 6,416 at its end
     assert rounded.images_at_end == 6416 and progress.schedule_moved([first], 100, rounded, "cosine") is None
+
+
+def test_a_resume_at_another_global_batch_is_named():
+    # The shipped sample's quick start resumed with --epochs 25 went on at batch 512 (its recipe off), unsaid.
+    first = progress.Segment(0, 0, 32, max_steps=200)
+    assert progress.batch_changed([first], 100, 512) == (
+        "the steps to 100 trained at a global batch of 32 and this run trains at 512 (--batch-size x replicas): the "
+        "images so far are counted at theirs, the steps from here at this one")
+    assert progress.batch_changed([first], 100, 32) is None
+    assert progress.batch_changed([first], 0, 512) is None
