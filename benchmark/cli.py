@@ -110,8 +110,9 @@ def parse_args(parser, argv):
                      f"{max(args.cpu_replicas)}")
     if args.input_only and args.tiny_model:
         parser.error("argument --tiny-model: --input-only measures no model; use one or the other")
-    if args.input_only and args.engines:
-        parser.error("argument --engines: --input-only trains no model; use one or the other")
+    for flag in ("engines", "data"):
+        if args.input_only and getattr(args, flag):
+            parser.error(f"argument --{flag}: --input-only trains no model; use one or the other")
     if args.variants and not args.input_only:
         parser.error("argument --variants: it names --input-only's input variants; give --input-only too")
     if args.target_accuracy is None:

@@ -167,7 +167,8 @@ def _tensorflow_failure(error, args):
         return None
     model_dir = getattr(args, "model_dir", None)
     for line in error.message.splitlines():
-        words = next((words for words in _TF_IO_WORDS if words in line), None)
+        words = next((words for words in _TF_IO_WORDS if words in line
+                      and not (words == _NOT_A_FOLDER and _URL.search(line))), None)  # (a URL's: see below)
         if words is not None:
             path = _PATH.search(line)
             what = line.strip() if words == _NOT_A_FOLDER and not path else words  # (it names a relative path)
@@ -212,7 +213,7 @@ _IO_ADVICE = {
     errno.EPERM: "the operation is not permitted there: fix the permissions, or pass another {flag}",
     errno.EROFS: "that file system is read-only: pass another {flag} on a writable one",
     errno.ENOENT: "a folder on that path is missing or cannot be made there: create it, or pass another {flag}",
-    errno.ENOTDIR: "a part of that path is a file, not a folder: pass another {flag}",
+    errno.ENOTDIR: "a part of that path is a file, not a folder: move that file away, or pass another {flag}",
     errno.EISDIR: "that path is a folder where a file is needed: pass another {flag}",
     errno.EIO: "the disk reported an input/output error: check the disk, or pass another {flag}",
     errno.EMFILE: "the process has too many files open: raise its limit (ulimit -n) and run again",

@@ -1,5 +1,6 @@
 """--init-from's checks that need no TensorFlow: run before anything is imported or made, and again (for a URL,
 which is read only then) by pipeline.initial_weights."""
+import glob
 import os
 
 from acquisition import storage
@@ -23,6 +24,8 @@ def check_folder(settings):
         raise FlagError(f"--init-from {init_from} is this run's own --model-dir, which resumes from its own "
                         "checkpoints without it; drop --init-from, or pass another run's model dir")
     model_dir = settings.model_dir
-    resumes = model_dir and not storage.is_url(model_dir) and os.path.isfile(os.path.join(model_dir, "checkpoint"))
+    resumes = model_dir and not storage.is_url(model_dir) and (
+        os.path.isfile(os.path.join(model_dir, "checkpoint"))  # (or checkpoints its lost checkpoint file named)
+        or bool(glob.glob(os.path.join(glob.escape(model_dir), "model.ckpt-*.index"))))
     if not storage.is_url(init_from) and not os.path.isdir(init_from) and not resumes:  # (a resume does not read it)
         raise no_such_folder(init_from)

@@ -369,7 +369,8 @@ def point_state_here(model_dir):
         return
     log.warning("%s's checkpoint file names checkpoints in %s: the model dir was moved or copied; it now names "
                 "those here", model_dir, os.path.dirname(state.model_checkpoint_path))
-    write_checkpoint_state(model_dir, paths)
+    newest = state.model_checkpoint_path  # the one a run resumes from: last, as TensorFlow lists it
+    write_checkpoint_state(model_dir, [p for p in paths if p != newest] + [newest])
 
 
 def restorable_checkpoint(model_dir):

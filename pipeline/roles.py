@@ -50,14 +50,14 @@ def run(task, args):
     cluster = resolve_cluster(settings)
     settings = resolved_precision(settings, in_cluster=cluster is not None)  # refused before any folder is made
     made_model_dir = ensure_writable_dir(settings.model_dir)
-    if cluster is not None and settings.eval_only:
-        raise FlagError("--eval-only evaluates a trained model dir on one machine; run it without a cluster "
-                        "(no TF_CONFIG, no --cluster slurm)")
-    role = ROLES[cluster.task_type] if cluster is not None else run_local
-    ema_lib.check(settings, role in (run_local, run_chief))  # the roles that write the model dir read it
-    with model_dir_lib.removed_if_left_empty(settings.model_dir, made_model_dir), StopSignals() as stop, \
-            precision(settings.precision), determinism.turned_on(settings):
-        return role(task, settings, cluster, stop)
+    with model_dir_lib.removed_if_left_empty(settings.model_dir, made_model_dir):
+        if cluster is not None and settings.eval_only:
+            raise FlagError("--eval-only evaluates a trained model dir on one machine; run it without a cluster "
+                            "(no TF_CONFIG, no --cluster slurm)")
+        role = ROLES[cluster.task_type] if cluster is not None else run_local
+        ema_lib.check(settings, role in (run_local, run_chief))  # the roles that write the model dir read it
+        with StopSignals() as stop, precision(settings.precision), determinism.turned_on(settings):
+            return role(task, settings, cluster, stop)
 
 
 def run_local(task, settings, cluster, stop):
@@ -79,8 +79,11 @@ def run_local(task, settings, cluster, stop):
         if validation is not None and validation.catch_up(setup.start_step):
             # Stopped early at its newest checkpoint: now, by the run before (killed before its report, or
             # whose report says so) or under this run's stricter rule (a new report says so).
-            return _finished_results(setup, validation.stopped_because) or \
-                finish(setup, estimator, hooks, figures, 0.0, validation)
+            finished = _finished_results(setup, validation.stopped_because)
+            if finished:
+                return finished
+            _check_report_only(setup)
+            return finish(setup, estimator, hooks, figures, 0.0, validation)
         _record_start(setup)
         seconds = _train(setup, stop, lambda: _train_here(setup, estimator, hooks), sets_aside_diverged=True)
         if stop.requested():
@@ -184,7 +187,8 @@ def _no_input():
 def _already_finished(setup):
     """Returns the results of a run already finished at these settings (re-printed), or None. Raises
     UsageError for --eval-only of a model dir with no checkpoint, FlagError for a --max-steps below the step
-    an unfinished model dir reached or, where only the report is left to write, another precision or batch."""
+    an unfinished model dir reached or, where only the report is left to write, the flags _check_report_only
+    refuses."""
     settings = setup.settings
     if settings.eval_only:
         if not setup.start_step:
@@ -194,14 +198,31 @@ def _already_finished(setup):
     if setup.start_step < setup.max_steps:
         return None
     finished = _finished_results(setup)
-    if finished is None and setup.start_step > setup.max_steps:  # stopped before its report, past this run's end
+    # Stopped before its report, past this run's end. (Not past the end it planned: asynchronous workers step a
+    # little beyond it.)
+    if finished is None and setup.start_step > setup.max_steps and setup.max_steps != _planned_end(setup):
         raise FlagError(f"--max-steps {setup.max_steps}: {settings.model_dir} has trained to step {setup.start_step} "
                         f"already, and training cannot go back; pass --max-steps {setup.start_step} or more to "
                         "finish that run, or another --model-dir")
-    if finished is None:  # stopped before its report: this run writes it
-        training_record.check_report_flags(setup.record.segments, setup.start_step, settings.precision,
-                                           setup.global_batch, settings.model_dir)
+    if finished is None:
+        _check_report_only(setup)
     return finished
+
+
+def _planned_end(setup):
+    earlier = [s for s in setup.record.segments if s.start_step < setup.start_step]
+    return earlier[-1].max_steps if earlier else None
+
+
+def _check_report_only(setup):
+    """Raises FlagError for flags a run that only writes the report of a model dir stopped after its training
+    (killed before its report) cannot take: another precision, batch or recipe than its last steps', which
+    results.json would name as the training's."""
+    settings = setup.settings
+    training_record.check_report_flags(setup.record.segments, setup.start_step, settings.precision,
+                                       setup.global_batch, settings.model_dir)
+    training_record.check_same_recipe(setup.record.segments, setup.start_step, training_record.recipe_of(settings),
+                                      settings.model_dir)
 
 
 def _finished_results(setup, stopped_because=None):

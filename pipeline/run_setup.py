@@ -162,8 +162,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
 def _initial_weights(settings):
     """Returns the InitialWeights of --init-from for a model dir without a checkpoint (a new run); None
     without the flag, or for a model dir that goes on from its own checkpoints."""
-    if not getattr(settings, "init_from", None) or tf.train.latest_checkpoint(settings.model_dir):
-        return None
+    if not getattr(settings, "init_from", None) or model_dir_lib.candidate_checkpoints(settings.model_dir):
+        return None  # (candidates: with a checkpoint file lost too, the checkpoints it named)
     return initial_weights.resolve(settings.init_from)
 
 

@@ -109,6 +109,7 @@ def test_bad_sweep_flags_are_refused(capsys):
     # Flags that would have been ignored, or swept twice, are refused too.
     for argv, message in ((["--variants", "design"], "give --input-only too"),
                           (["--input-only", "--engines", "keras"], "--input-only trains no model"),
+                          (["--input-only", "--data", "real"], "argument --data: --input-only trains no model"),
                           (["--cpu-replicas", "1,2,1"], "1 given more than once"),
                           (["--precision", "fp32,bf16,fp32"], "fp32 given more than once")):
         with pytest.raises(SystemExit) as exit_info:

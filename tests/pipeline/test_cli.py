@@ -29,7 +29,7 @@ def fail_with(error):
     (errno.ENOENT, "/data", "a file operation failed: No such file or directory (/data); a folder on that path is "
                             "missing or cannot be made there: create it, or pass another --data-dir"),
     (errno.ENOTDIR, "/elsewhere/x", "a file operation failed: Not a directory (/elsewhere/x); a part of that path is "
-                                    "a file, not a folder: pass another folder"),
+                                    "a file, not a folder: move that file away, or pass another folder"),
 ])
 def test_advice_fits_the_error_and_names_the_flag_of_the_path(capsys, number, path, expected):
     parser, work = fail_with(OSError(number, os.strerror(number), path))
@@ -109,11 +109,16 @@ def test_a_file_where_the_run_makes_a_folder_is_one_line_naming_it(capsys, tmp_p
     assert run_command(parser, work, []) == 1
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"job.py: error: a file operation failed: is not a directory ({tmp_path / 'export'})") \
-        and "a part of that path is a file, not a folder" in line and "\n" not in line, line
+        and "a part of that path is a file, not a folder: move that file away" in line \
+        and "\n" not in line, line
     relative = tf.errors.FailedPreconditionError(None, None, "runs/m/export is not a directory")
     parser, work = fail_with(relative)
     assert run_command(parser, work, []) == 1
     assert "failed: runs/m/export is not a directory;" in capsys.readouterr().err
+    on_a_bucket = tf.errors.FailedPreconditionError(None, None, "gs://b/m/export is not a directory")
+    parser, work = fail_with(on_a_bucket)
+    assert run_command(parser, work, []) == 1
+    assert "gs://b cannot be reached or written" in capsys.readouterr().err  # the URL's words, not a local path's
 
 
 @pytest.mark.parametrize("records_dir", [None, "/shards"])

@@ -265,6 +265,8 @@ def test_folders_that_cannot_give_weights_are_refused(tmp_path):
     with pytest.raises(FlagError, match="no such folder"):
         check_init_from_folder(types.SimpleNamespace(init_from=str(tmp_path / "missing"), model_dir=str(empty)))
     check_init_from_folder(types.SimpleNamespace(init_from="gs://b/missing", model_dir=str(empty)))  # read later
+    (empty / "model.ckpt-5.index").write_bytes(b"")  # its checkpoint file lost: it resumes all the same
+    check_init_from_folder(types.SimpleNamespace(init_from=str(tmp_path / "missing"), model_dir=str(empty)))
     (empty / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')  # it resumes: the source unread
     check_init_from_folder(types.SimpleNamespace(init_from=str(tmp_path / "missing"), model_dir=str(empty)))
 

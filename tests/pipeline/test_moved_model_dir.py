@@ -77,3 +77,13 @@ def test_a_moved_model_dir_resumes_from_its_own_checkpoints_and_keeps_its_best(f
     assert str(moved) not in json.dumps(finished) and finished["model_dir"] == str(tmp_path / "again")
     assert os.path.isdir(finished["export_dir"]) and finished["best"]["export_dir"] == finished["export_dir"]
     assert tree_digest(tmp_path / "again") == before
+
+
+def test_a_moved_model_dir_whose_checkpoint_file_lists_no_checkpoints_is_pointed_here(tmp_path):
+    # A checkpoint file with model_checkpoint_path alone (another tool's): the rewrite took the empty list's last.
+    from pipeline.model_dir import restorable_checkpoint
+    prefix = str(tmp_path / "model.ckpt-20")
+    tf.train.Checkpoint(weights=tf.Variable([1.0])).write(prefix)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "/old/place/model.ckpt-20"\n')
+    assert restorable_checkpoint(str(tmp_path)) == prefix
+    assert tf.train.latest_checkpoint(str(tmp_path)) == prefix

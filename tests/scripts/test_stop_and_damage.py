@@ -209,11 +209,25 @@ def test_a_run_left_only_its_report_to_write_is_refused_another_precision_or_bat
     before = sorted(os.listdir(model_dir))
     base = train[:-2] + ["--max-steps", "20"]
     for flags, named in ((["--precision", other], f"--precision {trained_in}"),
-                         (["--batch-size", "8"], "a global batch of 16")):
+                         (["--batch-size", "8"], "a global batch of 16"),
+                         (["--augment", "flip"], "--augment flip=horizontal: the steps to 20 in")):
         result = subprocess.run(base + flags, capture_output=True, text=True, timeout=300)
         assert result.returncode == 2
-        assert_clean_failure(result, "trained to its final step 20, and only its report is left to write", named)
+        assert_clean_failure(result, named)
         assert sorted(os.listdir(model_dir)) == before
+
+
+def test_a_run_past_its_planned_end_writes_its_report_when_run_again(two_checkpoints):
+    # Asynchronous workers step a little past --max-steps: the chief's last checkpoint can be of a later step
+    # than the command asks for, and the same command, run again after a kill before its report, must finish.
+    model_dir, train = two_checkpoints
+    os.remove(model_dir / "results.json")
+    record = json.loads((model_dir / "training_progress.json").read_text())
+    record["runs"][-1]["max_steps"] = 18  # as if it planned 18 and its workers went on to 20
+    (model_dir / "training_progress.json").write_text(json.dumps(record))
+    result = subprocess.run(train[:-2] + ["--max-steps", "18"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((model_dir / "results.json").read_text())["global_step"] == 20
 
 
 def test_a_damaged_best_checkpoint_is_one_line_at_the_test_evaluation(fashion_data_dir, tmp_path):
@@ -227,6 +241,26 @@ def test_a_damaged_best_checkpoint_is_one_line_at_the_test_evaluation(fashion_da
     result = subprocess.run(train, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert_clean_failure(result, "the best checkpoint validation kept", "cannot be read", "restore")
+
+
+def test_an_early_stopped_run_left_only_its_report_to_write_refuses_another_precision(fashion_data_dir, tmp_path):
+    # Stopped early, then killed before its report: the run that wrote it went through the early stop's catch-up,
+    # where the report's flags went unchecked.
+    model_dir = tmp_path / "m"
+    train = command(fashion_data_dir, model_dir, "--max-steps", "40", "--validation-fraction", "0.1",
+                    "--eval-every-steps", "5", "--stop-at-accuracy", "0.01")
+    killed = subprocess.run(train, env=dict(os.environ, PIPELINE_KILL_AT="test_evaluation:1"), capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (model_dir / "results.json").exists()
+    trained_in = json.loads((model_dir / "training_progress.json").read_text())["runs"][-1]["precision"]
+    other = "fp32" if trained_in == "bf16" else "bf16"
+    result = subprocess.run(train + ["--precision", other], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert_clean_failure(result, "only its report is left to write", f"--precision {trained_in}")
+    again = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((model_dir / "results.json").read_text())["stopped_because"] == "target_accuracy"
 
 
 def test_no_readable_checkpoint_is_one_line(two_checkpoints):
