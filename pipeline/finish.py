@@ -50,7 +50,7 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     if throughput is None and steps_run > 0:  # the steps this run trained: fewer than planned after an early stop
         log.warning("no throughput measured: %s", _why_untimed(args, steps_run))
     best = validation.record["best"] if validation else None
-    if best:
+    if best and best["step"] <= setup.start_step:  # kept by an earlier run (one this run copied is whole)
         _check_readable(best["checkpoint"], args.model_dir)
     log.info("evaluating on %d %s test images%s", data.num_eval_examples, data.source,
              f" with the best checkpoint, of step {best['step']}" if best else "")

@@ -272,7 +272,12 @@ def write_checkpoint_state(model_dir, checkpoints):
 
 def _newest_recorded_step(state):
     """Returns the step of the newest checkpoint the `checkpoint` file's `state` names, or None."""
-    match = state and re.search(r"-(\d+)$", state.model_checkpoint_path or "")
+    return _step_of(state.model_checkpoint_path) if state else None
+
+
+def _step_of(prefix):
+    """Returns the global step a checkpoint `prefix` (model.ckpt-<step>) names, or None."""
+    match = re.search(r"-(\d+)$", prefix or "")
     return int(match.group(1)) if match else None
 
 
@@ -289,9 +294,7 @@ def _checkpoint_files(model_dir):
 
 def latest_global_step(model_dir):
     """Returns the global step of the newest checkpoint in `model_dir`, or 0 if there is none."""
-    checkpoint = tf.train.latest_checkpoint(model_dir)
-    match = re.search(r"-(\d+)$", checkpoint or "")
-    return int(match.group(1)) if match else 0
+    return _step_of(tf.train.latest_checkpoint(model_dir)) or 0
 
 
 def read_checkpoint(prefix):
@@ -346,9 +349,8 @@ def candidate_checkpoints(model_dir):
         # get_checkpoint_state has already joined relative paths to model_dir (itself maybe relative); a state
         # naming another folder was pointed here first (point_state_here, in restorable_checkpoint).
         for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
-            match = re.search(r"-(\d+)$", path)
-            if match:
-                prefixes[path] = int(match.group(1))
+            if _step_of(path) is not None:
+                prefixes[path] = _step_of(path)
     for name in storage.listdir(model_dir):
         match = _CHECKPOINT.match(name)
         if match:
