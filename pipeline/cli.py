@@ -27,8 +27,8 @@ def run_command(parser, work, argv=None, parse=None):
 
     The parser and its types import no TensorFlow and `work` imports it, so --help
     and a bad flag (exit 2) answer at once. Known errors end in one line on stderr
-    naming the problem and the fix, exit 1; SIGINT and SIGTERM in one line saying
-    what was saved, exit 130 or 143. Checkpoints and results already written stay.
+    naming the problem and the fix, exit 1; a stop signal (pipeline.signals) in one line saying
+    what was saved, exit 128 + the signal. Checkpoints and results already written stay.
     """
     args = parse(parser, argv) if parse else parser.parse_args(argv)
     set_tensorflow_environment(args)

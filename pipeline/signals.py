@@ -1,11 +1,13 @@
-"""Stop signals: SIGINT (Ctrl-C) and SIGTERM (Kubernetes, Slurm, preemptible VMs) end a
-training run at the next step with a checkpoint, then exit 130 or 143."""
+"""Stop signals: SIGINT (Ctrl-C), SIGTERM (Kubernetes, Slurm, preemptible VMs) and SIGHUP (a closed
+terminal, a dropped ssh session) end a training run at the next step with a checkpoint, then exit
+130, 143 or 129. A signal the run was started ignoring stays ignored: `nohup` ignores SIGHUP so that
+the run outlives the terminal, and a shell script's `&` ignores SIGINT."""
 import contextlib
 import os
 import signal
 import threading
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(Exception):
@@ -19,12 +21,12 @@ class Interrupted(Exception):
 
     @property
     def exit_code(self):
-        """128 + the signal number, as a shell reports a process ended by it (130, 143)."""
+        """128 + the signal number, as a shell reports a process ended by it (130, 143, 129)."""
         return 128 + self.signum
 
 
 class StopSignals:
-    """While entered, catches SIGINT and SIGTERM.
+    """While entered, catches SIGNALS, except those this process was started ignoring.
 
     Inside `training()` the first signal only sets `received`, which the training
     hook checks after each step to end the session cleanly (and save a checkpoint).
@@ -47,7 +49,8 @@ class StopSignals:
 
     def __enter__(self):
         for signum in SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                self._previous[signum] = signal.signal(signum, self._handle)
         self._watch_deliveries()
         return self
 
@@ -73,7 +76,7 @@ class StopSignals:
                 data = wakeups.read(64)
                 if not data:
                     return
-                signum = next((n for n in data if n in SIGNALS), None)
+                signum = next((n for n in data if n in self._previous), None)
                 if signum is not None and self.delivered is None:
                     self.delivered = signal.Signals(signum)
 

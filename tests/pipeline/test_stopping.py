@@ -20,6 +20,30 @@ def test_a_first_signal_while_training_asks_for_the_stop_and_a_second_ends_at_on
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def test_a_closed_terminal_s_sighup_asks_for_the_stop_as_sigterm_does():
+    with StopSignals() as stop, stop.training():
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert stop.requested() and stop.received == signal.SIGHUP
+        with pytest.raises(Interrupted) as raised:
+            os.kill(os.getpid(), signal.SIGHUP)
+    assert raised.value.exit_code == 129
+
+
+def test_a_signal_the_run_was_started_ignoring_stays_ignored():
+    """`nohup` starts the run with SIGHUP ignored, so that it outlives the terminal: it must not stop."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with StopSignals() as stop, stop.training():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.1)
+            assert not stop.requested() and stop.asked() is None
+            os.kill(os.getpid(), signal.SIGTERM)  # the others are still caught
+            assert stop.received == signal.SIGTERM
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 def test_after_an_agreed_stop_the_tasks_own_signal_is_its_first_even_after_training():
     with StopSignals() as stop:
         with stop.training():

@@ -37,7 +37,7 @@ def wait_for_training(process, model_dir, timeout=120):
     time.sleep(1.5)  # some hundreds of steps, none of them checkpointed (every 1000)
 
 
-@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
 def test_a_stop_signal_saves_the_current_step_and_the_rerun_loses_nothing(fashion_data_dir, tmp_path, signum,
                                                                            code):
     model_dir = tmp_path / "m"
