@@ -113,7 +113,9 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                            data.class_names)
     record = training_record.read(settings.model_dir, task.name)
     global_batch = settings.batch_size * plan.replicas
-    trained_on = training_record.describe_data(data.source == "synthetic", data.num_train_examples)
+    held_out = data.num_validation_examples and not getattr(settings, "validation_dir", None)
+    trained_on = training_record.describe_data(data.source == "synthetic", data.num_train_examples,
+                                               settings.validation_fraction if held_out else None)
     # An evaluation counts no epochs and reads no validation split, but a report fitted on a validation split
     # other than training's would fit on images the model trained on.
     validates = not settings.eval_only or evaluation_report.uses_validation(settings)

@@ -71,7 +71,7 @@ class Plan:
 class Record:
     """A model dir's training record: each run's segment (oldest first) and the data trained on."""
     segments: list
-    data: Optional[dict] = None  # {"synthetic": bool, "train_examples": int} of the data its epochs count
+    data: Optional[dict] = None  # describe_data's, of the data its epochs count
 
 
 def read(model_dir, task_name):
@@ -111,26 +111,36 @@ def newest_run(model_dir):
     return newest if isinstance(newest, dict) else {}
 
 
-def describe_data(synthetic, train_examples):
-    """Returns the record's description of a run's training data."""
-    return {"synthetic": bool(synthetic), "train_examples": int(train_examples)}
+def describe_data(synthetic, train_examples, validation_fraction=None):
+    """Returns the record's description of a run's training data: generated or real, its number of images,
+    and the --validation-fraction held out of it (None when none was, or a --validation-dir was read)."""
+    return {"synthetic": bool(synthetic), "train_examples": int(train_examples),
+            "validation_fraction": float(validation_fraction) if validation_fraction else None}
 
 
 def check_same_data(record, data, model_dir, training=True, skipped=()):
-    """Raises UsageError (FlagError for --synthetic) when `data` (describe_data's) is not the data the model dir's epochs were
-    counted on: generated instead of real data, or another number of training images (the
-    shipped sample against the full dataset, or another validation split, say). Without `training`
-    (--eval-only) only the kind of data must match: an evaluation counts no epochs. `skipped`, the files
-    --on-bad-image skip leaves out now, are named as a cause when there are fewer training images."""
-    if record.data is None or not record.segments or record.data == data:
+    """Raises UsageError (FlagError for --synthetic or another --validation-fraction) when `data`
+    (describe_data's) is not the data the model dir's epochs were counted on: generated instead of real
+    data, another share held out for validation, or another number of training images (the shipped
+    sample against the full dataset, say). Without `training` (--eval-only) only the kind of data must
+    match: an evaluation counts no epochs. `skipped`, the files --on-bad-image skip leaves out now, are
+    named as a cause when there are fewer training images. Records of earlier versions, which kept no
+    validation fraction, are compared by their images alone."""
+    then = record.data
+    if then is None or not record.segments or all(then[key] == value for key, value in data.items() if key in then):
         return
-    if not training and record.data["synthetic"] == data["synthetic"]:
+    if not training and then["synthetic"] == data["synthetic"]:
         return
     def words(d):
         return f"{'generated' if d['synthetic'] else 'real'} data of {d['train_examples']:,} training images"
-    if record.data["synthetic"] != data["synthetic"]:
-        fix = "pass --synthetic" if record.data["synthetic"] else "drop --synthetic"
-    elif skipped and data["train_examples"] < record.data["train_examples"]:
+    if then["synthetic"] != data["synthetic"]:
+        fix = "pass --synthetic" if then["synthetic"] else "drop --synthetic"
+    elif "validation_fraction" in then and then["validation_fraction"] != data["validation_fraction"]:
+        raise FlagError(f"{_fraction_flag(data)}: the model dir {model_dir} was trained with {_fraction_flag(then)} "
+                        f"({then['train_examples']:,} training images, {data['train_examples']:,} now): its epochs "
+                        f"and figures would mix two datasets; resume with {_fraction_flag(then)}, or pass another "
+                        "--model-dir")
+    elif skipped and data["train_examples"] < then["train_examples"]:
         # (`skipped` holds every split's, and files skipped when it trained too: a cause, not the cause)
         fix = (f"{len(skipped)} file(s) are skipped as bad ({skipped[0]}, ...): restore any that were readable when "
                "it trained, or pass the --data-dir and validation split (--validation-fraction, --validation-dir) it "
@@ -138,10 +148,15 @@ def check_same_data(record, data, model_dir, training=True, skipped=()):
     else:
         fix = "pass the --data-dir and validation split (--validation-fraction, --validation-dir) it was trained with"
     # --synthetic against the record is a flag to change (exit 2); another count of images, the data itself
-    error = FlagError if record.data["synthetic"] != data["synthetic"] else UsageError
-    raise error(f"the model dir {model_dir} was trained on {words(record.data)}, and this run's is "
+    error = FlagError if then["synthetic"] != data["synthetic"] else UsageError
+    raise error(f"the model dir {model_dir} was trained on {words(then)}, and this run's is "
                 f"{words(data)}: its epochs and figures would mix two datasets; {fix}, or pass another "
                 "--model-dir")
+
+
+def _fraction_flag(data):
+    fraction = data["validation_fraction"]
+    return f"--validation-fraction {fraction:g}" if fraction else "no validation share (--validation-fraction 0)"
 
 
 def _results_task(model_dir):

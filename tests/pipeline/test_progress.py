@@ -65,7 +65,7 @@ def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
     third = progress.plan(record.segments, 30, 16, 800, epochs=2)
     progress.record_start(model_dir, "fashion", record, third, data, FP32)
     saved = json.loads((tmp_path / progress.PROGRESS_FILE).read_text())
-    assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800},
+    assert saved == {"task": "fashion", "data": {"synthetic": False, "train_examples": 800, "validation_fraction": None},
                      "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
                                "model": None, "ema": None, "trainable_layers": None, "init_from": started_from,
@@ -102,6 +102,28 @@ def test_a_resume_on_other_data_is_refused(tmp_path):
     progress.check_same_data(record, progress.describe_data(False, 720), model_dir, training=False)
     with pytest.raises(UsageError, match="this run's is generated data of 800"):
         progress.check_same_data(record, progress.describe_data(True, 800), model_dir, training=False)
+
+
+def test_a_resume_with_another_validation_fraction_is_a_flag_to_change(tmp_path):
+    model_dir = str(tmp_path)
+    progress.record_start(model_dir, "fashion", progress.Record([]), progress.plan([], 0, 32, 718, epochs=1),
+                          progress.describe_data(False, 718, 0.1), FP32)
+    record = progress.read(model_dir, "fashion")
+    progress.check_same_data(record, progress.describe_data(False, 718, 0.1), model_dir)
+    with pytest.raises(FlagError, match=r"^--validation-fraction 0.2: the model dir .* was trained with "
+                                        r"--validation-fraction 0.1 \(718 training images, 640 now\): .*; resume with "
+                                        "--validation-fraction 0.1, or pass another --model-dir$"):
+        progress.check_same_data(record, progress.describe_data(False, 640, 0.2), model_dir)
+    with pytest.raises(FlagError, match=r"^no validation share \(--validation-fraction 0\): .* resume with "
+                                        "--validation-fraction 0.1,"):
+        progress.check_same_data(record, progress.describe_data(False, 800, None), model_dir)
+    progress.check_same_data(record, progress.describe_data(False, 640, 0.2), model_dir, training=False)
+    # a record of an earlier version kept no fraction: its images alone are compared, as data (exit 1)
+    old = progress.Record(record.segments, {"synthetic": False, "train_examples": 718})
+    progress.check_same_data(old, progress.describe_data(False, 718, 0.1), model_dir)
+    with pytest.raises(UsageError, match="trained on real data of 718 training images") as refused:
+        progress.check_same_data(old, progress.describe_data(False, 640, 0.2), model_dir)
+    assert not isinstance(refused.value, FlagError)
 
 
 def test_a_conversion_of_a_bf16_policy_export_is_refused_before_anything_runs():

@@ -420,7 +420,7 @@ def test_the_auto_cadence_saves_a_checkpoint_only_for_the_evaluations_it_makes(f
 
 def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but_resumed_only_with_its_own(
         fashion_data_dir, tmp_path):
-    from pipeline.errors import UsageError
+    from pipeline.errors import FlagError
     model_dir = str(tmp_path / "model")
 
     def args(*extra):
@@ -438,11 +438,11 @@ def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but
     # its report's images beside its report files, the training run's left as they were
     assert report_images("eval") == trained_report and report_images(os.path.join("eval_only", "eval"))
     # but a temperature fitted on that default split would be fitted on images the model trained on
-    with pytest.raises(UsageError, match=r"trained on real data of 800 training images, and this run's is real data "
-                                         r"of \d+ .* pass the --data-dir and validation split"):
+    refusal = (r"^--validation-fraction 0.1: the model dir .* was trained with no validation share "
+               r"\(--validation-fraction 0\) \(800 training images, \d+ now\): .* resume with no validation share")
+    with pytest.raises(FlagError, match=refusal):
         run(fashion.TASK, args("--eval-only", "--calibrate", "temperature"))
-    with pytest.raises(UsageError, match=r"trained on real data of 800 training images, and this run's is real data "
-                                         r"of \d+ .* pass the --data-dir and validation split"):
+    with pytest.raises(FlagError, match=refusal):
         run(fashion.TASK, args("--max-steps", "6"))
 
 
