@@ -6,6 +6,8 @@ import json
 import logging
 import os
 import statistics
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -95,7 +97,30 @@ def convert(export_dir, kind, calibration=None, input_name=None):
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     elif kind != "float32":
         raise ValueError(f"no TFLite kind {kind!r}; the kinds are {', '.join(KINDS)}")
-    return converter.convert()
+    with _converter_chatter_held_back():
+        return converter.convert()
+
+
+@contextlib.contextmanager
+def _converter_chatter_held_back():
+    """Holds back what the converter's C++ writes straight to stderr (its 'Summary on the non-converted ops',
+    the quantizer's settings), which no log level silences: shown when TensorFlow's C++ log level shows
+    warnings (--verbose sets it: pipeline.cli), dropped otherwise. A failed conversion's own errors are in
+    the exception it raises."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") < "3":
+                held.seek(0)
+                sys.stderr.write(held.read().decode(errors="replace"))
+                sys.stderr.flush()
 
 
 def signature_runner(model, num_threads=None):

@@ -34,7 +34,7 @@ def script(name, *argv):
 
 @pytest.fixture(scope="module")
 def fashion_run(fashion_data_dir, tmp_path_factory):
-    """(results.json, the tflite.json written beside the files, model dir, stdout) of 40 steps on the real
+    """(results.json, the tflite.json written beside the files, model dir, stdout, stderr) of 40 steps on the real
     sample's training images with --tflite float32,float16,int8."""
     model_dir = str(tmp_path_factory.mktemp("fashion-tflite"))
     result = script("train_fashion.py", "--data-dir", fashion_data_dir, "--model-dir", model_dir, *FASHION_RUN,
@@ -43,7 +43,15 @@ def fashion_run(fashion_data_dir, tmp_path_factory):
     with open(os.path.join(model_dir, "results.json")) as f:
         results = json.load(f)
     with open(os.path.join(results["tflite"]["dir"], tflite.FIGURES_FILE)) as f:
-        return results, json.load(f), model_dir, result.stdout
+        return results, json.load(f), model_dir, result.stdout, result.stderr
+
+
+def test_the_converters_own_summaries_stay_out_of_the_log(fashion_run):
+    """The converter's C++ prints its op summary and quantizer settings straight to stderr, whatever the log
+    level: held back unless --verbose."""
+    log = fashion_run[4]
+    assert "TFLite int8" in log and "TFLite float16" in log  # the job's own lines stay
+    assert "non-converted ops" not in log and "fully_quantize" not in log, log[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +72,7 @@ def run_tflite(path, images):
 
 
 def test_each_file_is_written_beside_the_export_with_its_figures(fashion_run):
-    results, written, model_dir, stdout = fashion_run
+    results, written, model_dir, stdout, _ = fashion_run
     record, export_dir = results["tflite"], results["export_dir"]
     assert record == written
     assert record["dir"] == os.path.join(model_dir, "export", "tflite", os.path.basename(export_dir))
@@ -275,7 +283,7 @@ def test_figures_kept_from_an_earlier_conversion_are_held_against_the_tolerance_
 
 
 def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_dir, tmp_path):
-    results, _, trained_dir, _ = fashion_run
+    results, _, trained_dir, _ = fashion_run[:4]
     model_dir = str(tmp_path / "copy")  # converted again in a copy: the other tests read the run's own files
     shutil.copytree(trained_dir, model_dir)
     with open(os.path.join(model_dir, "results.json")) as f:
