@@ -246,7 +246,8 @@ def op_error_line(error):
     return type(error).__name__
 
 
-_OP_ERROR_FRAME = ("Graph execution error:", "Detected at node", "Detected in the process", "Node: ", "[[")
+_OP_ERROR_FRAME = ("Graph execution error:", "Detected at node", "Detected in the process", "Node: ", "[[",
+                   "<stack traces unavailable>")
 
 
 def url_failure(url, message):

@@ -197,7 +197,30 @@ def _tensorflow_failure(error, args):
         return f"a TFRecord file this run reads is cut short or damaged ({op_error_line(error)}); {fix}"
     if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)):
         return op_error_line(error)
+    from acquisition import undecodable  # TensorFlow is loaded: the error is its own
+    if undecodable.is_decode_failure(error):
+        return _undecodable_image(error, args)
     return None
+
+
+def _undecodable_image(error, args):
+    """Returns the one line for an image TensorFlow could not decode mid-run (its headers had read well),
+    naming it: every image of the run's folders is decoded to find it."""
+    from acquisition import undecodable
+    from acquisition.image_checks import shown_path
+    files = undecodable.image_files([getattr(args, "data_dir", None), getattr(args, "validation_dir", None)])
+    print(f"an image could not be decoded ({op_error_line(error)}): decoding the {len(files):,} images of the "
+          "data dir to name it", file=sys.stderr, flush=True)
+    found = undecodable.undecodable_images(files) if files else {}
+    if not found:
+        return (f"an image could not be decoded ({op_error_line(error)}), though every image's header reads well; "
+                "find and replace it (scripts/inspect_input.py reads the batches as training does), then run the "
+                "same command again")
+    first = min(found)
+    more = f" (and {len(found) - 1} more: {', '.join(sorted(found)[1:4])}{', ...' if len(found) > 4 else ''})" \
+        if len(found) > 1 else ""
+    return (f"{shown_path(first)} cannot be decoded ({found[first]}), though its header reads well{more}; replace it "
+            "with a readable copy and run the same command again to resume, or remove it and pass another --model-dir")
 
 
 _DAMAGED_RECORD = ("truncated record", "corrupted record", "Read less bytes than requested")

@@ -241,7 +241,7 @@ def _fill_images(predictor, readable, contents):
             try:
                 _fill(predictor.classify, predictor.class_names, [entry], [data])
             except tf.errors.InvalidArgumentError as e:
-                entry["error"] = f"cannot be decoded ({e.message.strip().splitlines()[0][:200]})"
+                entry["error"] = f"cannot be decoded ({storage.op_error_line(e)[:200]})"
 
 
 def _fill(classify, class_names, entries, batch):

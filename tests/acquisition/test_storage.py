@@ -39,3 +39,15 @@ def test_a_url_failure_names_the_bucket_and_the_cause():
                "Could not resolve host: www.googleapis.com\n\t when reading metadata of gs://my-bucket/run1")
     assert storage.url_failure("gs://my-bucket/run1/x", message) == (
         "gs://my-bucket cannot be reached or written (Could not resolve host: www.googleapis.com: no network, or no DNS)")
+
+
+def test_an_op_error_s_line_is_its_cause_in_graph_and_in_eager_messages():
+    import tensorflow as tf
+    graph = ("Graph execution error:\n\nDetected at node 'decode_image/DecodeImage' defined at (most recent call "
+             "last):\n  File \"train.py\", line 1\nNode: 'decode_image/DecodeImage'\nInvalid PNG data, size 301\n"
+             "\t [[{{node decode_image/DecodeImage}}]]")
+    eager = ("Graph execution error:\n\nDetected at node decode_image/DecodeImage defined at (most recent call last):\n"
+             "<stack traces unavailable>\nInvalid PNG data, size 301\n\t [[{{node decode_image/DecodeImage}}]] "
+             "[Op:__inference_pruned_1473]")  # a SavedModel's signature called eagerly (predict.py)
+    for message in (graph, eager):
+        assert storage.op_error_line(tf.errors.InvalidArgumentError(None, None, message)) == "Invalid PNG data, size 301"

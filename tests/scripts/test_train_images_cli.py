@@ -3,6 +3,7 @@ its split, its bad files, and the same picture served as PNG and JPEG."""
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -106,6 +107,36 @@ def test_bad_files_are_named_in_one_line_or_skipped(tmp_path, capsys):
     assert sorted(os.path.basename(f) for f in results["skipped_files"]) == ["broken.png", "one-bit.BMP"]
     assert results["class_weights"] == pytest.approx([1.0, 1.0, 1.0])
     assert "skipped: 2 files" in skipped.stdout
+
+
+def test_images_whose_headers_read_but_whose_data_is_damaged_are_named_in_one_line_and_the_run_resumes(tmp_path,
+                                                                                                      capsys):
+    """A PNG whose data fails its checksum and a JPEG cut short and closed again pass the header checks; the
+    decoder refuses them mid-run, and the run names them (it decodes every image to find them)."""
+    from pipeline.cli import train_main
+    from pipeline.tasks.images import TASK
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=10)
+    png, jpeg = (os.path.join(data, folder, name) for folder, name in (("circle", "001.png"), ("square", "000.jpg")))
+    damaged = bytearray(open(png, "rb").read())
+    start = damaged.find(b"IDAT") + 8
+    damaged[start:start + 20] = bytes(b ^ 0x55 for b in damaged[start:start + 20])
+    bad_png, bad_jpeg = os.path.join(data, "circle", "damaged.png"), os.path.join(data, "square", "cut.jpg")
+    open(bad_png, "wb").write(bytes(damaged))
+    whole = open(jpeg, "rb").read()
+    open(bad_jpeg, "wb").write(whole[:len(whole) // 2] + b"\xff\xd9")
+    argv = ["--data-dir", data, "--model-dir", str(tmp_path / "m"), "--max-steps", "3", *SMALL,
+            "--bootstrap-resamples", "10"]
+    assert train_main(TASK, argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.fullmatch(rf".*: error: {re.escape(bad_png)} cannot be decoded \(Invalid PNG data, size \d+\), though its "
+                        rf"header reads well \(and 1 more: {re.escape(bad_jpeg)}\); replace it with a readable copy and "
+                        "run the same command again to resume, or remove it and pass another --model-dir",
+                        err.strip().splitlines()[-1]), err[-2000:]
+    for bad, readable in ((bad_png, png), (bad_jpeg, jpeg)):
+        open(bad, "wb").write(open(readable, "rb").read())
+    assert train_main(TASK, argv) == 0, capsys.readouterr().err[-2000:]
+    assert json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] == 3
 
 
 @pytest.mark.parametrize("argv,fragments,code", [
