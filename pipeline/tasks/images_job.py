@@ -81,6 +81,7 @@ def _load(args):
     saved = read_split(args.model_dir, args.data_dir)
     if saved:
         _check_split_flags(saved, args, folders.presplit)
+        _check_same_classes(saved, folders.class_names, args)
     channels = args.channels or (saved or {}).get("channels") or (1 if folders.gray else 3)
     if saved:
         splits = _splits_from_lists(folders, args.data_dir, args.model_dir)
@@ -168,6 +169,21 @@ def _check_split_flags(saved, args, presplit):
             raise FlagError(f"the model dir {args.model_dir} was split {_with_flag(flag, was)}, not "
                             f"{_with_flag(flag, value)}; {fix} to go on with it, or pass another --model-dir for "
                             "a new split")
+
+
+def _check_same_classes(saved, class_names, args):
+    """Raises InputDataError when the data dir's class folders are not those the model dir was split with:
+    the labels, and the model's outputs, would be another classification."""
+    then = saved.get("class_names")
+    if then is None or list(class_names) == then:
+        return
+    new, gone = [n for n in class_names if n not in then], [n for n in then if n not in class_names]
+    change = "; ".join(part for part in (f"new: {', '.join(new)}" if new else "",
+                                         f"gone: {', '.join(gone)}" if gone else "") if part)
+    raise InputDataError(f"the class folders of {args.data_dir} are not those the model dir {args.model_dir} was "
+                         f"trained on ({change}): its labels and outputs are those {len(then)} "
+                         f"classes; put the folders back as they were, or pass another --model-dir to train on "
+                         f"these {len(class_names)}")
 
 
 def _with_flag(flag, value):

@@ -139,6 +139,28 @@ def test_images_whose_headers_read_but_whose_data_is_damaged_are_named_in_one_li
     assert json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] == 3
 
 
+def test_a_class_folder_added_or_removed_since_the_split_is_named_in_one_line(tmp_path, capsys, monkeypatch):
+    """It was refused later, as a checkpoint that does not fit the model (its last layer's shape), which
+    named --image-size."""
+    from pipeline.cli import train_main
+    from pipeline.tasks import images_job
+    from pipeline.tasks.images import TASK
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=6)
+    argv = ["--data-dir", data, "--model-dir", str(tmp_path / "m"), "--max-steps", "1", *SMALL,
+            "--validation-fraction", "0", "--bootstrap-resamples", "10"]
+    assert train_main(TASK, argv) == 0
+    capsys.readouterr()
+    os.rename(os.path.join(data, "square"), os.path.join(data, "triangle"))
+    monkeypatch.setattr(images_job, "_DATASETS", {})  # a process scans a data dir once: this is another run
+    assert train_main(TASK, [*argv[:-6], "--max-steps", "2", *argv[-4:]]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(
+        f"error: the class folders of {data} are not those the model dir {tmp_path / 'm'} was trained on (new: "
+        "triangle; gone: square): its labels and outputs are those 3 classes; put the folders back as they were, or "
+        "pass another --model-dir to train on these 3"), err[-2000:]
+
+
 @pytest.mark.parametrize("argv,fragments,code", [
     ([], ["pass --data-dir with a folder of class folders"], 2),
     (["--data-dir", "{tmp}/absent"], ["--data-dir ", "absent: no such folder"], 2),
