@@ -69,7 +69,8 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
         results.evaluations = [dict(e) for e in validation.record["evaluations"]]
         results.best = {k: best[k] for k in ("step", "validation_accuracy", "validation_loss", "export_dir")} \
             if best else None
-        results.stopped_because = validation.stopped_because or "max_steps"
+        recorded = args.eval_only and results_lib.recorded_stop(args.model_dir, results.global_step)
+        results.stopped_because = recorded or validation.stopped_because or "max_steps"
         results.early_stopping = validation.early_stopping.as_dict()
         results.validation_seconds = round(validation.seconds, 3)
     extra = results.extra

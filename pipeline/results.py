@@ -121,6 +121,19 @@ def recorded_here(results, model_dir):
     return here(results)
 
 
+def recorded_stop(model_dir, step):
+    """Returns why the run whose results.json the model dir holds stopped training ('patience', say), when
+    it ended at global `step`, or None: an --eval-only run of its checkpoints reports the training's
+    reason, not one its own flags would give."""
+    try:
+        recorded = read_results(model_dir)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict) or recorded.get("global_step") != step:
+        return None
+    return recorded.get("stopped_because")
+
+
 def recorded_export(model_dir, step):
     """Returns the export the model dir's results.json names for the checkpoint of global `step`, when it
     is there still, or None: what an --eval-only run of that checkpoint reports rather than export it

@@ -321,6 +321,11 @@ def test_a_target_accuracy_stops_the_fashion_job_on_2_replicas(fashion_data_dir,
     assert results["global_step"] == results["evaluations"][-1]["step"] < 200
     assert results["train_examples"] + results["validation_examples"] == 800
     assert results["eval_step"] == results["best"]["step"]
+    # --eval-only reports why training stopped, whatever rule its own flags give (none here)
+    again = run(fashion.TASK, build_parser(fashion.TASK).parse_args([
+        "--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--batch-size", "32", "--bootstrap-resamples",
+        "10", "--eval-only"]))
+    assert again["stopped_because"] == "target_accuracy" and again["eval_step"] == results["eval_step"]
 
 
 def test_a_validation_dir_replaces_the_fraction_and_is_listed(tmp_path):
