@@ -12,8 +12,8 @@ def tool_parser(description, task_help):
     the flags it does not know go to the job's own parser (see parse_tool_args)."""
     parser = ArgumentParser(
         description=f"{description} Flags not listed here are the job's own (e.g. --data-dir, --image-size, "
-                    "--cache, --records-dir, --synthetic, --batch-size, --seed); see train_fashion.py or "
-                    "train_oct.py --help.",
+                    "--synthetic, --batch-size, and the OCT job's --cache and --records-dir); see "
+                    "train_fashion.py, train_oct.py or train_images.py --help.",
         formatter_class=HelpFormatter)
     parser.add_argument("--task", choices=sorted(TASKS), required=True, help=task_help)
     return parser
