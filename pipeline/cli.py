@@ -14,7 +14,7 @@ from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.out_of_memory import out_of_memory_message
 from pipeline.settings import Settings
-from pipeline.signals import Interrupted
+from pipeline.signals import Interrupted, stop_at_once
 
 _MISMATCH = ("Restoring from checkpoint failed", "not in the checkpoint", "not found in checkpoint")
 # Set to 1 to see the Python traceback behind a one-line error (for bug reports).
@@ -34,7 +34,8 @@ def run_command(parser, work, argv=None, parse=None):
     set_tensorflow_environment(args)
     model_dir = getattr(args, "model_dir", None)
     try:
-        return work(args) or 0
+        with stop_at_once():
+            return work(args) or 0
     except USER_ERRORS as e:
         message, code = with_network_advice(str(e)), getattr(e, "exit_code", 1)
         _show_traceback(e)
@@ -285,6 +286,8 @@ def _flag_of_path(args, path):
 
 
 def _interrupted_message(interrupted, model_dir):
+    if not model_dir:  # a tool's
+        return str(interrupted)
     if interrupted.saved_at_step is not None:
         return (f"{interrupted} at global step {interrupted.saved_at_step}; checkpoint saved in {model_dir}: "
                 "run the same command to resume")

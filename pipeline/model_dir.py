@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+import shutil
 
 import numpy as np
 import tensorflow as tf
@@ -64,7 +65,7 @@ def _acquire_in(model_dir, path):
 @contextlib.contextmanager
 def removed_if_left_empty(model_dir, made):
     """Removes the local folder `model_dir` when the block raises, this run made it (`made`: the outermost
-    folder it made, `model_dir` or a parent, which go too) and it holds nothing but its lock file: a run that
+    folder it made, `model_dir` or a parent, which go too) and it holds nothing but its lock files (see _removed_if_empty): a run that
     failed on its data leaves no folder behind. The folder is removed under its lock (see
     locks.release_and_remove), so a run that took the lock meanwhile keeps it."""
     try:
@@ -82,23 +83,32 @@ def removed_if_left_empty(model_dir, made):
 
 
 def _removed_if_empty(model_dir):
-    """Returns whether `model_dir`, holding nothing but its free lock file, was removed."""
+    """Returns whether `model_dir`, holding nothing but its free lock files and perhaps the first weights
+    (KERAS_DIR: made again by any run, a stop in graph building leaves them), was removed."""
     path = os.path.join(model_dir, LOCK_FILE)
     try:
-        if os.listdir(model_dir) != [LOCK_FILE]:
+        if not _left_empty(model_dir):
             return False
         held = locks.acquire(path)
     except (OSError, locks.LockHeld):
         return False
-    if os.listdir(model_dir) != [LOCK_FILE]:
+    if not _left_empty(model_dir):
         locks.release(held)
         return False
+    shutil.rmtree(os.path.join(model_dir, KERAS_DIR), ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(model_dir, WARM_START_LOCK_FILE))
     locks.release_and_remove(held, path)
     try:
         os.rmdir(model_dir)
     except OSError:
         return False
     return True
+
+
+def _left_empty(model_dir):
+    names = set(os.listdir(model_dir))
+    return LOCK_FILE in names and names <= {*LOCK_FILES, KERAS_DIR}
 
 
 @contextlib.contextmanager

@@ -46,6 +46,7 @@ class StopSignals:
         self._own = 0
         self._previous = {}
         self._wakeup = None
+        self._raised = None  # the Interrupted a handler raised
 
     def __enter__(self):
         for signum in SIGNALS:
@@ -54,7 +55,7 @@ class StopSignals:
         self._watch_deliveries()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, traceback):
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         if self._wakeup is not None:
@@ -62,6 +63,7 @@ class StopSignals:
             signal.set_wakeup_fd(previous_fd)
             os.close(write_fd)  # the reader sees end-of-file and ends
             self._wakeup = None
+        _raise_instead(exc, self._raised)
         return False
 
     def _watch_deliveries(self):
@@ -86,7 +88,8 @@ class StopSignals:
         agreed = self.received is not None  # the run stops already, with its cluster
         self.received = self.received or signum
         if self._own > 1 or not (self._training or agreed):
-            raise Interrupted(signum)
+            self._raised = Interrupted(signum)
+            raise self._raised
 
     def agree(self, signum):
         """Stops the run as `signum` would, without a signal to this process (its cluster's trainers
@@ -110,3 +113,35 @@ class StopSignals:
             yield
         finally:
             self._training = False
+
+
+def _raise_instead(exc, interrupted):
+    """Raises `interrupted` (the Interrupted a stop signal's handler raised) when another exception, `exc`,
+    came out in its place: a handler runs between two bytecodes, and one inside Python code that
+    TensorFlow's C++ called (graph building, model_to_estimator) turns into that code's own error
+    (AttributeError, SystemError, AssertionError)."""
+    if exc is not None and interrupted is not None and not isinstance(exc, Interrupted):
+        raise interrupted from None
+
+
+@contextlib.contextmanager
+def stop_at_once():
+    """While entered, SIGTERM and SIGHUP raise Interrupted at once, as SIGINT raises KeyboardInterrupt: a
+    job's start-up (TensorFlow's import, before StopSignals takes over) or a tool's work. A signal this
+    process was started ignoring stays ignored."""
+    raised, previous = [], {}
+
+    def handle(signum, frame):
+        raised.append(Interrupted(signum))
+        raise raised[-1]
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, handle)
+    try:
+        yield
+    except BaseException as e:
+        _raise_instead(e, raised[0] if raised else None)
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

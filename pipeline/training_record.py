@@ -156,7 +156,8 @@ def check_same_data(record, data, model_dir, training=True, skipped=()):
 
 def _fraction_flag(data):
     fraction = data["validation_fraction"]
-    return f"--validation-fraction {fraction:g}" if fraction else "no validation share (--validation-fraction 0)"
+    return f"--validation-fraction {fraction:g}" if fraction else \
+        "no validation share held out of its training images (--validation-fraction 0, or a --validation-dir)"
 
 
 def _results_task(model_dir):

@@ -22,7 +22,7 @@ from pipeline.errors import FlagError
 from pipeline.initial_weights import check_same_classes
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
 from pipeline.training_record import layers_on_record
-from pipeline.validation.split import split_off_validation
+from pipeline.validation.split import shared_images, split_off_validation
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,8 @@ def _load(args):
         entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
                                             class_names=folders.class_names)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
+    if not saved:
+        _check_test_kept_apart(splits, args.data_dir)
     _warn_of_unread_folders(folders.unread_folders, getattr(args, "validation_dir", None))
     if getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):  # (a resume ignores it)
         _check_split_of_init_from(args.init_from, folders.class_names, splits["test"][0])
@@ -104,6 +106,17 @@ def _load(args):
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
               "skipped_file_problems": problems}
     return Dataset(folders.class_names, channels, splits, report, pending)
+
+
+def _check_test_kept_apart(splits, data_dir):
+    """Raises InputDataError when a training image is also a test image, as a link to it or a copy of it:
+    the test figures would count images the model trained on."""
+    shared = shared_images(splits["test"][0], splits["train"][0])
+    if shared:
+        trained, tested = shared[0]
+        raise InputDataError(f"{trained} (training) and {tested} (test) are the same image, a link or a copy"
+                             f"{f' ({len(shared)} such pairs)' if len(shared) > 1 else ''}: the test figures would "
+                             f"count images the model trained on; remove the duplicates from {data_dir}")
 
 
 def _warn_of_unread_folders(unread, validation_dir):
@@ -130,11 +143,10 @@ def _check_split_of_init_from(init_from, class_names, test_files):
         trained = class_folders.read_split_list(storage.join(init_from, SPLIT_DIR, "train.txt"), source_root)
     except (OSError, ValueError):
         return
-    seen = set(map(storage.absolute, trained))
-    leaked = [f for f in test_files if storage.absolute(f) in seen]
+    leaked = shared_images(trained, test_files)  # by path, link or copy: another data dir may hold copies
     if leaked:
         raise FlagError(f"--init-from {init_from} trained on {len(leaked)} of this run's {len(test_files)} test "
-                        f"images ({leaked[0]}, ...): its split differs; split as it was (its --split-seed, "
+                        f"images ({leaked[0][0]}, ...): its split differs; split as it was (its --split-seed, "
                         "--test-fraction, --group-by and --data-dir, in its split/split.json), or start from a run "
                         "that never saw them")
 

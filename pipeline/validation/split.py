@@ -88,42 +88,64 @@ def check_kept_apart(validation_dir, validation_files, others):
     ...}), by its real path or, for local files, its bytes (a copy of the test folder): a model chosen
     on images it trained on, or on the test images, is chosen on a score that measures nothing, or the
     test report's."""
-    held_out = {_real(f) for f in validation_files}
-    copies = _ContentIndex(validation_files)
     for side, files in others.items():
-        shared = [f for f in files if _real(f) in held_out or copies.holds(f)]
+        shared = shared_images(validation_files, files)
         if shared:
-            raise FlagError(f"--validation-dir {validation_dir} holds {len(shared)} of the {side} images ({shared[0]}, "
-                            "...); pass a folder of images kept out of training and testing, or "
+            raise FlagError(f"--validation-dir {validation_dir} holds {len(shared)} of the {side} images "
+                            f"({shared[0][0]}, ...); pass a folder of images kept out of training and testing, or "
                             "--validation-fraction to hold some out of the training images")
+
+
+def shared_images(files, others):
+    """Returns [(a file of `others`, the file of `files` it is)] for each file of `others` that is one of
+    `files`: the same file by its real path (a link), or a local file of the same bytes (a copy)."""
+    by_real = {_real(f): f for f in files}
+    copies = _ContentIndex(files)
+    shared = []
+    for other in others:
+        same = by_real.get(_real(other)) or copies.find(other)
+        if same is not None:
+            shared.append((other, same))
+    return shared
 
 
 class _ContentIndex:
     """The local files of a list by their bytes, hashed only where a file of the same size is asked
-    about: a check against 83,484 training scans reads few of them."""
+    about: a check against 83,484 training scans reads few of them. Files that cannot be read are
+    left out (their absence is the run's business, not this check's)."""
 
     def __init__(self, files):
         self._by_size = collections.defaultdict(list)
         for f in files:
-            if not storage.is_url(f):
-                self._by_size[os.path.getsize(f)].append(f)
-        self._digests = {}  # size -> the digests of the list's files of that size
+            size = self._size(f)
+            if size is not None:
+                self._by_size[size].append(f)
+        self._digests = {}  # size -> {digest: a file of the list of that size}
+
+    @staticmethod
+    def _size(path):
+        try:
+            return None if storage.is_url(path) else os.path.getsize(path)
+        except OSError:
+            return None
 
     @staticmethod
     def _digest(path):
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).digest()
+        try:
+            with open(path, "rb") as f:
+                return hashlib.sha256(f.read()).digest()
+        except OSError:
+            return None
 
-    def holds(self, path):
-        """Returns whether a file of the list has the bytes of the local file at `path`."""
-        if storage.is_url(path):
-            return False
-        size = os.path.getsize(path)
+    def find(self, path):
+        """Returns a file of the list with the bytes of the local file at `path`, or None."""
+        size = self._size(path)
         if size not in self._by_size:
-            return False
+            return None
         if size not in self._digests:  # (fixed-size formats: one set for all, not a comparison with each)
-            self._digests[size] = {self._digest(f) for f in self._by_size[size]}
-        return self._digest(path) in self._digests[size]
+            self._digests[size] = {self._digest(f): f for f in reversed(self._by_size[size])}
+        digest = self._digest(path)
+        return None if digest is None else self._digests[size].get(digest)
 
 
 def _real(path):

@@ -114,7 +114,8 @@ def test_a_resume_with_another_validation_fraction_is_a_flag_to_change(tmp_path)
                                         r"--validation-fraction 0.1 \(718 training images, 640 now\): .*; resume with "
                                         "--validation-fraction 0.1, or pass another --model-dir$"):
         progress.check_same_data(record, progress.describe_data(False, 640, 0.2), model_dir)
-    with pytest.raises(FlagError, match=r"^no validation share \(--validation-fraction 0\): .* resume with "
+    with pytest.raises(FlagError, match=r"^no validation share held out of its training images \(--validation-fraction 0, or a "
+                                        r"--validation-dir\): .* resume with "
                                         "--validation-fraction 0.1,"):
         progress.check_same_data(record, progress.describe_data(False, 800, None), model_dir)
     progress.check_same_data(record, progress.describe_data(False, 640, 0.2), model_dir, training=False)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipeline.signals import Interrupted, StopSignals
+from pipeline.signals import Interrupted, StopSignals, stop_at_once
 
 
 def test_a_first_signal_while_training_asks_for_the_stop_and_a_second_ends_at_once():
@@ -74,3 +74,55 @@ def test_a_signal_is_known_as_delivered_while_the_main_thread_is_inside_a_c_call
         looker.join()
         assert stop.received == signal.SIGTERM  # the handler ran once the call returned
     assert seen == {"asked": signal.SIGTERM, "received": None}
+
+
+def test_before_training_sigterm_and_sighup_stop_at_once():
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        with pytest.raises(Interrupted) as raised:
+            with stop_at_once():
+                os.kill(os.getpid(), signum)
+                time.sleep(1)  # (the handler runs at once: never reached)
+        assert raised.value.signum == signum
+
+
+def converted(exception):
+    """Runs as Python code TensorFlow's C++ called back does: an exception raised inside it comes out as
+    that code's own error."""
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+    except Interrupted:
+        raise exception from None
+
+
+@pytest.mark.parametrize("exception", [AttributeError("'Operation' object has no attribute 'keys'"),
+                                       SystemError("returned a result with an exception set"), AssertionError()])
+def test_a_stop_that_comes_out_as_another_error_is_the_stop(exception):
+    """Signals in graph building ended in these, exit 1 with a traceback."""
+    for context in (stop_at_once, StopSignals):
+        with pytest.raises(Interrupted) as raised:
+            with context():
+                converted(exception)
+        assert raised.value.signum == signal.SIGTERM
+    with pytest.raises(type(exception)):  # an error of its own, with no signal, stays itself
+        with stop_at_once(), StopSignals():
+            raise exception
+
+
+@pytest.mark.parametrize("left, removed", [
+    ([".run.lock"], True),
+    ([".run.lock", ".warm_start.lock", "keras/keras_model.ckpt.index"], True),  # a stop in graph building
+    ([".run.lock", "keras/keras_model.ckpt.index", "model.ckpt-0.index"], False),
+    ([".run.lock", "notes.txt"], False),
+])
+def test_a_failed_run_removes_the_model_dir_it_made_when_only_locks_and_first_weights_are_left(tmp_path, left,
+                                                                                                 removed):
+    from pipeline.model_dir import removed_if_left_empty
+    model_dir = tmp_path / "made" / "model"
+    for name in left:
+        (model_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (model_dir / name).write_bytes(b"")
+    with pytest.raises(Interrupted):
+        with removed_if_left_empty(str(model_dir), str(tmp_path / "made")):
+            raise Interrupted(signal.SIGTERM)
+    assert os.path.exists(tmp_path / "made") != removed
+    assert os.path.exists(model_dir / left[-1]) != removed

@@ -1,6 +1,7 @@
 """Validation during training: the split, the cadence, the best model kept, early stopping, and a
 mirrored evaluation that counts every example once."""
 import collections
+import functools
 import glob
 import json
 import os
@@ -262,8 +263,9 @@ def events(folder, tag):
 
 
 def make_oct_shaped_folder(sample, root, patients_per_class=12, scans_per_patient=6):
-    """Class folders of <CLASS>-<patient>-<n>.jpeg hard-linked from the real sample's scans; every
-    fourth patient also has scans in the next class's folder."""
+    """Class folders of <CLASS>-<patient>-<n>.jpeg made from the real sample's scans, each with a comment
+    of its own name (the same scan twice would be the same image, which the split refuses to put in
+    training and test); every fourth patient also has scans in the next class's folder."""
     for c, name in enumerate(OCT_CLASSES):
         os.makedirs(os.path.join(root, name))
     for c, name in enumerate(OCT_CLASSES):
@@ -272,8 +274,12 @@ def make_oct_shaped_folder(sample, root, patients_per_class=12, scans_per_patien
             patient = 1000 * (c + 1) + p
             for n in range(scans_per_patient):
                 label = (c + 1) % 4 if p % 4 == 0 and n % 2 else c
-                os.link(os.path.join(sample, name, scans[(p * scans_per_patient + n) % len(scans)]),
-                        os.path.join(root, OCT_CLASSES[label], f"{OCT_CLASSES[label]}-{patient}-{n}.jpeg"))
+                with open(os.path.join(sample, name, scans[(p * scans_per_patient + n) % len(scans)]), "rb") as f:
+                    scan = f.read()
+                file_name = f"{OCT_CLASSES[label]}-{patient}-{n}.jpeg"
+                comment = file_name.encode()  # a JPEG COM segment after the start-of-image marker
+                with open(os.path.join(root, OCT_CLASSES[label], file_name), "wb") as f:
+                    f.write(scan[:2] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + scan[2:])
     return root
 
 
@@ -443,8 +449,9 @@ def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but
     # its report's images beside its report files, the training run's left as they were
     assert report_images("eval") == trained_report and report_images(os.path.join("eval_only", "eval"))
     # but a temperature fitted on that default split would be fitted on images the model trained on
-    refusal = (r"^--validation-fraction 0.1: the model dir .* was trained with no validation share "
-               r"\(--validation-fraction 0\) \(800 training images, \d+ now\): .* resume with no validation share")
+    refusal = (r"^--validation-fraction 0.1: the model dir .* was trained with no validation share held out of its "
+               r"training images \(--validation-fraction 0, or a --validation-dir\) \(800 training images, \d+ now\): "
+               ".* resume with no validation share")
     with pytest.raises(FlagError, match=refusal):
         run(fashion.TASK, args("--eval-only", "--calibrate", "temperature"))
     with pytest.raises(FlagError, match=refusal):
@@ -454,7 +461,7 @@ def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but
 def test_a_resume_validates_on_the_images_its_model_dir_lists_or_is_refused(tmp_path, monkeypatch):
     """A changed --validation-dir, or a file of the data dir replaced, redrew the split silently: the best
     model was then chosen across two validation sets."""
-    from pipeline.errors import UsageError
+    from pipeline.errors import FlagError, UsageError
     from pipeline.tasks import images_job
     from tests.images_data import make_shapes_folder
     data, held = make_shapes_folder(str(tmp_path / "data"), per_class=6), make_shapes_folder(
@@ -488,7 +495,8 @@ def test_a_resume_validates_on_the_images_its_model_dir_lists_or_is_refused(tmp_
     with pytest.raises(UsageError, match=r"the validation split is not the one .*validation_files.txt lists"):
         run(images.TASK, args("--validation-dir", held, "--eval-only", "--calibrate", "temperature"))
     # a share of the training images instead (the count of training images tells it first)
-    with pytest.raises(UsageError, match=r"pass the --data-dir and validation split \(--validation-fraction"):
+    with pytest.raises(FlagError, match=r"^--validation-fraction 0.1: .* was trained with no validation share held "
+                                        r"out of its training images \(--validation-fraction 0, or a --validation-dir\)"):
         run(images.TASK, args("--max-steps", "6"))
 
 
@@ -504,8 +512,77 @@ def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(t
     (tmp_path / "copy.bmp").write_bytes(bytes([7]) * 64)
     (tmp_path / "other.bmp").write_bytes(bytes([200]) * 64)
     (tmp_path / "longer.bmp").write_bytes(bytes([7]) * 65)
-    assert index.holds(str(tmp_path / "copy.bmp"))
-    assert not index.holds(str(tmp_path / "other.bmp")) and not index.holds(str(tmp_path / "longer.bmp"))
+    assert index.find(str(tmp_path / "copy.bmp")) == str(tmp_path / "v7.bmp")
+    assert index.find(str(tmp_path / "other.bmp")) is None and index.find(str(tmp_path / "longer.bmp")) is None
+    assert index.find(str(tmp_path / "absent.bmp")) is None
+
+
+def test_a_training_image_that_is_a_test_image_as_a_link_or_a_copy_is_refused_before_training(tmp_path):
+    """The split kept paths apart, not images: a link beside its target, or a train/ and test/ holding
+    copies, trained on test images without a word."""
+    from acquisition.errors import InputDataError
+    from pipeline.tasks import images_job
+    from tests.images_data import make_shapes_folder
+
+    def load(data, model_dir, *flags):
+        images_job._DATASETS.clear()  # each load is another run's
+        return images_job.load_dataset(build_parser(images.TASK).parse_args(
+            ["--data-dir", data, "--model-dir", str(tmp_path / model_dir), "--image-size", "32", *flags]))
+
+    def first_image(folder):  # (make_shapes_folder leaves junk beside the images: .DS_Store, notes)
+        return next(n for n in sorted(os.listdir(folder)) if n[:3].isdigit())
+
+    def refusal(data, trained, tested):
+        return (f"{trained} (training) and {tested} (test) are the same image, a link or a copy: the test figures "
+                f"would count images the model trained on; remove the duplicates from {data}")
+    # train/ and test/ folders, a test image copied into train/
+    presplit = str(tmp_path / "presplit")
+    make_shapes_folder(os.path.join(presplit, "train"), per_class=4)
+    make_shapes_folder(os.path.join(presplit, "test"), per_class=2, seed=1)
+    tested = os.path.join(presplit, "test", "circle", first_image(os.path.join(presplit, "test", "circle")))
+    trained = os.path.join(presplit, "train", "circle", "zz-copy" + os.path.splitext(tested)[1])
+    shutil.copyfile(tested, trained)
+    with pytest.raises(InputDataError) as refused:
+        load(presplit, "m-presplit")
+    assert str(refused.value) == refusal(presplit, trained, tested)
+    os.remove(trained)
+    assert load(presplit, "m-presplit").splits["test"][0]  # without the copy: no refusal
+    # a folder split here, a link beside its target: refused whenever the seed puts them on two sides
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=6)
+    target = os.path.join(data, "square", first_image(os.path.join(data, "square")))
+    link = os.path.join(data, "square", "zz-link" + os.path.splitext(target)[1])
+    os.symlink(target, link)
+    refusals = 0
+    for seed in range(6):
+        try:
+            dataset = load(data, f"m{seed}", "--split-seed", str(seed))
+        except InputDataError as e:
+            refusals += 1
+            assert str(e) in (refusal(data, target, link), refusal(data, link, target)), str(e)
+        else:  # both on one side
+            train, test = (set(map(os.path.realpath, dataset.splits[s][0])) for s in ("train", "test"))
+            assert not train & test
+    assert refusals > 0
+
+
+def test_init_from_a_run_that_trained_on_this_run_s_test_images_is_refused_by_path_link_or_copy(tmp_path):
+    from pipeline.errors import FlagError
+    from pipeline.tasks import images_job
+    from tests.images_data import make_shapes_folder
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=3)
+    files = sorted(os.path.join(d, n) for d, _, names in os.walk(data) for n in names if n[:3].isdigit())
+    source = tmp_path / "source" / "split"
+    source.mkdir(parents=True)
+    (source / "split.json").write_text(json.dumps({"class_names": ["circle", "plus sign", "square"],
+                                                   "data_dir": data}))
+    (source / "train.txt").write_text(class_folders.split_list_text(files[:5], data))
+    check = functools.partial(images_job._check_split_of_init_from, str(tmp_path / "source"),
+                              ("circle", "plus sign", "square"))
+    check(files[5:])  # none of them trained on
+    copy = shutil.copytree(data, str(tmp_path / "copy"))
+    for test_files in ([files[2], files[7]], [files[7], os.path.join(copy, os.path.relpath(files[2], data))]):
+        with pytest.raises(FlagError, match=r"trained on 1 of this run's 2 test images \(.*\): its split differs"):
+            check(test_files)
 
 
 def test_the_best_copy_takes_a_checkpoint_s_own_files_not_its_damaged_or_half_written_ones(tmp_path):
