@@ -1,11 +1,13 @@
 """The one way a command line runs: arguments parsed first, then the work, and every known
 failure turned into one line and an exit code."""
+import contextlib
 import errno
 import importlib.util
 import os
 import re
 import select
 import sys
+import threading
 import traceback
 
 from acquisition.storage import op_error_line, url_failure
@@ -34,7 +36,7 @@ def run_command(parser, work, argv=None, parse=None):
     set_tensorflow_environment(args)
     model_dir = getattr(args, "model_dir", None)
     try:
-        with stop_at_once():
+        with stop_at_once(), _thread_file_failures_left_to_the_run(args):
             return work(args) or 0
     except USER_ERRORS as e:
         message, code = with_network_advice(str(e)), getattr(e, "exit_code", 1)
@@ -164,16 +166,16 @@ def _tensorflow_failure(error, args):
     """Returns the one line for a TensorFlow runtime error that comes from the files a run reads
     or writes (not from a bug), or None."""
     tf = sys.modules.get("tensorflow")
-    if tf is None or not isinstance(error, tf.errors.OpError):
+    if tf is None:
+        return None
+    if isinstance(error, RuntimeError):  # a summary writer's flush (EventFileWriter) says only this
+        return _file_failure_in(str(error), args)
+    if not isinstance(error, tf.errors.OpError):
         return None
     model_dir = getattr(args, "model_dir", None)
-    for line in error.message.splitlines():
-        words = next((words for words in _TF_IO_WORDS if words in line
-                      and not (words == _NOT_A_FOLDER and _URL.search(line))), None)  # (a URL's: see below)
-        if words is not None:
-            path = _PATH.search(line)
-            what = line.strip() if words == _NOT_A_FOLDER and not path else words  # (it names a relative path)
-            return _io_failure(_TF_IO_WORDS[words], what, path.group(0) if path else None, args)
+    failure = _file_failure_in(error.message, args)
+    if failure:
+        return failure
     # Saver.restore's words for a checkpoint of another graph: other shapes, or other variables
     # (a loss-scaling optimizer's under --precision fp16, say).
     if any(words in error.message for words in _MISMATCH):
@@ -201,6 +203,36 @@ def _tensorflow_failure(error, args):
     from acquisition import undecodable  # TensorFlow is loaded: the error is its own
     if undecodable.is_decode_failure(error):
         return _undecodable_image(error, args)
+    return None
+
+
+@contextlib.contextmanager
+def _thread_file_failures_left_to_the_run(args):
+    """Keeps the traceback of a thread's failed write (TensorFlow's EventLoggerThread on a full disk) off
+    stderr: the thread's writer raises it again in the main thread, whose one line says what failed."""
+    previous = threading.excepthook
+
+    def hook(failure):
+        if not (isinstance(failure.exc_value, (OSError, RuntimeError))
+                and _file_failure_in(str(failure.exc_value), args)):
+            previous(failure)
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
+
+
+def _file_failure_in(message, args):
+    """Returns the one line for a failed file operation that a line of `message` tells of by its
+    words (_TF_IO_WORDS), or None."""
+    for line in message.splitlines():
+        words = next((words for words in _TF_IO_WORDS if words in line
+                      and not (words == _NOT_A_FOLDER and _URL.search(line))), None)  # (a URL's: see below)
+        if words is not None:
+            path = _PATH.search(line)
+            what = line.strip() if words == _NOT_A_FOLDER and not path else words  # (it names a relative path)
+            return _io_failure(_TF_IO_WORDS[words], what, path.group(0) if path else None, args)
     return None
 
 

@@ -173,3 +173,34 @@ def test_a_checkpoint_of_another_graph_names_only_the_flags_this_job_has():
     assert all(line.startswith("the checkpoint in /m does not fit the model these flags build (Restoring from "
                                "checkpoint failed. Key dense/kernel/Adam not found in checkpoint); resume with the "
                                "flags it was trained with") for line in said.values())
+
+
+def test_a_summary_writer_s_full_disk_is_one_line_and_its_thread_s_traceback_stays_off_stderr(capsys, monkeypatch):
+    """TensorFlow's EventLoggerThread fails its write, prints its traceback, and the writer raises a
+    RuntimeError (not an OpError) in the main thread at the next flush: a run resumed on a full disk
+    ended in both."""
+    import threading
+    import tensorflow as tf  # noqa: F401 - the errors told apart are TensorFlow's
+    shown = []  # what reaches the hook that prints a thread's traceback
+    monkeypatch.setattr(threading, "excepthook", lambda failure: shown.append(type(failure.exc_value)))
+    words = "/runs/m/eval_validation/events.out.tfevents.1.vm; No space left on device"
+    parser = argparse.ArgumentParser(prog="job.py")
+    parser.add_argument("--model-dir", default="/runs/m")
+
+    def in_a_thread(target):
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+
+    def work(args):
+        in_a_thread(lambda: (_ for _ in ()).throw(RuntimeError(words)))
+        raise RuntimeError(f"{words}\n\tFailed to flush 2 events")
+    assert run_command(parser, work, []) == 1
+    err = capsys.readouterr().err
+    assert shown == [] and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("job.py: error: a write failed: No space left on device (/runs/m/eval_validation/"
+                          "events.out.tfevents.1.vm); the disk is full: free some space on it, or pass another "
+                          "--model-dir; then run the same command"), err
+    # a thread's error of another kind is shown as before, and the hook is put back
+    assert run_command(parser, lambda args: in_a_thread(lambda: 1 / 0), []) == 0
+    assert shown == [ZeroDivisionError] and threading.excepthook.__name__ == "<lambda>"

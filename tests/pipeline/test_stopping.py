@@ -12,6 +12,17 @@ import pytest
 from pipeline.signals import Interrupted, StopSignals, stop_at_once
 
 
+@pytest.fixture(autouse=True)
+def default_dispositions():
+    """Each test starts with the stop signals as a process starts: StopSignals leaves an ignored one
+    alone, and a test worker's may have been left otherwise."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_DFL}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in defaults.items()}
+    yield
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
 def test_a_first_signal_while_training_asks_for_the_stop_and_a_second_ends_at_once():
     with StopSignals() as stop, stop.training():
         os.kill(os.getpid(), signal.SIGTERM)
