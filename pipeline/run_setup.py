@@ -140,6 +140,7 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
         rate_changed = training_record.check_same_recipe(record.segments, start_step,
                                                          training_record.recipe_of(settings), settings.model_dir)
         for warning in (training_record.batch_changed(record.segments, start_step, global_batch), rate_changed,
+                        training_record.precision_changed(record.segments, start_step, settings.precision),
                         training_record.schedule_moved(record.segments, start_step, steps, settings.lr_schedule)):
             if warning:
                 log.warning(warning)

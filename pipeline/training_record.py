@@ -323,6 +323,16 @@ def batch_changed(segments, start_step, global_batch):
             "here at this one")
 
 
+def precision_changed(segments, start_step, precision):
+    """Returns one line when a resume at `start_step` trains in another precision than the steps before it
+    (a --deterministic run refuses it: check_reproducible); else None. Records of earlier versions kept none."""
+    earlier = [s for s in segments if s.start_step < start_step]
+    if not earlier or not start_step or earlier[-1].precision in (None, precision):
+        return None
+    return (f"the steps to {start_step} trained in {earlier[-1].precision} and this run trains in {precision}: "
+            f"results.json's precision is the last run's; {PROGRESS_FILE} keeps each run's")
+
+
 def schedule_moved(segments, start_step, plan_, lr_schedule):
     """Returns one line when a resume at `start_step` moves the end of a --lr-schedule that decays (not
     'constant') to another number of images than the run before it planned (another --epochs or --max-steps):

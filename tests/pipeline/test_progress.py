@@ -320,3 +320,15 @@ def test_a_resume_at_another_global_batch_is_named():
         "images so far are counted at theirs, the steps from here at this one")
     assert progress.batch_changed([first], 100, 32) is None
     assert progress.batch_changed([first], 0, 512) is None
+
+
+def test_a_resume_in_another_precision_is_named():
+    """Without --deterministic (which refuses it) a bf16 run resumed in fp32 said nothing, and results.json
+    named fp32 alone."""
+    first = progress.Segment(0, 0, 32, max_steps=200, precision="bf16")
+    assert progress.precision_changed([first], 30, "fp32") == (
+        "the steps to 30 trained in bf16 and this run trains in fp32: results.json's precision is the last run's; "
+        "training_progress.json keeps each run's")
+    assert progress.precision_changed([first], 30, "bf16") is None
+    assert progress.precision_changed([first], 0, "fp32") is None  # nothing trained yet
+    assert progress.precision_changed([progress.Segment(0, 0, 32)], 30, "fp32") is None  # an earlier version's
