@@ -82,7 +82,9 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
         extra.update(evaluation_report.write_report(setup.task, args, data, scores, results.eval_step,
                                                     extra.get("export_dir"), estimator, best and best["checkpoint"]))
     if args.tflite and extra.get("export_dir"):  # the served export (calibrated, if asked), for devices
-        extra["tflite"] = convert_and_evaluate(extra["export_dir"], data.train_input_fn, data.eval_input_fn,
+        # int8 calibrates on the first training images of the stream, wherever a resumed run's input starts
+        calibration_input = data.train_input_at(0) if data.train_input_at else data.train_input_fn
+        extra["tflite"] = convert_and_evaluate(extra["export_dir"], calibration_input, data.eval_input_fn,
                                                args.tflite, args.tflite_tolerance, describe_cpu())
     extra.update(data.report)
     extra["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -246,6 +246,22 @@ def test_a_resume_in_fp32_converting_a_validated_bf16_run_is_refused_before_trai
     assert tf.train.latest_checkpoint(model_dir) == before and "Traceback" not in err
 
 
+def test_a_resumed_deterministic_run_s_int8_file_is_the_straight_run_s(fashion_data_dir, tmp_path):
+    """int8 calibrated on the training input as the run left it: a resumed --deterministic run's starts where
+    the run stood, so its file differed from a straight run's, every time."""
+    def int8_file(model_dir, *max_steps):
+        flags = ["--data-dir", fashion_data_dir, "--model-dir", model_dir, "--deterministic", "--seed", "1",
+                 "--batch-size", "16", "--validation-fraction", "0", "--bootstrap-resamples", "10", "--precision",
+                 "fp32", "--tflite", "int8"]
+        for steps in max_steps:  # each a process of its own, as a user's runs (the seeds are a process's)
+            result = script("train_fashion.py", *flags, "--max-steps", str(steps))
+            assert result.returncode == 0, result.stderr[-2000:]
+        with open(os.path.join(model_dir, "results.json")) as f:
+            with open(json.load(f)["tflite"]["files"]["int8"]["file"], "rb") as model:
+                return model.read()
+    assert int8_file(str(tmp_path / "resumed"), 6, 12) == int8_file(str(tmp_path / "straight"), 12)
+
+
 @pytest.mark.parametrize("value", ["int4", "float32,float32", "float32,", "fp16"])
 def test_a_bad_tflite_value_exits_2_in_one_line(tmp_path, value):
     result = script("train_fashion.py", "--synthetic", "--model-dir", str(tmp_path / "m"), "--tflite", value)
