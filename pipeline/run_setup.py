@@ -127,7 +127,7 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     if start_step and validates:
         check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files)
     training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
-                                       settings.model_dir, settings.precision)
+                                       settings.model_dir, settings.precision, settings.tflite)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),
                                           settings.model_dir)
     training_record.check_same_model(record.segments, start_step, getattr(settings, "model", None),

@@ -215,11 +215,12 @@ def check_report_flags(segments, start_step, precision, global_batch, model_dir)
                         "it (or --eval-only to evaluate it with these)")
 
 
-def check_reproducible(segments, start_step, deterministic, seed, model_dir, precision=None):
+def check_reproducible(segments, start_step, deterministic, seed, model_dir, precision=None, tflite=()):
     """Raises FlagError (exit 2) when a --deterministic run would resume from steps trained otherwise:
     without --deterministic, with another seed, or in another precision than `precision`. Its results
     would claim a run that no one can reproduce. Steps that an earlier version trained (which kept no
-    record of it) are taken on trust."""
+    record of it) are taken on trust. Steps in bf16 with --tflite (whose export TFLite cannot hold, and
+    for which --precision auto picks fp32) are refused for --tflite, the flag to drop."""
     if not deterministic or not start_step:
         return
     earlier = [s for s in segments if s.start_step < start_step]
@@ -233,6 +234,10 @@ def check_reproducible(segments, start_step, deterministic, seed, model_dir, pre
                             f"resume with --seed {segment.seed} (or without --deterministic), or pass another "
                             "--model-dir")
         if segment.deterministic and precision and segment.precision not in (None, precision):
+            if tflite and segment.precision == "bf16":
+                raise FlagError(f"--tflite: {steps} were trained with --deterministic in bf16, whose bfloat16 "
+                                "tensors TFLite cannot hold, and a run in another precision could not be reproduced "
+                                "bit for bit; drop --tflite, or pass another --model-dir")
             raise FlagError(f"--precision {precision}: {steps} were trained with --deterministic in "
                             f"{segment.precision}, so this run could not be reproduced bit for bit; resume with "
                             f"--precision {segment.precision} (or without --deterministic), or pass another "

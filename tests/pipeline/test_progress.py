@@ -216,6 +216,14 @@ def test_a_deterministic_resume_of_steps_trained_otherwise_is_refused():
                                         "fp32, so this run could not be reproduced bit for bit; resume with "
                                         "--precision fp32"):
         progress.check_reproducible([seeded], 20, True, 0, "/m", "bf16")
+    in_bf16 = progress.Segment(0, 0, 32, 100, "bf16", True, 0)
+    # --tflite makes auto pick fp32, and the advice to resume in bf16 was then refused for --tflite
+    with pytest.raises(FlagError, match="^--tflite: steps 0-20 in /m were trained with --deterministic in bf16, "
+                                        "whose bfloat16 tensors TFLite cannot hold, .*; drop --tflite, or pass "
+                                        "another --model-dir$"):
+        progress.check_reproducible([in_bf16], 20, True, 0, "/m", "fp32", ("int8",))
+    with pytest.raises(FlagError, match="^--precision fp32: .*; resume with --precision bf16"):
+        progress.check_reproducible([in_bf16], 20, True, 0, "/m", "fp32")
     progress.check_reproducible([seeded], 20, True, 0, "/m", "fp32")
     progress.check_reproducible([plain], 20, False, None, "/m", "bf16")  # without --deterministic: any precision
 
