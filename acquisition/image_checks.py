@@ -81,8 +81,9 @@ def check_bad_files(scans, on_bad_image, listed_in="results.json"):
     if problems and on_bad_image == "fail":
         first = min(problems)
         more = f" (and {len(problems) - 1} more bad files)" if len(problems) > 1 else ""
-        raise InputDataError(f"{shown_path(first)} {problems[first]}{more}; remove or convert it, "
-                             "or pass --on-bad-image=skip to leave such files out")
+        fix = "" if ";" in problems[first] else "; remove or convert it"  # (a problem may name its own fix)
+        raise InputDataError(f"{shown_path(first)} {problems[first]}{more}{fix}, or pass --on-bad-image=skip to "
+                             "leave such files out")
     if problems:
         first = min(problems)
         log.warning("%d bad image file%s left out (--on-bad-image skip), the first %s %s; %s lists each "

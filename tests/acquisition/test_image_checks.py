@@ -61,3 +61,17 @@ def test_rgb_and_progressive_jpegs_are_fine(oct_sample, tmp_path):
     for name in ("rgb.jpeg", "progressive.jpeg"):
         assert image_checks.jpeg_problem(str(tmp_path / name)) is None
         assert tf.io.decode_jpeg(tf.io.read_file(str(tmp_path / name)), channels=1).shape[-1] == 1
+
+
+def test_a_bad_file_whose_problem_names_its_fix_is_not_given_a_second():
+    from acquisition.errors import InputDataError
+    from acquisition.image_checks import FolderScan, check_bad_files
+    cmyk = ("is a CMYK JPEG, which TensorFlow cannot decode to grayscale; convert it to grayscale or RGB")
+    scan = FolderScan(["/d/a/1.jpg", "/d/b/2.png"], [0, 1], {"/d/a/1.jpg": cmyk, "/d/b/2.png": "is empty"}, ("a", "b"))
+    with pytest.raises(InputDataError) as raised:
+        check_bad_files([scan], "fail")
+    assert str(raised.value) == (f"/d/a/1.jpg {cmyk} (and 1 more bad files), or pass --on-bad-image=skip to leave "
+                                 "such files out")
+    scan.problems.pop("/d/a/1.jpg")
+    with pytest.raises(InputDataError, match=r"^/d/b/2.png is empty; remove or convert it, or pass --on-bad-image"):
+        check_bad_files([scan], "fail")
