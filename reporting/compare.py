@@ -32,6 +32,25 @@ def _schedule(results):
     return (results.get("learning_rate_schedule") or {}).get("kind")
 
 
+def _recipe(results):
+    """Returns what a run did beyond plain training, in the flags' words: its seed, --ema's decay,
+    --label-smoothing, --mixup and --cutmix, --class-weight, --tta's views and --calibrate's temperature;
+    '' for none of them (or a results.json that records none)."""
+    parts = [f"seed {results['seed']}"] if results.get("seed") is not None else []
+    if results.get("ema"):
+        parts.append(f"ema {results['ema']['decay']:g}")
+    parts += [f"{name.replace('_', '-')} {results[name]:g}" for name in ("label_smoothing", "mixup", "cutmix")
+              if results.get(name)]
+    if results.get("class_weights"):
+        parts.append("class-weight")
+    if results.get("tta"):
+        parts.append("tta " + "+".join(results["tta"]))
+    temperature = ((results.get("clinical") or {}).get("calibration") or {}).get("temperature")
+    if isinstance(temperature, dict) and temperature.get("temperature"):
+        parts.append(f"temperature {temperature['temperature']:.2f}")
+    return ", ".join(parts)
+
+
 # (column, how to read it from results.json, how to show it)
 COLUMNS = [
     ("run", None, str),
@@ -44,6 +63,7 @@ COLUMNS = [
     ("lr", _field("learning_rate_base"), "{:g}".format),
     ("schedule", _schedule, str),
     ("augment", _augment, str),
+    ("recipe", _recipe, str),
     ("epochs", _field("epochs_trained"), "{:g}".format),
     ("images/s", _field("train_images_per_sec"), "{:.1f}".format),
     ("mfu", _field("mfu"), "{:.3f}".format),

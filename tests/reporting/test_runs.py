@@ -102,3 +102,18 @@ def test_a_results_file_given_itself_is_its_run_and_one_holding_no_object_is_nam
     (tmp_path / "list" / "results.json").write_text("[1, 2]")
     with pytest.raises(RunsError, match="results.json holds a JSON list, not a run's results"):
         compare.find_runs([str(tmp_path / "list")])
+
+
+def test_the_recipe_column_tells_apart_runs_that_differ_only_in_the_generalisation_tools():
+    """measure_generalisation.py's arms (plain, --ema, --label-smoothing, --mixup/--cutmix) showed the same
+    row in every settings column."""
+    plain = {"seed": 1, "ema": None, "label_smoothing": 0.0, "mixup": 0.0, "cutmix": 0.0, "tta": [],
+             "class_weights": None, "clinical": {"calibration": {"temperature": {"temperature": 0.6676}}}}
+    arms = [plain, {**plain, "ema": {"decay": 0.99}}, {**plain, "label_smoothing": 0.1},
+            {**plain, "mixup": 0.2, "cutmix": 1.0}, {**plain, "tta": ["identity", "flip"], "clinical": {}},
+            {**plain, "seed": None, "class_weights": [1.5, 0.75]}, {}]
+    column = compare.table_rows([(f"run{i}", arm) for i, arm in enumerate(arms)])[0].index("recipe")
+    recipes = [row[column] for row in compare.table_rows([(f"run{i}", arm) for i, arm in enumerate(arms)])[1:]]
+    assert recipes == ["seed 1, temperature 0.67", "seed 1, ema 0.99, temperature 0.67",
+                       "seed 1, label-smoothing 0.1, temperature 0.67", "seed 1, mixup 0.2, cutmix 1, temperature 0.67",
+                       "seed 1, tta identity+flip", "class-weight, temperature 0.67", ""]
