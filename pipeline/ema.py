@@ -197,6 +197,17 @@ def raw_weights(estimator):
         average.raw = False
 
 
+def too_few_steps(decay, max_steps):
+    """Returns one line when --ema's `decay` averages over more steps (about 1 / (1 - decay)) than the run
+    trains in all (`max_steps`): the averaged weights, which every figure reads, are then mostly the
+    first ones; else None."""
+    if not decay or max_steps >= round(1 / (1 - decay)):
+        return None
+    return (f"--ema {decay:g} averages the weights of about the last {1 / (1 - decay):.0f} steps, and this run "
+            f"trains {max_steps} in all: the averaged weights, which every figure reads, are mostly the first ones; "
+            "train longer, or lower the decay (0.9 averages about 10 steps)")
+
+
 def compare(estimator, input_fn, checkpoint, averaged=None):
     """Returns results.json's `ema`: the decay, the step of `checkpoint`, and the test accuracy and loss
     of its averaged and raw weights on `input_fn` (`averaged`: that evaluation's dict, if made already)."""

@@ -22,6 +22,7 @@ def print_header(setup, cadence=None):
     print(f"{task.name}: {data.source} data, {data.num_train_examples} training{validation} / "
           f"{data.num_eval_examples} test images\n"
           f"{_describe_classes(data.class_names)}"
+          f"{_describe_channels(args, data.report.get('channels'))}"
           f"  devices:       {plan.description}\n"
           f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {setup.global_batch} "
           "global\n"
@@ -47,6 +48,16 @@ def _describe_classes(class_names, shown=12):
     names = ", ".join(f'"{name}"' if "," in name else name for name in class_names[:shown])  # 'a, b' is one
     names += f", ... ({len(class_names)} in all)" if len(class_names) > shown else ""
     return f"  classes:       {names}\n"
+
+
+def _describe_channels(args, channels):
+    """Returns the header's line on the channels the images job decodes to (why: --channels, or the images
+    read), or '' for a job that does not choose."""
+    if channels is None:
+        return ""
+    why = ("--channels" if getattr(args, "channels", None) else
+           "every image is gray" if channels == 1 else "some images are in colour; a GIF counts as one")
+    return f"  channels:      {channels} ({why})\n"
 
 
 def _describe_training(setup, scaling, resume):

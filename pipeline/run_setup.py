@@ -13,7 +13,8 @@ import tensorflow as tf
 from acquisition import storage
 from models.learning_rate import ScheduledRate
 from pipeline import batching, determinism, estimator as estimator_lib, evaluation_report, initial_weights, \
-    model_dir as model_dir_lib, training_record
+    model_dir as model_dir_lib, training_record, tta
+from pipeline import ema as ema_lib
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
@@ -141,11 +142,15 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                                          training_record.recipe_of(settings), settings.model_dir)
         for warning in (training_record.batch_changed(record.segments, start_step, global_batch), rate_changed,
                         training_record.precision_changed(record.segments, start_step, settings.precision),
+                        ema_lib.too_few_steps(getattr(settings, "ema", None), steps.max_steps),
                         training_record.schedule_moved(record.segments, start_step, steps, settings.lr_schedule)):
             if warning:
                 log.warning(warning)
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
+        flip = tta.untrained_flip(getattr(settings, "tta", ()), getattr(settings, "augment", ()))
+        if flip:
+            log.warning(flip)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
                                                   settings.reference_batch_size, settings.lr_scaling)
     schedule = ScheduledRate(

@@ -28,7 +28,8 @@ def add_flags(parser):
                        help="height and width every image is resized to")
     group.add_argument("--channels", type=int, choices=(1, 3), default=None,
                        help="decode the images to 1 (gray) or 3 (RGB) channels; default: 1 when every image is "
-                            "grayscale, else 3 (alpha is dropped; gray feeds 3-channel backbones repeated)")
+                            "grayscale (a GIF counts as colour), else 3 (alpha is dropped; gray feeds 3-channel "
+                            "backbones repeated)")
     group.add_argument("--model", choices=BACKBONES, default=BACKBONES[0],
                        help="from random weights: 'small_resnet' (BatchNorm, residual separable-conv blocks, global "
                             "pooling: learns small datasets; with little data add --augment flip,rotate=15,zoom=0.1,"

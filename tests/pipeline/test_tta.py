@@ -194,3 +194,11 @@ def test_a_bad_or_forbidden_view_exits_2_in_one_line(tmp_path, command, value, f
     result = script(command, "--tta", value, *extra)
     assert result.returncode == 2
     assert_clean_failure(result, "--tta", fragment)
+
+
+def test_a_flipped_view_of_a_model_trained_without_flips_is_warned_of():
+    from pipeline.tta import untrained_flip
+    assert "--tta flip: the model trains without --augment flip" in untrained_flip(("identity", "flip"), [])
+    assert "--tta flip_vertical:" in untrained_flip(("identity", "flip_vertical"), [("rotate", 15.0)])
+    assert untrained_flip(("identity", "flip"), [("flip", "horizontal")]) is None
+    assert untrained_flip(("identity", "crop_centre"), []) is None and untrained_flip((), []) is None

@@ -149,7 +149,7 @@ def test_a_class_folder_added_or_removed_since_the_split_is_named_in_one_line(tm
     argv = ["--data-dir", data, "--model-dir", str(tmp_path / "m"), "--max-steps", "1", *SMALL,
             "--validation-fraction", "0", "--bootstrap-resamples", "10"]
     assert train_main(TASK, argv) == 0
-    capsys.readouterr()
+    assert "\n  channels:      3 (some images are in colour; a GIF counts as one)\n" in capsys.readouterr().out
     os.rename(os.path.join(data, "square"), os.path.join(data, "triangle"))
     monkeypatch.setattr(images_job, "_DATASETS", {})  # a process scans a data dir once: this is another run
     assert train_main(TASK, [*argv[:-6], "--max-steps", "2", *argv[-4:]]) == 1
