@@ -320,11 +320,21 @@ def _ece(figure):
 
 
 def _calibration_line(figures):
-    """Returns the headline's line of the report's 'calibration' object."""
+    """Returns the headline's line of the report's 'calibration' object; with a temperature, the test NLL
+    before and after it, and a warning when the scaling made the test NLL worse."""
     scaling = figures.get("temperature")
-    return (f"           calibration: ECE {_ece(figures['ece'])} ({figures['bins']['used']} equal-count bins), "
-            f"NLL {figures['nll']['value']:.3f}, Brier {figures['brier']['value']:.3f}"
-            + (f"; temperature {scaling['temperature']:.3f}, fitted on the validation split" if scaling else ""))
+    line = (f"           calibration: ECE {_ece(figures['ece'])} ({figures['bins']['used']} equal-count bins), "
+            f"NLL {figures['nll']['value']:.3f}, Brier {figures['brier']['value']:.3f}")
+    if not scaling:
+        return line
+    before, after = scaling["test_nll"]["before"], scaling["test_nll"]["after"]
+    line += (f"; temperature {scaling['temperature']:.3f}, fitted on the {scaling['validation_images']} validation "
+             f"images (test NLL {before:.3f} before it)")
+    if after > before:
+        line += (f"\n           WARNING: the temperature made the test NLL worse ({before:.3f} to {after:.3f}), and "
+                 "the calibrated export serves its probabilities: the validation split is too small or too easy to "
+                 "fit on; hold out more (--validation-fraction), or drop --calibrate")
+    return line
 
 
 def print_headline(results, folder):

@@ -208,3 +208,18 @@ def test_the_bootstrap_resamples_the_groups_group_by_names_else_the_task_s():
     patients = types.SimpleNamespace(named=True, keys=["/t/CNV/CNV-17-1.jpeg", "/t/DME/DME-17-2.jpeg"])
     groups, pattern = evaluation_report._groups(TASK, types.SimpleNamespace(), patients)  # OCT: the patient
     assert groups.tolist() == [0, 0] and pattern == TASK.group_pattern
+
+
+def test_the_headline_warns_when_the_temperature_made_the_test_nll_worse():
+    """21 validation images, all classified right, fitted T=0.146: the test NLL went from 0.377 to 2.095 and the
+    summary showed only the after-figure."""
+    from pipeline.evaluation_report import _calibration_line
+    figures = {"ece": {"value": 0.48, "ci": [0.389, 0.631], "bias_corrected": 0.479}, "bins": {"used": 6},
+               "nll": {"value": 2.095}, "brier": {"value": 0.68},
+               "temperature": {"temperature": 0.146, "validation_images": 21,
+                               "test_nll": {"before": 0.377, "after": 2.095}}}
+    worse = _calibration_line(figures).splitlines()
+    assert worse[0].endswith("; temperature 0.146, fitted on the 21 validation images (test NLL 0.377 before it)")
+    assert worse[1].strip().startswith("WARNING: the temperature made the test NLL worse (0.377 to 2.095)")
+    figures["temperature"]["test_nll"]["after"] = 0.301
+    assert len(_calibration_line(figures).splitlines()) == 1
