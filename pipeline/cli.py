@@ -5,7 +5,6 @@ import errno
 import importlib.util
 import os
 import re
-import select
 import sys
 import threading
 import traceback
@@ -17,6 +16,7 @@ from pipeline.flags import build_parser
 from pipeline.out_of_memory import out_of_memory_message
 from pipeline.settings import Settings
 from pipeline.signals import Interrupted, stop_at_once
+from pipeline.stdout import silence_stdout, stdout_closed
 
 _MISMATCH = ("Restoring from checkpoint failed", "not in the checkpoint", "not found in checkpoint")
 # Set to 1 to see the Python traceback behind a one-line error (for bug reports).
@@ -48,8 +48,8 @@ def run_command(parser, work, argv=None, parse=None):
         print(f"{parser.prog}: stopped by SIGINT", file=sys.stderr)
         return 130
     except BrokenPipeError as e:
-        if _stdout_closed():  # `... | head`: whatever reads the output has stopped reading
-            _silence_stdout()
+        if stdout_closed():  # `... | head`: whatever reads the output has stopped reading
+            silence_stdout()
             message = ("stopped: the program reading this output closed it (a pipe into head, say); "
                        "send the output to a file instead (> out.txt), or read it all")
         else:  # another pipe or socket: a download's, a subprocess's
@@ -77,23 +77,6 @@ def run_command(parser, work, argv=None, parse=None):
 def _either(flags):
     """Returns '--a', '--a or --b', '--a, --b or --c'."""
     return flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} or {flags[-1]}"
-
-
-def _stdout_closed():
-    """Returns whether stdout is a pipe whose reader has closed it (poll says POLLERR)."""
-    try:
-        poll = select.poll()
-        poll.register(sys.stdout.fileno(), select.POLLERR)
-        return any(events & select.POLLERR for _, events in poll.poll(0))
-    except (OSError, ValueError, AttributeError):  # no file descriptor (captured output), or no poll
-        return False
-
-
-def _silence_stdout():
-    """Points stdout at /dev/null: Python flushes it again at exit, into the closed pipe."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
 
 
 # What TensorFlow reads when it is imported, unless the environment says otherwise. Its oneDNN kernels:

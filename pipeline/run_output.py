@@ -1,11 +1,29 @@
 """What a run prints: the header before training and the summary after it."""
+import contextlib
+import logging
 import os
 
 from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
 from pipeline.flag_types import names_text
+from pipeline.stdout import silence_stdout
 from pipeline.flags.tta import tta_text
 from pipeline.training_record import describe_trainable_layers, trainable_layers_of
 from pipeline.validation.early_stopping import EarlyStopping
+
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def reader_may_leave(results_path):
+    """Ends the printing of a finished run quietly when the program reading stdout has closed it (`... | head`):
+    the run is whole and `results_path` holds its results, which a warning on stderr names."""
+    try:
+        yield
+    except BrokenPipeError:
+        silence_stdout()
+        log.warning("the program reading this output closed it before the summary was printed; the run finished, "
+                    "and %s holds its results", results_path)
 
 
 def print_header(setup, cadence=None):
@@ -183,7 +201,8 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None)
     if unapplied:
         print(f"  note: {'; '.join(unapplied)}: these act when a run finishes, and this one finished with other "
               "values; run again with --eval-only to apply them to its best checkpoint", flush=True)
-    print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
+    with reader_may_leave(os.path.join(model_dir, results_lib.RESULTS_FILE)):
+        print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results
 
 

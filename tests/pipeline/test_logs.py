@@ -3,6 +3,8 @@ import io
 import logging
 import sys
 
+import pytest
+
 from pipeline.logs import configure_logging
 
 
@@ -17,3 +19,19 @@ def test_log_lines_go_to_the_current_stderr_even_after_an_earlier_one_was_closed
     configure_logging()
     logging.getLogger("pipeline.test").info("second run")
     assert second.getvalue().endswith(" I second run\n") and "Logging error" not in second.getvalue()
+
+
+def test_a_reader_that_stops_during_a_finished_run_s_summary_is_a_warning_not_an_error(monkeypatch, caplog):
+    """`train_fashion.py | head -17`: the run had trained, reported and written results.json, then ended in
+    'error: stopped', exit 1."""
+    from pipeline import run_output
+    silenced = []
+    monkeypatch.setattr(run_output, "silence_stdout", lambda: silenced.append(True))
+    with run_output.reader_may_leave("/runs/m/results.json"):
+        raise BrokenPipeError(32, "Broken pipe")
+    assert silenced == [True]
+    assert "closed it before the summary was printed; the run finished, and /runs/m/results.json holds its " \
+           "results" in caplog.text
+    with pytest.raises(OSError):  # any other failure is the run's
+        with run_output.reader_may_leave("/runs/m/results.json"):
+            raise OSError(28, "No space left on device")
