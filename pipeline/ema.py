@@ -19,7 +19,7 @@ import contextlib
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object_util
 
-from pipeline import model_dir as model_dir_lib
+from pipeline import model_dir as model_dir_lib, training_record
 from pipeline.errors import FlagError
 from pipeline.metrics import CROSS_ENTROPY
 
@@ -231,9 +231,12 @@ def check(args, reads_checkpoint):
         return
     if not args.ema:
         if reads_checkpoint and any(name.startswith(SHADOW_PREFIX) for name in _checkpoint_names(args.model_dir)):
+            decay = training_record.newest_run(args.model_dir).get("ema")
+            with_decay = (f"--ema {decay:g}" if decay else
+                          f"--ema and the decay it was trained with ({training_record.PROGRESS_FILE})")
             raise FlagError(f"--ema: the checkpoint in {args.model_dir} was trained with --ema, and its best model "
-                            "was chosen and exported on the average; resume (or evaluate) it with --ema and the "
-                            "decay it was trained with (results.json's 'ema'), or pass another --model-dir")
+                            f"was chosen and exported on the average; resume (or evaluate) it with {with_decay}, or "
+                            "pass another --model-dir")
         return
     if args.strategy == "parameter_server":
         raise FlagError("--ema does not work with --strategy parameter_server: its asynchronous workers would "
