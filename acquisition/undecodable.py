@@ -53,6 +53,7 @@ def undecodable_images(files):
 
 
 def _words(session, decoded, contents, path):
+    """Returns TensorFlow's words for the image at `path`, decoded alone through `decoded` fed `contents`."""
     try:
         session.run(decoded, {contents: storage.read_bytes(path)})
     except tf.errors.OpError as e:

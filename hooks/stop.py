@@ -9,7 +9,8 @@ import tensorflow as tf
 from hooks.stepping import StepCountingHook
 
 log = logging.getLogger(__name__)
-# The stop signals a trainer's request can carry through the all-reduce (pipeline.signals catches them).
+# The stop signals a trainer's request can carry through the all-reduce (pipeline.signals catches them; another,
+# SIGHUP, travels as SIGTERM: the last slot).
 AGREED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _REQUESTS, _AGREED = "stop_agreement_requests", "stop_agreement_agreed"
 

@@ -42,7 +42,8 @@ def run_command(parser, work, argv=None, parse=None):
         message, code = with_network_advice(str(e)), getattr(e, "exit_code", 1)
         _show_traceback(e)
     except Interrupted as e:
-        print(f"{parser.prog}: {_interrupted_message(e, model_dir)}", file=sys.stderr)
+        with contextlib.suppress(OSError):  # a hung-up terminal's stderr fails (EIO): the exit code still tells
+            print(f"{parser.prog}: {_interrupted_message(e, model_dir)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:  # Ctrl-C in a tool that does not catch stop signals itself
         print(f"{parser.prog}: stopped by SIGINT", file=sys.stderr)
@@ -183,10 +184,13 @@ def _tensorflow_failure(error, args):
         return f"a TFRecord file this run reads is cut short or damaged ({op_error_line(error)}); {fix}"
     if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError)):
         return op_error_line(error)
-    from acquisition import undecodable  # TensorFlow is loaded: the error is its own
-    if undecodable.is_decode_failure(error):
+    from acquisition.undecodable import is_decode_failure  # TensorFlow is loaded: the error is its own
+    if is_decode_failure(error):
         return _undecodable_image(error, args)
     return None
+
+
+_SUMMARY_WRITER_THREAD = "EventLoggerThread"  # TensorFlow's EventFileWriter's thread (event_file_writer.py)
 
 
 @contextlib.contextmanager
@@ -196,7 +200,8 @@ def _thread_file_failures_left_to_the_run(args):
     previous = threading.excepthook
 
     def hook(failure):
-        if not (isinstance(failure.exc_value, (OSError, RuntimeError))
+        if not (getattr(failure.thread, "name", None) == _SUMMARY_WRITER_THREAD
+                and isinstance(failure.exc_value, (OSError, RuntimeError))
                 and _file_failure_in(str(failure.exc_value), args)):
             previous(failure)
     threading.excepthook = hook
@@ -221,22 +226,38 @@ def _file_failure_in(message, args):
 
 def _undecodable_image(error, args):
     """Returns the one line for an image TensorFlow could not decode mid-run (its headers had read well),
-    naming it: every image of the run's folders is decoded to find it."""
-    from acquisition import undecodable
-    from acquisition.image_checks import shown_path
-    files = undecodable.image_files([getattr(args, "data_dir", None), getattr(args, "validation_dir", None)])
-    print(f"an image could not be decoded ({op_error_line(error)}): decoding the {len(files):,} images of the "
-          "data dir to name it", file=sys.stderr, flush=True)
-    found = undecodable.undecodable_images(files) if files else {}
+    naming it: every image of the run's folders is decoded to find it (a stop signal or a failure of that
+    search gives the line without the name)."""
+    unnamed = (f"an image could not be decoded ({op_error_line(error)}), though its header reads well; find and "
+               "replace it, then run the same command again")
+    job = args[-1] if isinstance(args, tuple) else args  # a tool's: its own flags and its job's
+    try:
+        with stop_at_once():
+            found = _undecodable_files([getattr(job, "data_dir", None), getattr(job, "validation_dir", None)],
+                                       op_error_line(error))
+    except (KeyboardInterrupt, Interrupted, Exception):  # noqa: BLE001 - the search only names the file
+        return unnamed
     if not found:
-        return (f"an image could not be decoded ({op_error_line(error)}), though every image's header reads well; "
-                "find and replace it (scripts/inspect_input.py reads the batches as training does), then run the "
-                "same command again")
+        return unnamed
+    from acquisition.image_checks import shown_path
     first = min(found)
     more = f" (and {len(found) - 1} more: {', '.join(sorted(found)[1:4])}{', ...' if len(found) > 4 else ''})" \
         if len(found) > 1 else ""
     return (f"{shown_path(first)} cannot be decoded ({found[first]}), though its header reads well{more}; replace it "
             "with a readable copy and run the same command again to resume, or remove it and pass another --model-dir")
+
+
+def _undecodable_files(folders, cause):
+    """Returns {file: TensorFlow's words} of the images below `folders` that TensorFlow cannot decode though
+    their headers read well (files whose headers are bad are left out as --on-bad-image skip leaves them)."""
+    from acquisition import undecodable
+    from acquisition.image_formats import check_image
+    files = undecodable.image_files(folders)
+    if not files:
+        return {}
+    print(f"an image could not be decoded ({cause}): decoding the {len(files):,} images of the data dir to name it",
+          file=sys.stderr, flush=True)
+    return {f: words for f, words in undecodable.undecodable_images(files).items() if not check_image(f).problem}
 
 
 _DAMAGED_RECORD = ("truncated record", "corrupted record", "Read less bytes than requested")

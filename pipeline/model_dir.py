@@ -65,9 +65,9 @@ def _acquire_in(model_dir, path):
 @contextlib.contextmanager
 def removed_if_left_empty(model_dir, made):
     """Removes the local folder `model_dir` when the block raises, this run made it (`made`: the outermost
-    folder it made, `model_dir` or a parent, which go too) and it holds nothing but its lock files (see _removed_if_empty): a run that
-    failed on its data leaves no folder behind. The folder is removed under its lock (see
-    locks.release_and_remove), so a run that took the lock meanwhile keeps it."""
+    folder it made, `model_dir` or a parent, which go too) and it holds nothing but its lock files and first
+    weights (_removed_if_empty): a run that failed on its data leaves no folder behind. The folder is removed
+    under its lock (see locks.release_and_remove), so a run that took the lock meanwhile keeps it."""
     try:
         yield
     except BaseException:
@@ -95,9 +95,16 @@ def _removed_if_empty(model_dir):
     if not _left_empty(model_dir):
         locks.release(held)
         return False
+    warm_start, warming = os.path.join(model_dir, WARM_START_LOCK_FILE), None
+    if os.path.exists(warm_start):
+        try:  # a cluster's worker may still be writing the first weights under it
+            warming = locks.acquire(warm_start)
+        except (OSError, locks.LockHeld):
+            locks.release(held)
+            return False
     shutil.rmtree(os.path.join(model_dir, KERAS_DIR), ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(model_dir, WARM_START_LOCK_FILE))
+    if warming is not None:
+        locks.release_and_remove(warming, warm_start)
     locks.release_and_remove(held, path)
     try:
         os.rmdir(model_dir)
@@ -107,6 +114,7 @@ def _removed_if_empty(model_dir):
 
 
 def _left_empty(model_dir):
+    """Returns whether `model_dir` holds its run lock and nothing but lock files and the first weights."""
     names = set(os.listdir(model_dir))
     return LOCK_FILE in names and names <= {*LOCK_FILES, KERAS_DIR}
 

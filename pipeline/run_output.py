@@ -5,8 +5,8 @@ import os
 
 from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
 from pipeline.flag_types import names_text
-from pipeline.stdout import silence_stdout
 from pipeline.flags.tta import tta_text
+from pipeline.stdout import silence_stdout
 from pipeline.training_record import describe_trainable_layers, trainable_layers_of
 from pipeline.validation.early_stopping import EarlyStopping
 
@@ -40,7 +40,7 @@ def print_header(setup, cadence=None):
     print(f"{task.name}: {data.source} data, {data.num_train_examples} training{validation} / "
           f"{data.num_eval_examples} test images\n"
           f"{_describe_classes(data.class_names)}"
-          f"{_describe_channels(args, data.report.get('channels'))}"
+          f"{_describe_channels(data.report)}"
           f"  devices:       {plan.description}\n"
           f"  batch:         {args.batch_size} per replica x {plan.replicas} replica(s) = {setup.global_batch} "
           "global\n"
@@ -68,14 +68,12 @@ def _describe_classes(class_names, shown=12):
     return f"  classes:       {names}\n"
 
 
-def _describe_channels(args, channels):
-    """Returns the header's line on the channels the images job decodes to (why: --channels, or the images
-    read), or '' for a job that does not choose."""
-    if channels is None:
+def _describe_channels(report):
+    """Returns the header's line on the channels the images job decodes to and why (its data's `report`),
+    or '' for a job that does not choose."""
+    if report.get("channels") is None:
         return ""
-    why = ("--channels" if getattr(args, "channels", None) else
-           "every image is gray" if channels == 1 else "some images are in colour; a GIF counts as one")
-    return f"  channels:      {channels} ({why})\n"
+    return f"  channels:      {report['channels']} ({report.get('channels_reason')})\n"
 
 
 def _describe_training(setup, scaling, resume):
@@ -191,17 +189,17 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None)
         return None
     results = results_lib.recorded_here(results, model_dir)
     past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""
-    print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}){past}; "
-          "nothing to do. Its results:", flush=True)
-    differing = flags_not_trained_with(results, settings)
-    if differing:
-        print(f"  note: it was trained with {', '.join(differing)}: these results are not of this command's "
-              "flags; pass another --model-dir to train with them", flush=True)
-    unapplied = finishing_flags_not_applied(results, settings)
-    if unapplied:
-        print(f"  note: {'; '.join(unapplied)}: these act when a run finishes, and this one finished with other "
-              "values; run again with --eval-only to apply them to its best checkpoint", flush=True)
     with reader_may_leave(os.path.join(model_dir, results_lib.RESULTS_FILE)):
+        print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}){past}; "
+              "nothing to do. Its results:", flush=True)
+        differing = flags_not_trained_with(results, settings)
+        if differing:
+            print(f"  note: it was trained with {', '.join(differing)}: these results are not of this command's "
+                  "flags; pass another --model-dir to train with them", flush=True)
+        unapplied = finishing_flags_not_applied(results, settings)
+        if unapplied:
+            print(f"  note: {'; '.join(unapplied)}: these act when a run finishes, and this one finished with other "
+                  "values; run again with --eval-only to apply them to its best checkpoint", flush=True)
         print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results
 

@@ -13,8 +13,7 @@ import tensorflow as tf
 from acquisition import storage
 from models.learning_rate import ScheduledRate
 from pipeline import batching, determinism, estimator as estimator_lib, evaluation_report, initial_weights, \
-    model_dir as model_dir_lib, training_record, tta
-from pipeline import ema as ema_lib
+    ema as ema_lib, model_dir as model_dir_lib, training_record, tta
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
@@ -148,7 +147,9 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                 log.warning(warning)
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
-        flip = tta.untrained_flip(getattr(settings, "tta", ()), getattr(settings, "augment", ()))
+        # (--eval-only's --augment need not be the training's: it trains nothing, and nothing checks it)
+        flip = None if settings.eval_only else tta.untrained_flip(getattr(settings, "tta", ()),
+                                                                        getattr(settings, "augment", ()))
         if flip:
             log.warning(flip)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,

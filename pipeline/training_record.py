@@ -155,6 +155,7 @@ def check_same_data(record, data, model_dir, training=True, skipped=()):
 
 
 def _fraction_flag(data):
+    """Returns the validation flag `data` (describe_data's) was held out with, in words."""
     fraction = data["validation_fraction"]
     return f"--validation-fraction {fraction:g}" if fraction else \
         "no validation share held out of its training images (--validation-fraction 0, or a --validation-dir)"

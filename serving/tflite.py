@@ -7,7 +7,6 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -103,24 +102,31 @@ def convert(export_dir, kind, calibration=None, input_name=None):
 
 @contextlib.contextmanager
 def _converter_chatter_held_back():
-    """Holds back what the converter's C++ writes straight to stderr (its 'Summary on the non-converted ops',
-    the quantizer's settings), which no log level silences: shown when TensorFlow's C++ log level shows
-    warnings (--verbose sets it: pipeline.cli), dropped otherwise. A failed conversion's own errors are in
-    the exception it raises."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
+    """Sends what the converter's C++ writes straight to stderr (its 'Summary on the non-converted ops', the
+    quantizer's settings), which no log level silences, to /dev/null unless TensorFlow's C++ log level shows
+    warnings (--verbose sets it: pipeline.cli). A failed conversion's own errors are in the exception it
+    raises. Where stderr cannot be redirected (closed), it is left as it is."""
+    try:
+        shown = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")) < 2
+    except ValueError:
+        shown = True
+    saved = None
+    if not shown:
+        sys.stderr.flush()
         try:
-            yield
-        finally:
-            sys.stderr.flush()
+            saved = os.dup(2)
+        except OSError:  # no stderr at all
+            saved = None
+        else:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+    try:
+        yield
+    finally:
+        if saved is not None:
             os.dup2(saved, 2)
             os.close(saved)
-            if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") < "3":
-                held.seek(0)
-                sys.stderr.write(held.read().decode(errors="replace"))
-                sys.stderr.flush()
 
 
 def signature_runner(model, num_threads=None):

@@ -83,8 +83,11 @@ def _load(args):
         _check_split_flags(saved, args, folders.presplit)
         _check_same_classes(saved, folders.class_names, args)
     channels = args.channels or (saved or {}).get("channels") or (1 if folders.gray else 3)
+    channels_reason = ("--channels" if args.channels else "the model dir's split" if (saved or {}).get("channels")
+                       else "every image is gray" if folders.gray else "some images are in colour; a GIF counts as one")
+    duplicates = [os.path.join(args.data_dir, f) for f in (saved or {}).get("duplicates_left_out", [])]
     if saved:
-        splits = _splits_from_lists(folders, args.data_dir, args.model_dir)
+        splits = _splits_from_lists(folders, args.data_dir, args.model_dir, duplicates)
     elif folders.presplit:
         splits = {s: folders.scans[s].good() for s in class_folders.SPLITS}
     else:
@@ -93,30 +96,38 @@ def _load(args):
                                             class_names=folders.class_names)
         splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
     if not saved:
-        _check_test_kept_apart(splits, args.data_dir)
+        splits, duplicates = _without_test_duplicates(splits)
     _warn_of_unread_folders(folders.unread_folders, getattr(args, "validation_dir", None))
     if getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):  # (a resume ignores it)
         _check_split_of_init_from(args.init_from, folders.class_names, splits["test"][0])
     split_dir = storage.join(args.model_dir, SPLIT_DIR)
     pending = None if saved else functools.partial(write_split, args.model_dir, args.data_dir, folders, splits,
-                                                    channels, args)
+                                                    channels, args, duplicates)
     report = {"data_root": storage.absolute(args.data_dir), "class_names": list(folders.class_names),
               "layout": "train and test folders" if folders.presplit else "class folders, split here",
               "split_dir": storage.absolute(split_dir), "channels": channels,
+              "channels_reason": channels_reason,
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
-              "skipped_file_problems": problems}
+              "skipped_file_problems": problems, "duplicates_left_out": duplicates}
     return Dataset(folders.class_names, channels, splits, report, pending)
 
 
-def _check_test_kept_apart(splits, data_dir):
-    """Raises InputDataError when a training image is also a test image, as a link to it or a copy of it:
-    the test figures would count images the model trained on."""
+def _without_test_duplicates(splits):
+    """Returns (`splits` without the training files that are test images too, as links to them or copies of
+    them, and those files, sorted): the test figures would count images the model trained on. Says so in one
+    line when there are any."""
     shared = shared_images(splits["test"][0], splits["train"][0])
-    if shared:
-        trained, tested = shared[0]
-        raise InputDataError(f"{trained} (training) and {tested} (test) are the same image, a link or a copy"
-                             f"{f' ({len(shared)} such pairs)' if len(shared) > 1 else ''}: the test figures would "
-                             f"count images the model trained on; remove the duplicates from {data_dir}")
+    if not shared:
+        return splits, []
+    left_out = {trained for trained, _ in shared}
+    kept = [(f, label) for f, label in zip(*splits["train"]) if f not in left_out]
+    trained, tested = shared[0]
+    log.warning("%d training image%s a test image too, as a link or a copy (%s is %s): left out of training, so "
+                "that the test figures count no image the model trained on; results.json lists %s "
+                "(duplicates_left_out)", len(left_out), " is" if len(left_out) == 1 else "s are",
+                image_checks.shown_path(trained), image_checks.shown_path(tested),
+                "it" if len(left_out) == 1 else "them")
+    return {**splits, "train": ([f for f, _ in kept], [label for _, label in kept])}, sorted(left_out)
 
 
 def _warn_of_unread_folders(unread, validation_dir):
@@ -202,12 +213,13 @@ def _with_flag(flag, value):
     return f"without {flag}" if value is None else f"with {flag}={value}"
 
 
-def _splits_from_lists(folders, data_dir, model_dir):
+def _splits_from_lists(folders, data_dir, model_dir, duplicates=()):
     """Returns the splits listed in the model dir, minus files now skipped as bad: paths under `data_dir` as
-    given now (relative or not), as the scan names them (read_split checked that it is the same folder)."""
+    given now (relative or not), as the scan names them (read_split checked that it is the same folder).
+    `duplicates`, the training copies of test images the split left out, are not new images."""
     label_of = {f: label for scan in folders.scans.values() for f, label in zip(*scan.good())}
     bad = {f for scan in folders.scans.values() for f in scan.problems}
-    splits, listed = {}, set()
+    splits, listed = {}, set(duplicates)
     for split in class_folders.SPLITS:
         path = storage.join(model_dir, SPLIT_DIR, f"{split}.txt")
         files = [f for f in class_folders.read_split_list(path, data_dir) if f not in bad]
@@ -226,7 +238,7 @@ def _splits_from_lists(folders, data_dir, model_dir):
     return splits
 
 
-def write_split(model_dir, data_dir, folders, splits, channels, args):
+def write_split(model_dir, data_dir, folders, splits, channels, args, duplicates=()):
     """Writes the split to <model_dir>/split: train.txt and test.txt, then split.json (written last:
     a split is whole when it exists); returns the folder, or None when there is no model dir (a tool
     that reads the job's input, such as inspect_input.py, names none: training has made it by now)."""
@@ -241,7 +253,8 @@ def write_split(model_dir, data_dir, folders, splits, channels, args):
         "data_dir": storage.absolute(data_dir), "class_names": list(folders.class_names), "channels": channels,
         "presplit": folders.presplit, "test_fraction": None if folders.presplit else args.test_fraction,
         "split_seed": args.split_seed, "group_by": args.group_by,
-        "counts": {s: len(files) for s, (files, _) in splits.items()}})
+        "counts": {s: len(files) for s, (files, _) in splits.items()},
+        "duplicates_left_out": class_folders.split_list_text(duplicates, storage.absolute(data_dir)).splitlines()})
     return out
 
 

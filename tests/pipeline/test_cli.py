@@ -187,13 +187,13 @@ def test_a_summary_writer_s_full_disk_is_one_line_and_its_thread_s_traceback_sta
     parser = argparse.ArgumentParser(prog="job.py")
     parser.add_argument("--model-dir", default="/runs/m")
 
-    def in_a_thread(target):
-        thread = threading.Thread(target=target)
+    def in_a_thread(target, name=None):
+        thread = threading.Thread(target=target, name=name)
         thread.start()
         thread.join()
 
     def work(args):
-        in_a_thread(lambda: (_ for _ in ()).throw(RuntimeError(words)))
+        in_a_thread(lambda: (_ for _ in ()).throw(RuntimeError(words)), name="EventLoggerThread")
         raise RuntimeError(f"{words}\n\tFailed to flush 2 events")
     assert run_command(parser, work, []) == 1
     err = capsys.readouterr().err
@@ -201,6 +201,8 @@ def test_a_summary_writer_s_full_disk_is_one_line_and_its_thread_s_traceback_sta
     assert err.startswith("job.py: error: a write failed: No space left on device (/runs/m/eval_validation/"
                           "events.out.tfevents.1.vm); the disk is full: free some space on it, or pass another "
                           "--model-dir; then run the same command"), err
-    # a thread's error of another kind is shown as before, and the hook is put back
+    # another thread's error is shown as before, a full disk's too (nothing raises it again), and the hook is
+    # put back
     assert run_command(parser, lambda args: in_a_thread(lambda: 1 / 0), []) == 0
-    assert shown == [ZeroDivisionError] and threading.excepthook.__name__ == "<lambda>"
+    assert run_command(parser, lambda args: in_a_thread(lambda: (_ for _ in ()).throw(OSError(28, words))), []) == 0
+    assert shown == [ZeroDivisionError, OSError] and threading.excepthook.__name__ == "<lambda>"

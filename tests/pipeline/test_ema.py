@@ -230,6 +230,8 @@ def test_ema_on_a_model_dir_without_an_average_names_what_to_do(tmp_path, step, 
 def test_a_decay_that_averages_over_more_steps_than_the_run_trains_is_warned_of():
     """--ema 0.99 on a 10-step run exported a model at chance without a word."""
     from pipeline.ema import too_few_steps
-    assert too_few_steps(0.99, 10).startswith("--ema 0.99 averages the weights of about the last 100 steps, and this "
-                                              "run trains 10 in all")
-    assert too_few_steps(0.99, 100) is None and too_few_steps(0.9, 10) is None and too_few_steps(None, 1) is None
+    assert too_few_steps(0.99, 10).startswith("--ema 0.99: after the 10 steps this run trains in all, 90% of the "
+                                              "average is still the first, untrained weights (it averages over about "
+                                              "the last 100 steps")
+    assert "37% of the average" in too_few_steps(0.99, 100) and "35% of the average" in too_few_steps(0.9, 10)
+    assert too_few_steps(0.99, 300) is None and too_few_steps(0.9, 30) is None and too_few_steps(None, 1) is None

@@ -137,3 +137,26 @@ def test_a_failed_run_removes_the_model_dir_it_made_when_only_locks_and_first_we
             raise Interrupted(signal.SIGTERM)
     assert os.path.exists(tmp_path / "made") != removed
     assert os.path.exists(model_dir / left[-1]) != removed
+
+
+def test_a_model_dir_whose_first_weights_another_process_is_writing_is_kept(tmp_path):
+    """A cluster's worker writes the first weights under the warm-start lock: a failing chief leaves them."""
+    import subprocess
+    import sys
+    from pipeline.model_dir import removed_if_left_empty
+    model_dir = tmp_path / "model"
+    (model_dir / "keras").mkdir(parents=True)
+    (model_dir / ".run.lock").write_bytes(b"")
+    (model_dir / ".warm_start.lock").write_bytes(b"")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); "
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(model_dir / ".warm_start.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(Interrupted):
+            with removed_if_left_empty(str(model_dir), str(model_dir)):
+                raise Interrupted(signal.SIGTERM)
+        assert (model_dir / "keras").is_dir()
+    finally:
+        holder.kill()
+        holder.wait()
