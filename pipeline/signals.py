@@ -1,7 +1,8 @@
 """Stop signals: SIGINT (Ctrl-C), SIGTERM (Kubernetes, Slurm, preemptible VMs) and SIGHUP (a closed
 terminal, a dropped ssh session) end a training run at the next step with a checkpoint, then exit
-130, 143 or 129. A signal the run was started ignoring stays ignored: `nohup` ignores SIGHUP so that
-the run outlives the terminal, and a shell script's `&` ignores SIGINT."""
+130, 143 or 129. A SIGHUP the run was started ignoring stays ignored: `nohup` ignores it so that the
+run outlives the terminal. SIGINT and SIGTERM are caught even then: a shell script's `&` ignores SIGINT
+for its own Ctrl-C, and a `kill -INT` sent to the run still means stop."""
 import contextlib
 import os
 import signal
@@ -26,7 +27,7 @@ class Interrupted(Exception):
 
 
 class StopSignals:
-    """While entered, catches SIGNALS, except those this process was started ignoring.
+    """While entered, catches SIGNALS (but a SIGHUP this process was started ignoring: _left_ignored).
 
     Inside `training()` the first signal only sets `received`, which the training
     hook checks after each step to end the session cleanly (and save a checkpoint).
@@ -50,7 +51,7 @@ class StopSignals:
 
     def __enter__(self):
         for signum in SIGNALS:
-            if signal.getsignal(signum) is not signal.SIG_IGN:
+            if not _left_ignored(signum):
                 self._previous[signum] = signal.signal(signum, self._handle)
         self._watch_deliveries()
         return self
@@ -115,6 +116,11 @@ class StopSignals:
             self._training = False
 
 
+def _left_ignored(signum):
+    """Returns whether `signum` is left as this process found it: a SIGHUP it ignores (`nohup`)."""
+    return signum == signal.SIGHUP and signal.getsignal(signum) is signal.SIG_IGN
+
+
 def _raise_instead(exc, interrupted):
     """Raises `interrupted` (the Interrupted a stop signal's handler raised) when another exception, `exc`,
     came out in its place: a handler runs between two bytecodes, and one inside Python code that
@@ -127,15 +133,15 @@ def _raise_instead(exc, interrupted):
 @contextlib.contextmanager
 def stop_at_once():
     """While entered, SIGTERM and SIGHUP raise Interrupted at once, as SIGINT raises KeyboardInterrupt: a
-    job's start-up (TensorFlow's import, before StopSignals takes over) or a tool's work. A signal this
-    process was started ignoring stays ignored."""
+    job's start-up (TensorFlow's import, before StopSignals takes over) or a tool's work. A SIGHUP this
+    process was started ignoring stays ignored (_left_ignored)."""
     raised, previous = [], {}
 
     def handle(signum, frame):
         raised.append(Interrupted(signum))
         raise raised[-1]
     for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
+        if not _left_ignored(signum):
             previous[signum] = signal.signal(signum, handle)
     try:
         yield

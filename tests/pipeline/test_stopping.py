@@ -40,7 +40,7 @@ def test_a_closed_terminal_s_sighup_asks_for_the_stop_as_sigterm_does():
     assert raised.value.exit_code == 129
 
 
-def test_a_signal_the_run_was_started_ignoring_stays_ignored():
+def test_a_sighup_the_run_was_started_ignoring_stays_ignored():
     """`nohup` starts the run with SIGHUP ignored, so that it outlives the terminal: it must not stop."""
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
@@ -53,6 +53,15 @@ def test_a_signal_the_run_was_started_ignoring_stays_ignored():
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_an_ignored_sigint_is_still_a_stop():
+    """A shell script's `&` starts its jobs ignoring SIGINT (the CI's own runs among them): a `kill -INT`
+    to the run still means stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with StopSignals() as stop, stop.training():
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.received == signal.SIGINT
 
 
 def test_after_an_agreed_stop_the_tasks_own_signal_is_its_first_even_after_training():
