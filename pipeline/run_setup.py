@@ -134,24 +134,21 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                      settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
                                  epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
+    warnings = []
     if not settings.eval_only and start_step < steps.max_steps:  # an evaluation builds no optimizer
         training_record.check_same_trainable_layers(record.segments, start_step,
                                                     training_record.trainable_layers_of(settings), settings.model_dir)
         rate_changed = training_record.check_same_recipe(record.segments, start_step,
                                                          training_record.recipe_of(settings), settings.model_dir)
-        for warning in (training_record.batch_changed(record.segments, start_step, global_batch), rate_changed,
-                        training_record.precision_changed(record.segments, start_step, settings.precision),
-                        ema_lib.too_few_steps(getattr(settings, "ema", None), steps.max_steps),
-                        training_record.schedule_moved(record.segments, start_step, steps, settings.lr_schedule)):
-            if warning:
-                log.warning(warning)
+        warnings = [training_record.batch_changed(record.segments, start_step, global_batch), rate_changed,
+                    training_record.precision_changed(record.segments, start_step, settings.precision),
+                    training_record.schedule_moved(record.segments, start_step, steps, settings.lr_schedule),
+                    ema_lib.too_few_steps(getattr(settings, "ema", None), steps.max_steps),
+                    tta.untrained_flip(getattr(settings, "tta", ()), getattr(settings, "augment", ()))]
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
-        # (--eval-only's --augment need not be the training's: it trains nothing, and nothing checks it)
-        flip = None if settings.eval_only else tta.untrained_flip(getattr(settings, "tta", ()),
-                                                                        getattr(settings, "augment", ()))
-        if flip:
-            log.warning(flip)
+    for warning in filter(None, warnings):  # after every refusal: a refused run's one line is its only one
+        log.warning(warning)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
                                                   settings.reference_batch_size, settings.lr_scaling)
     schedule = ScheduledRate(
