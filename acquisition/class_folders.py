@@ -45,7 +45,7 @@ class ClassFolders:
         return "all" not in self.scans
 
 
-def _walk_images(folder):
+def walk_images(folder):
     """Returns (the image files below `folder`, sorted, and how many other files it holds)."""
     images, ignored = [], 0
     for parent, dirs, names in storage.walk(folder):
@@ -67,7 +67,7 @@ def _class_dirs(folder):
 def _scan(folder, class_names, channels, workers):
     files, labels, ignored = [], [], 0
     for index, name in enumerate(class_names):
-        found, others = _walk_images(storage.join(folder, name)) if storage.isdir(storage.join(folder, name)) \
+        found, others = walk_images(storage.join(folder, name)) if storage.isdir(storage.join(folder, name)) \
             else ([], 0)
         files += found
         labels += [index] * len(found)

@@ -7,7 +7,7 @@ import re
 import tensorflow as tf
 
 from acquisition import storage
-from acquisition.image_formats import is_image_name
+from acquisition.class_folders import walk_images
 
 # The decoding ops of an InvalidArgumentError raised by an image the pipeline could not decode.
 DECODE_OP = re.compile(r"\bDecode(Image|Png|Jpeg|AndCropJpeg|Bmp|Gif)\b")
@@ -20,14 +20,11 @@ def is_decode_failure(error):
 
 
 def image_files(folders):
-    """Returns the image files (image_formats.is_image_name) below each local folder of `folders`, sorted."""
+    """Returns the image files below each local folder of `folders` (class_folders.walk_images), sorted."""
     found = []
     for folder in folders:
-        if not folder or storage.is_url(folder) or not storage.isdir(folder):
-            continue
-        for parent, dirs, names in storage.walk(folder):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            found += [storage.join(parent, name) for name in names if is_image_name(name)]
+        if folder and not storage.is_url(folder) and storage.isdir(folder):
+            found += walk_images(folder)[0]
     return sorted(found)
 
 

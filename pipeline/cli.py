@@ -228,13 +228,13 @@ def _undecodable_image(error, args):
     """Returns the one line for an image TensorFlow could not decode mid-run (its headers had read well),
     naming it: every image of the run's folders is decoded to find it (a stop signal or a failure of that
     search gives the line without the name)."""
-    unnamed = (f"an image could not be decoded ({op_error_line(error)}), though its header reads well; find and "
-               "replace it, then run the same command again")
+    cause = op_error_line(error)
+    unnamed = (f"an image could not be decoded ({cause}), though its header reads well; find and replace it, then "
+               "run the same command again")
     job = args[-1] if isinstance(args, tuple) else args  # a tool's: its own flags and its job's
     try:
         with stop_at_once():
-            found = _undecodable_files([getattr(job, "data_dir", None), getattr(job, "validation_dir", None)],
-                                       op_error_line(error))
+            found = _undecodable_files([getattr(job, "data_dir", None), getattr(job, "validation_dir", None)], cause)
     except (KeyboardInterrupt, Interrupted, Exception):  # noqa: BLE001 - the search only names the file
         return unnamed
     if not found:

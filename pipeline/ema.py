@@ -197,19 +197,20 @@ def raw_weights(estimator):
         average.raw = False
 
 
+FIRST_WEIGHTS_WARNED = 0.05  # the share of the first weights in the average above which too_few_steps warns
+
+
 def too_few_steps(decay, max_steps):
     """Returns one line when --ema's average, which has no bias correction, still holds more than
     FIRST_WEIGHTS_WARNED of the first weights after the `max_steps` the run trains in all (decay ** steps):
     the averaged weights, which every figure reads, are then largely untrained; else None."""
-    if not decay or decay ** max_steps <= FIRST_WEIGHTS_WARNED:
+    first_share = decay ** max_steps if decay else 0.0
+    if first_share <= FIRST_WEIGHTS_WARNED:
         return None
-    return (f"--ema {decay:g}: after the {max_steps} steps this run trains in all, {decay ** max_steps:.0%} of the "
+    return (f"--ema {decay:g}: after the {max_steps} steps this run trains in all, {first_share:.0%} of the "
             "average is still the first, untrained weights (it averages over about the last "
             f"{1 / (1 - decay):.0f} steps, with no bias correction), and every figure reads it; train longer, or "
             "lower the decay")
-
-
-FIRST_WEIGHTS_WARNED = 0.05  # the share of the first weights in the average above which too_few_steps warns
 
 
 def compare(estimator, input_fn, checkpoint, averaged=None):

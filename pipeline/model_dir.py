@@ -367,8 +367,9 @@ def candidate_checkpoints(model_dir):
         # get_checkpoint_state has already joined relative paths to model_dir (itself maybe relative); a state
         # naming another folder was pointed here first (point_state_here, in restorable_checkpoint).
         for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
-            if _step_of(path) is not None:
-                prefixes[path] = _step_of(path)
+            step = _step_of(path)
+            if step is not None:
+                prefixes[path] = step
     for name in storage.listdir(model_dir):
         match = _CHECKPOINT.match(name)
         if match:

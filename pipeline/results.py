@@ -121,17 +121,21 @@ def recorded_here(results, model_dir):
     return here(results)
 
 
+def _recorded(model_dir):
+    """Returns the dict of the model dir's results.json, or {} when it is missing, unreadable or no dict."""
+    try:
+        recorded = read_results(model_dir)
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
 def recorded_stop(model_dir, step):
     """Returns why the run whose results.json the model dir holds stopped training ('patience', say), when
     it ended at global `step`, or None: an --eval-only run of its checkpoints reports the training's
     reason, not one its own flags would give."""
-    try:
-        recorded = read_results(model_dir)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(recorded, dict) or recorded.get("global_step") != step:
-        return None
-    return recorded.get("stopped_because")
+    recorded = _recorded(model_dir)
+    return recorded.get("stopped_because") if recorded.get("global_step") == step else None
 
 
 def recorded_export(model_dir, step):
@@ -140,12 +144,7 @@ def recorded_export(model_dir, step):
     again (each export is a new timestamped folder, which predict.py --model <model dir> takes as the
     newest)."""
     from serving.export import is_complete  # imports TensorFlow: only when a run asks
-    try:
-        recorded = read_results(model_dir)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(recorded, dict):
-        return None
+    recorded = _recorded(model_dir)
     export_dir = rebased(recorded.get("export_dir"), model_dir)  # recorded where the model dir was then
     if recorded.get("eval_step") != step or not export_dir or \
             not storage.isfile(storage.join(export_dir, "saved_model.pb")) or not is_complete(export_dir):
