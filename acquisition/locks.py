@@ -54,6 +54,7 @@ def acquire(path, wait=False):
             os.close(fd)
             raise
         os.close(fd)  # and lock the file now at `path`
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # (its holder may have removed its folder too)
 
 
 def _lock_exclusively(fd, path, wait):

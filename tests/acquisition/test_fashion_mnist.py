@@ -33,11 +33,14 @@ def test_download_fetches_only_missing_files(fashion_data_dir, tmp_path):
                                                                                  for n in p])
 
 
-def test_offline_download_is_a_clear_error_and_leaves_no_partial_file(tmp_path):
+def test_offline_download_is_a_clear_error_and_leaves_nothing_behind(tmp_path):
     # Port 9 (discard) on loopback refuses the connection at once, like a machine offline.
-    with pytest.raises(DownloadError, match=r"not in .* and downloading http://127\.0\.0\.1:9/"):
-        fashion_mnist.download(str(tmp_path), base_url="http://127.0.0.1:9/", timeout=5)
-    assert os.listdir(tmp_path) == [fashion_mnist.DOWNLOAD_LOCK]  # the lock stays: removing one is racy
+    made, kept = tmp_path / "new" / "fashion", tmp_path / "kept"
+    kept.mkdir()
+    for data_dir in (made, kept):
+        with pytest.raises(DownloadError, match=r"not in .* and downloading http://127\.0\.0\.1:9/"):
+            fashion_mnist.download(str(data_dir), base_url="http://127.0.0.1:9/", timeout=5)
+    assert not made.exists() and os.listdir(kept) == []  # a folder the user made stays, empty
 
 
 def test_tfrecords_hold_exactly_the_idx_bytes(fashion_data_dir, tmp_path):

@@ -27,3 +27,25 @@ def test_a_waiter_on_a_lock_file_its_holder_removed_locks_the_file_now_at_the_pa
     with pytest.raises(locks.LockHeld):  # so a third process is refused, not given a lock of its own
         locks.acquire(path)
     locks.release(got["fd"])
+
+
+def test_a_waiter_whose_holder_removed_the_lock_s_folder_too_makes_it_again(tmp_path, caplog):
+    folder = tmp_path / "downloads"  # a failed download removes its lock and the folder it made
+    folder.mkdir()
+    path = str(folder / "lock")
+    held = locks.acquire(path)
+    got = {}
+    caplog.set_level("INFO", logger=locks.__name__)
+    waiter = threading.Thread(target=lambda: got.update(fd=locks.acquire(path, wait=True)), daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while "waiting for" not in caplog.text:
+        assert time.monotonic() < deadline, "the waiter never waited"
+        time.sleep(0.01)
+    os.unlink(path)
+    folder.rmdir()
+    locks.release(held)
+    waiter.join(30)
+    assert not waiter.is_alive() and "fd" in got, "the waiter failed"
+    assert os.fstat(got["fd"]).st_ino == os.stat(path).st_ino
+    locks.release(got["fd"])
