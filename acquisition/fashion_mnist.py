@@ -3,7 +3,6 @@ checked, and converted once to image shards (acquisition.shards) that input_fns.
 
 Images are 28x28 grayscale uint8, labels 0-9.
 """
-import contextlib
 import os
 import shutil
 import tempfile
@@ -54,28 +53,12 @@ def download(data_dir, base_url=DOWNLOAD_URL, timeout=30):
     made = not os.path.isdir(data_dir)
     os.makedirs(data_dir, exist_ok=True)
     fetched = []
-    lock_path = os.path.join(data_dir, DOWNLOAD_LOCK)
-    fd = locks.acquire(lock_path, wait=True)
-    try:
+    with locks.exclusive_leaving_no_trace(os.path.join(data_dir, DOWNLOAD_LOCK), made):
         for name in missing_files(data_dir):
             download_file(base_url + name, os.path.join(data_dir, name), timeout,
                           f"Fashion-MNIST is not in {data_dir}")
             fetched.append(name)
-    finally:
-        _release_download_lock(fd, lock_path, data_dir, made)
     return fetched
-
-
-def _release_download_lock(fd, lock_path, data_dir, made):
-    """Releases the download lock; when nothing else is in `data_dir` (a failed download), removes the
-    lock file, and the folder too when this process made it, so an offline run leaves nothing behind."""
-    if os.listdir(data_dir) != [DOWNLOAD_LOCK]:
-        locks.release(fd)
-        return
-    locks.release_and_remove(fd, lock_path)  # a process waiting on it locks the path anew (locks.acquire)
-    if made:
-        with contextlib.suppress(OSError):  # another process's files or lock came in meanwhile
-            os.rmdir(data_dir)
 
 
 def load_split(data_dir, split):

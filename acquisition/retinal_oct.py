@@ -103,8 +103,9 @@ def ensure_dataset(data_dir, api_factory=kaggle_api, stall_seconds=STALL_SECONDS
         raise InputDataError(f"{data_dir} holds no OCT2017 tree (a folder with train/ and test/ class folders "
                              f"{', '.join(CLASS_NAMES)}); pass --data-dir with such a folder, or an empty or new "
                              "one to download the dataset into")
+    made = not os.path.isdir(data_dir)
     os.makedirs(data_dir, exist_ok=True)
-    with locks.exclusive(os.path.join(data_dir, DOWNLOAD_LOCK)):
+    with locks.exclusive_leaving_no_trace(os.path.join(data_dir, DOWNLOAD_LOCK), made):
         root = find_split_root(data_dir)  # downloaded by the process this one waited for
         if root:
             return root

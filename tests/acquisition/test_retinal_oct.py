@@ -77,16 +77,18 @@ def test_a_tree_unpacked_by_hand_is_found_whatever_its_nesting(oct_sample, tmp_p
      r"HTTP 403\): check your credentials and accept the dataset's terms"),
 ])
 def test_download_failures_are_clear_and_leave_nothing_behind(oct_sample, tmp_path, failure, message):
-    with pytest.raises(DownloadError, match=message):
-        retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample, fail_with=failure))
-    assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]
+    made = tmp_path / "new" / "oct"
+    for data_dir in (tmp_path, made):
+        with pytest.raises(DownloadError, match=message):
+            retinal_oct.ensure_dataset(str(data_dir), api_factory=lambda: FakeKaggleApi(oct_sample, fail_with=failure))
+    assert os.listdir(tmp_path) == ["new"] and os.listdir(tmp_path / "new") == []  # the folder it made goes
 
 
 def test_an_interrupted_or_damaged_download_is_redone_on_the_next_run(oct_sample, tmp_path):
     (tmp_path / ".download-killed-earlier").mkdir()  # what a killed run leaves
     with pytest.raises(DownloadError, match="damaged"):
         retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample, broken_zip=True))
-    assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]
+    assert os.listdir(tmp_path) == []
     root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: FakeKaggleApi(oct_sample))
     assert os.path.isdir(os.path.join(root, "train", "CNV"))
 
@@ -175,7 +177,7 @@ def test_a_download_that_stalls_gives_up_with_one_clear_error(oct_sample, tmp_pa
     with pytest.raises(DownloadError, match=r"made no progress for 1 s; check the network"):
         retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: HangingKaggleApi(oct_sample), stall_seconds=1)
     assert time.monotonic() - started < 30
-    assert os.listdir(tmp_path) == [retinal_oct.DOWNLOAD_LOCK]
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_slow_download_that_progresses_is_reported_and_finishes(oct_sample, tmp_path, caplog):
