@@ -166,10 +166,13 @@ class LocalCluster:
     def run(self):
         """Starts the cluster and waits for it; returns 0 when the chief, the workers and the
         evaluator all succeed, 1 when any task fails, 128 + the signal after SIGINT, SIGTERM or
-        SIGHUP (each task stopped as the signal's handling says, see pass_on)."""
+        SIGHUP (each task stopped as the signal's handling says, see pass_on); a SIGHUP the launcher
+        was started ignoring (`nohup`) stays ignored."""
         previous = {}
         try:
             for signum in STOP_SIGNALS:
+                if signum == signal.SIGHUP and signal.getsignal(signum) is signal.SIG_IGN:
+                    continue  # `nohup`: the cluster outlives the terminal (its tasks inherit the ignored SIGHUP)
                 previous[signum] = signal.signal(signum, lambda signum, frame: self._received.append(signum))
         except ValueError:  # not the main thread: the caller handles signals
             pass

@@ -105,6 +105,22 @@ def test_sighup_and_sigterm_reach_every_task_and_sigkill_follows_the_grace_perio
         assert out.rstrip().endswith("[launcher] every task has ended")
 
 
+def test_a_launcher_started_under_nohup_outlives_the_terminal_s_sighup(tmp_path):
+    launcher = subprocess.Popen([sys.executable, LAUNCHER, "--workers", "1", "--grace-secs", "2", "--",
+                                 *stand_in(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # as nohup does
+    lines, pids = wait_ready(launcher, 2)
+    os.kill(launcher.pid, signal.SIGHUP)
+    for pid in pids:
+        os.kill(pid, signal.SIGHUP)  # a closed terminal hangs up its whole session
+    time.sleep(1.0)
+    assert launcher.poll() is None and all(alive(pid) for pid in pids) and os.listdir(tmp_path) == []
+    os.kill(launcher.pid, signal.SIGTERM)
+    out, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 143 and "SIGHUP" not in out, out + err
+    assert len(os.listdir(tmp_path)) == 2
+
+
 def test_parameter_servers_and_the_evaluator_are_stopped_once_the_trainers_have_ended(tmp_path):
     # Stand-ins for tasks blocked inside TensorFlow's C++ (they never see SIGTERM), beside trainers
     # that stop on it: the launcher ends them with the trainers, not after the grace period.
