@@ -218,11 +218,10 @@ def _check_report_only(setup):
     """Raises FlagError for flags a run that only writes the report of a model dir stopped after its training
     (killed before its report) cannot take: another precision, batch or recipe than its last steps', which
     results.json would name as the training's."""
-    settings = setup.settings
+    settings, recipe = setup.settings, training_record.recipe_of(setup.settings)
+    training_record.check_same_recipe(setup.record.segments, setup.start_step, recipe, settings.model_dir)
     training_record.check_report_flags(setup.record.segments, setup.start_step, settings.precision,
-                                       setup.global_batch, settings.model_dir)
-    training_record.check_same_recipe(setup.record.segments, setup.start_step, training_record.recipe_of(settings),
-                                      settings.model_dir)
+                                       setup.global_batch, recipe, settings.model_dir)
 
 
 def _finished_results(setup, stopped_because=None):

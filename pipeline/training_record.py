@@ -198,10 +198,11 @@ def _check_countable(images, flag, value):
                         f"(2**53, in the learning-rate schedule's float64); pass a smaller {flag}")
 
 
-def check_report_flags(segments, start_step, precision, global_batch, model_dir):
+def check_report_flags(segments, start_step, precision, global_batch, recipe, model_dir):
     """Raises FlagError (exit 2) when a run that only writes the report of a model dir trained to `start_step`
-    (stopped after its last step, before its report) asks for another precision or global batch than the last
-    steps trained in: results.json would describe that training by this run's flags."""
+    (stopped after its last step, before its report) asks for another precision, global batch or rate
+    (RATE_FLAGS of `recipe`, recipe_of's) than the last steps trained with: results.json would describe that
+    training by this run's flags, though none of its steps ran at them."""
     trained = [s for s in segments if s.start_step < start_step]
     if not trained:
         return
@@ -210,6 +211,9 @@ def check_report_flags(segments, start_step, precision, global_batch, model_dir)
         differ.append(f"--precision {last.precision}")
     if last.global_batch != global_batch:
         differ.append(f"a global batch of {last.global_batch} (--batch-size x replicas)")
+    theirs = last.recipe or {}  # (an earlier version's steps kept none)
+    differ += [f"{flag} {theirs[flag]}" for flag in map(_flag, RATE_FLAGS)
+               if flag in theirs and flag in recipe and theirs[flag] != recipe[flag]]
     if differ:
         raise FlagError(f"{model_dir} trained to its final step {start_step}, and only its report is left to write: "
                         f"its last steps trained with {' and '.join(differ)}, not this run's; run with those to write "

@@ -305,6 +305,20 @@ def test_a_resume_under_another_recipe_is_refused_and_another_rate_named():
     assert progress.check_same_recipe([first], 0, both, "/m") is None  # nothing trained yet
 
 
+def test_a_run_left_only_its_report_to_write_refuses_another_rate_batch_or_precision():
+    last = progress.Segment(0, 0, 32, precision="fp32", recipe=recipe())
+    trained = ([last], 10)
+    progress.check_report_flags(*trained, "fp32", 32, recipe(), "/m")  # the same flags: no word
+    progress.check_report_flags([progress.Segment(0, 0, 32)], 10, "bf16", 32, recipe(learning_rate=0.5), "/m")  # kept none
+    with pytest.raises(FlagError, match=r"^/m trained to its final step 10, and only its report is left to write: its "
+                                        r"last steps trained with --learning-rate 0.001 and --lr-schedule constant, not "
+                                        r"this run's; run with those"):
+        progress.check_report_flags(*trained, "fp32", 32, recipe(learning_rate=0.5, lr_schedule="cosine"), "/m")
+    with pytest.raises(FlagError, match=r"with --precision fp32 and a global batch of 32 \(--batch-size x replicas\) "
+                                        r"and --warm-up-epochs 0, not"):
+        progress.check_report_flags(*trained, "bf16", 64, recipe(warm_up_epochs=1.0), "/m")
+
+
 def test_a_resume_that_moves_a_decaying_schedule_s_end_is_named():
     # Stopped at step 100 of 200 (batch 32), resumed with another --epochs: cosine's rate jumped, with no word.
     first = progress.Segment(0, 0, 32, max_steps=200)
