@@ -204,11 +204,13 @@ def _read_cache(path):
 
 
 def _write_cache(path, cache):
+    """Writes the peak cache; returns why it could not (a read-only home: the next run probes again), or None."""
     try:
         storage.makedirs(os.path.dirname(storage.absolute(path)))
         storage.write_atomically(path, json.dumps(cache, indent=2))
-    except OSError:
-        pass  # a read-only home: the next run probes again
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def cpu_identity(cpuinfo):
@@ -246,12 +248,16 @@ def measured_peak(precision, name, cores, probe=True, device="/cpu:0", path=None
         return None, f"not measured: the probe failed on {device}"
     cache = _read_cache(path)  # again: another run may have written it meanwhile
     previous = cache.setdefault(key, {}).get(precision)
+    unwritable = None
     if not previous or previous["flops"] < flops:
         cache[key][precision] = {"flops": flops, "shape": shape,
                                  "probed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        _write_cache(path, cache)
+        unwritable = _write_cache(path, cache)
     else:
         flops, shape = previous["flops"], previous["shape"]
+    if unwritable:
+        return flops, (f"best shape {shape}, probed now, not cached ({path}: {unwritable}; set {PEAK_CACHE_ENV} "
+                       "to a writable file to probe once)")
     return flops, f"best shape {shape}, probed now, cached in {path}"
 
 

@@ -1,5 +1,6 @@
 """The machine's peak: the probe, its cache, the nominal CPU table and the GPU table."""
 import json
+import os
 
 import pytest
 
@@ -111,6 +112,22 @@ def test_a_new_probe_never_lowers_the_cached_figure(tmp_path, monkeypatch):
     monkeypatch.setattr(peak, "_read_cache", read_without_fp32_first)
     flops, _ = peak.measured_peak("fp32", "CPU A", 2, path=path, probe_fn=lambda *_: (1e11, "gemm 8x8"))
     assert flops == 5e11 and json.load(open(path))[key]["fp32"]["flops"] == 5e11
+
+
+def test_a_figure_that_cannot_be_cached_is_not_said_to_be(tmp_path):
+    home = tmp_path / "read-only"
+    home.mkdir()
+    home.chmod(0o555)
+    path = str(home / ".cache" / "peak.json")
+    try:
+        if os.access(home, os.W_OK):  # root passes permission checks: a file where the folder should be
+            home.chmod(0o755)
+            (home / ".cache").write_text("")
+        flops, detail = peak.measured_peak("fp32", "CPU A", 2, path=path, probe_fn=lambda *_: (1e11, "gemm 8x8"))
+    finally:
+        home.chmod(0o755)
+    assert flops == 1e11 and "cached in" not in detail
+    assert detail.startswith(f"best shape gemm 8x8, probed now, not cached ({path}: ") and peak.PEAK_CACHE_ENV in detail
 
 
 def test_the_cache_path_follows_the_environment(monkeypatch, tmp_path):
