@@ -8,17 +8,24 @@ import pytest
 from acquisition import locks
 
 
-def test_a_waiter_on_a_lock_file_its_holder_removed_locks_the_file_now_at_the_path(tmp_path, caplog):
-    path = str(tmp_path / "lock")
-    held = locks.acquire(path)
+def waiting(path, caplog):
+    """Returns (thread, {'fd': ...} once it has the lock) of a waiter that has opened the lock file at `path`
+    and waits in flock."""
     got = {}
     caplog.set_level("INFO", logger=locks.__name__)
     waiter = threading.Thread(target=lambda: got.update(fd=locks.acquire(path, wait=True)), daemon=True)
     waiter.start()
     deadline = time.monotonic() + 30
-    while "waiting for" not in caplog.text:  # the waiter has opened the file and waits in flock
+    while "waiting for" not in caplog.text:
         assert time.monotonic() < deadline, "the waiter never waited"
         time.sleep(0.01)
+    return waiter, got
+
+
+def test_a_waiter_on_a_lock_file_its_holder_removed_locks_the_file_now_at_the_path(tmp_path, caplog):
+    path = str(tmp_path / "lock")
+    held = locks.acquire(path)
+    waiter, got = waiting(path, caplog)
     locks.release_and_remove(held, path)
     waiter.join(30)
     assert not waiter.is_alive()
@@ -34,14 +41,7 @@ def test_a_waiter_whose_holder_removed_the_lock_s_folder_too_makes_it_again(tmp_
     folder.mkdir()
     path = str(folder / "lock")
     held = locks.acquire(path)
-    got = {}
-    caplog.set_level("INFO", logger=locks.__name__)
-    waiter = threading.Thread(target=lambda: got.update(fd=locks.acquire(path, wait=True)), daemon=True)
-    waiter.start()
-    deadline = time.monotonic() + 30
-    while "waiting for" not in caplog.text:
-        assert time.monotonic() < deadline, "the waiter never waited"
-        time.sleep(0.01)
+    waiter, got = waiting(path, caplog)
     os.unlink(path)
     folder.rmdir()
     locks.release(held)
