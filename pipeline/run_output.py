@@ -137,9 +137,11 @@ def print_summary(results, path):
     trained = (f"  images:  {results['images_trained']:,} trained, {results['epochs_trained']:g} epochs\n"
                if "images_trained" in results else "")
     best = results.get("best")
+    # (The seconds are this run's: none when it only wrote the report of validations made before.)
+    seconds = f" ({results['validation_seconds']:.1f} s)" if results.get("validation_seconds") else ""
     validation = (f"  valid.:  best accuracy {best['validation_accuracy']:.4f} at step {best['step']} of "
-                  f"{len(results['evaluations'])} evaluations on {results['validation_examples']} images "
-                  f"({results['validation_seconds']:.1f} s); stopped: {results['stopped_because']}\n" if best else "")
+                  f"{len(results['evaluations'])} evaluations on {results['validation_examples']} images"
+                  f"{seconds}; stopped: {results['stopped_because']}\n" if best else "")
     chosen = f" (the best checkpoint, step {results['eval_step']})" if best else ""
     print(f"{results['task']}: finished at global step {results['global_step']}\n"
           f"  train:   {train}\n{trained}{validation}"

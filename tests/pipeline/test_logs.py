@@ -35,3 +35,15 @@ def test_a_reader_that_stops_during_a_finished_run_s_summary_is_a_warning_not_an
     with pytest.raises(OSError):  # any other failure is the run's
         with run_output.reader_may_leave("/runs/m/results.json"):
             raise OSError(28, "No space left on device")
+
+
+def test_the_summary_times_only_the_validations_this_run_made(capsys):
+    from pipeline import run_output
+    results = {"task": "images", "global_step": 40, "train_images_per_sec": None, "eval_accuracy": 0.9,
+               "eval_loss": 0.3, "eval_examples": 20, "eval_step": 30, "evaluations": [{}, {}],
+               "validation_examples": 8, "stopped_because": "max_steps", "validation_seconds": 2.5,
+               "best": {"validation_accuracy": 0.75, "step": 30}}
+    run_output.print_summary(results, "/m/results.json")
+    assert "best accuracy 0.7500 at step 30 of 2 evaluations on 8 images (2.5 s); stopped" in capsys.readouterr().out
+    run_output.print_summary(dict(results, validation_seconds=0.0), "/m/results.json")  # only the report written
+    assert "of 2 evaluations on 8 images; stopped: max_steps" in capsys.readouterr().out
