@@ -173,6 +173,17 @@ def _named_weight_keys(shapes):
     return [key for key in shapes if not key.startswith(("training/", SHADOW_PREFIX)) and key != "global_step"]
 
 
+def check_same_model(init_from, settings):
+    """Raises FlagError (exit 2) when the run in `init_from` recorded another --model than `settings` build:
+    its checkpoint cannot fit (said before the run's header; load() finds the misfits of other shapes)."""
+    theirs = training_record.newest_run(init_from).get("model")
+    ours = getattr(settings, "model", None)
+    if theirs and ours and theirs != ours:
+        raise FlagError(f"--init-from {init_from} was trained with --model {theirs} (its "
+                        f"{training_record.PROGRESS_FILE}), and this run builds --model {ours}, which its weights "
+                        f"cannot fit; pass --model {theirs}, or another run's model dir")
+
+
 def recorded_classes(model_dir):
     """Returns the class names (in label order) the results.json of the run in `model_dir` records, or None
     (a job of fixed classes, or a run that did not finish)."""

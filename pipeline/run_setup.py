@@ -170,7 +170,9 @@ def _initial_weights(settings):
     without the flag, or for a model dir that goes on from its own checkpoints."""
     if not getattr(settings, "init_from", None) or model_dir_lib.candidate_checkpoints(settings.model_dir):
         return None  # (candidates: with a checkpoint file lost too, the checkpoints it named)
-    return initial_weights.resolve(settings.init_from)
+    initial = initial_weights.resolve(settings.init_from)
+    initial_weights.check_same_model(initial.model_dir, settings)
+    return initial
 
 
 def _check_finishing_flags(settings, record, start_step, keeps_best):

@@ -282,3 +282,15 @@ def test_an_unreadable_best_is_a_data_error_naming_it(tmp_path):
     with pytest.raises(UsageError, match="its best checkpoint .*model.ckpt-10 cannot be read") as raised:
         initial_weights.resolve(str(source))
     assert not isinstance(raised.value, FlagError)  # exit 1: the data, not the flag
+
+
+def test_another_model_than_the_source_run_recorded_is_refused_before_any_model_is_built(tmp_path):
+    runs = [{"start_step": 0, "model": "vgg16"}, {"start_step": 4, "model": "small_resnet"}]
+    (tmp_path / "training_progress.json").write_text(json.dumps({"task": "images", "runs": runs}))
+    initial_weights.check_same_model(str(tmp_path), types.SimpleNamespace(model="small_resnet"))  # the newest run's
+    initial_weights.check_same_model(str(tmp_path / "no-record"), types.SimpleNamespace(model="vgg16"))
+    initial_weights.check_same_model(str(tmp_path), types.SimpleNamespace())  # a job without --model
+    with pytest.raises(FlagError, match=rf"^--init-from {tmp_path} was trained with --model small_resnet \(its "
+                                        r"training_progress.json\), and this run builds --model vgg16, which its "
+                                        r"weights cannot fit; pass --model small_resnet, or another"):
+        initial_weights.check_same_model(str(tmp_path), types.SimpleNamespace(model="vgg16"))

@@ -148,7 +148,8 @@ def test_fine_tuning_more_layers_of_a_batch_norm_network_on_two_replicas(shapes,
     (["--init-from", "{head}", "--eval-only"], "--init-from starts a new run's training"),
     (["--init-from", "{model_dir}"], "is this run's own --model-dir"),
     (["--init-from", "{head}", "--model", "small_cnn"],  # (stage 2 without stage 1's --model)
-     "it was trained with --model small_resnet (its training_progress.json): pass that, on data of"),
+     "--init-from {head} was trained with --model small_resnet (its training_progress.json), and this run builds "
+     "--model small_cnn, which its weights cannot fit; pass --model small_resnet"),
     (["--init-from", "{head}", "--split-seed", "7"], "--init-from {head} trained on"),  # test images it learned
 ])
 def test_misuses_are_refused_in_one_line_leaving_both_folders_as_they_were(shapes, images_head, tmp_path, flags,
@@ -161,6 +162,7 @@ def test_misuses_are_refused_in_one_line_leaving_both_folders_as_they_were(shape
                     *[flag.format(**names) for flag in flags])
     assert result.returncode == 2
     assert_clean_failure(result, words.format(**names))
+    assert "model dir:" not in result.stdout + result.stderr  # refused before the run's header
     assert files_of(head) == before
     assert not model_dir.exists() or not [name for name in os.listdir(model_dir) if name.startswith("model.ckpt")]
 
