@@ -1,9 +1,12 @@
 """Exports that serve: a SavedModel whose signature returns, for each image, the class
 probabilities and the predicted class name, so a TF Serving or saved_model_cli client
 needs nothing else."""
+import contextlib
+import glob
 import json
 import logging
 import os
+import shutil
 import tempfile
 
 import tensorflow as tf
@@ -60,8 +63,10 @@ def export_model(estimator, serving_input_fn, class_names, export_base, checkpoi
             with open(assets[name], "w") as f:
                 f.write(text)
         remote = storage.is_url(export_base)
-        path = estimator.export_saved_model(os.path.join(tmp, "export") if remote else export_base,
-                                            serving_input_fn, assets_extra=assets, checkpoint_path=checkpoint_path)
+        target = os.path.join(tmp, "export") if remote else export_base
+        with _temp_folders_removed_if_interrupted(target):
+            path = estimator.export_saved_model(target, serving_input_fn, assets_extra=assets,
+                                                checkpoint_path=checkpoint_path)
         path = path.decode() if isinstance(path, bytes) else path
         if remote:
             with open(os.path.join(path, COMPLETE_MARKER), "w") as f:
@@ -69,6 +74,22 @@ def export_model(estimator, serving_input_fn, class_names, export_base, checkpoi
             path = storage.copy_tree(path, storage.join(export_base, os.path.basename(path)), last=COMPLETE_MARKER)
     log.info("exported the model to %s", path)
     return storage.absolute(path)
+
+
+@contextlib.contextmanager
+def _temp_folders_removed_if_interrupted(export_base):
+    """Removes the `temp-*` folder an export under the local `export_base` began when the block fails (a stop
+    signal, a full disk): the Estimator writes an export there and renames it only when whole. (A kill -9's
+    is removed by the next run: pipeline.model_dir.remove_leftovers.)"""
+    def temp_folders():
+        return set(glob.glob(os.path.join(glob.escape(export_base), "temp-*")))
+    before = temp_folders()
+    try:
+        yield
+    except BaseException:
+        for leftover in temp_folders() - before:
+            shutil.rmtree(leftover, ignore_errors=True)
+        raise
 
 
 def is_complete(export_dir):
