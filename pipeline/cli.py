@@ -6,6 +6,7 @@ import importlib.util
 import os
 import re
 import sys
+import tempfile
 import threading
 import traceback
 
@@ -16,7 +17,7 @@ from pipeline.flags import build_parser
 from pipeline.out_of_memory import out_of_memory_message
 from pipeline.settings import Settings
 from pipeline.signals import Interrupted, stop_at_once
-from pipeline.stdout import silence_stdout, stdout_closed
+from pipeline.stdout import silence_stdout, stdout_closed, stdout_file_on_full_disk
 
 _MISMATCH = ("Restoring from checkpoint failed", "not in the checkpoint", "not found in checkpoint")
 # Set to 1 to see the Python traceback behind a one-line error (for bug reports).
@@ -57,8 +58,8 @@ def run_command(parser, work, argv=None, parse=None):
             message = _io_failure(e.errno, e.strerror or str(e), e.filename, args)
             _show_traceback(e)
         code = 1
-    except OSError as e:  # writing results, an export's assets, a download, a conversion
-        message, code = _io_failure(e.errno, e.strerror or str(e), e.filename, args), 1
+    except OSError as e:  # writing results, an export's assets, a download, a conversion; stdout's file
+        message, code = _stdout_failure(e, args) or _io_failure(e.errno, e.strerror or str(e), e.filename, args), 1
         _show_traceback(e)
     except ModuleNotFoundError as e:
         message, code = _missing_package(e), 1
@@ -297,6 +298,8 @@ def _io_failure(error_number, what, filename, args):
     its errno, naming the flag whose path it is; a failure in the model dir adds how to resume."""
     where = f" ({filename})" if filename else ""
     flag = _flag_of_path(args, filename) if filename else None
+    if flag is None and filename and _in_temporary_folder(filename):  # (an export on a bucket is made there first)
+        flag = f"TMPDIR (the temporary folder, now {tempfile.gettempdir()})"
     advice = _IO_ADVICE.get(error_number, "fix that path, or pass another {flag}").format(
         flag=flag or "folder")
     message = f"{'a write' if error_number in _WRITES else 'a file operation'} failed: {what}{where}; {advice}"
@@ -305,6 +308,20 @@ def _io_failure(error_number, what, filename, args):
         message += (f"; then run the same command: it resumes from the latest whole checkpoint in {model_dir}, "
                     "and the next run removes what this one left half-written")
     return message
+
+
+def _stdout_failure(error, args):
+    """Returns the one line for a failed write to the file stdout goes to, on a full disk (stdout is
+    pointed at /dev/null then: Python would flush it again at exit), or None."""
+    path = stdout_file_on_full_disk(error)
+    if path is None:
+        return None
+    silence_stdout()
+    model_dir = getattr(args, "model_dir", None)
+    resume = f"; then run the same command (it resumes from {model_dir}'s latest checkpoint, if any)" if model_dir \
+        else ""
+    return (f"writing the output to {path} failed: {error.strerror}; free some space on its disk, or send the "
+            f"output to a file on another disk{resume}")
 
 
 def _flag_of_path(args, path):
@@ -319,6 +336,12 @@ def _flag_of_path(args, path):
         if os.path.commonpath([path, value]) in (path, value) and (best is None or len(value) > len(best[1])):
             best = (name, value)
     return f"--{best[0].replace('_', '-')}" if best else None
+
+
+def _in_temporary_folder(path):
+    """Returns whether the local `path` is under the temporary folder (TMPDIR's, or /tmp)."""
+    folder = os.path.abspath(tempfile.gettempdir())
+    return os.path.commonpath([os.path.abspath(path), folder]) == folder
 
 
 def _interrupted_message(interrupted, model_dir):

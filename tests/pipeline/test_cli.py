@@ -2,6 +2,7 @@
 import argparse
 import errno
 import os
+import tempfile
 
 import pytest
 
@@ -28,6 +29,9 @@ def fail_with(error):
                                    "read-only: pass another --data-dir on a writable one"),
     (errno.ENOENT, "/data", "a file operation failed: No such file or directory (/data); a folder on that path is "
                             "missing or cannot be made there: create it, or pass another --data-dir"),
+    (errno.ENOSPC, os.path.join(tempfile.gettempdir(), "tmpab12/export/variables"),  # a bucket's export, made here
+     f"a write failed: No space left on device ({tempfile.gettempdir()}/tmpab12/export/variables); the disk is full: "
+     f"free some space on it, or pass another TMPDIR (the temporary folder, now {tempfile.gettempdir()})"),
     (errno.ENOTDIR, "/elsewhere/x", "a file operation failed: Not a directory (/elsewhere/x); a part of that path is "
                                     "a file, not a folder: move that file away, or pass another folder"),
 ])

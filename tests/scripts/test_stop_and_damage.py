@@ -437,3 +437,23 @@ def test_a_disk_that_fills_up_is_one_line_naming_it_not_memory_and_loses_nothing
     assert "memory" not in full.stderr
     assert {f: (model_dir / f).read_bytes() for f in before} == before  # every checkpoint and result intact
     # (the resume after a full disk, and its removal of the leftovers, are the file-size limit test's)
+
+
+def test_output_sent_to_a_file_on_a_full_disk_is_one_line_naming_that_file(fashion_data_dir, tmp_path):
+    # `train ... > out.txt` on a full disk: its advice named --model-dir and a checkpoint to resume from.
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root (as .ci/run has)")
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], check=True)
+    try:
+        (full / "filler").write_bytes(b"\0" * 16384)
+        with open(full / "out.txt", "w") as out:
+            result = subprocess.run(command(fashion_data_dir, tmp_path / "m", "--max-steps", "2"), stdout=out,
+                                    stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", "--lazy", str(full)], check=True)
+    assert result.returncode == 1 and "Exception ignored" not in result.stderr
+    result.stdout = ""
+    assert_clean_failure(result, f"error: writing the output to {full / 'out.txt'} failed: No space left on device; "
+                                 "free some space on its disk, or send the output to a file on another disk")
