@@ -191,12 +191,17 @@ def copy_tree(source, target, last=None):
 def walk(path, follow_links=False):
     """Yields (folder, subfolder names, file names) below `path`, as os.walk does (top down: a
     caller may prune the subfolder names); `follow_links` walks into linked folders too (a caller
-    that asks prunes the ones it has seen: a link may point up the tree)."""
+    that asks prunes the ones it has seen: a link may point up the tree). A folder that cannot be read
+    raises its OSError (os.walk would leave it out, and its images with it, without a word)."""
     if not is_url(path):
-        yield from os.walk(path, followlinks=follow_links)
+        yield from os.walk(path, followlinks=follow_links, onerror=_raise)
         return
     for parent, dirs, names in _gfile().walk(path):
         yield parent.rstrip("/"), dirs, names
+
+
+def _raise(error):
+    raise error
 
 
 def open_binary(path):

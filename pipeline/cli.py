@@ -298,7 +298,8 @@ def _io_failure(error_number, what, filename, args):
     its errno, naming the flag whose path it is; a failure in the model dir adds how to resume."""
     where = f" ({filename})" if filename else ""
     flag = _flag_of_path(args, filename) if filename else None
-    if flag is None and filename and _in_temporary_folder(filename):  # (an export on a bucket is made there first)
+    if flag is None and error_number in _WRITES and filename and _in_temporary_folder(filename):
+        # (a write no flag's path holds: an export for a bucket is made there first)
         flag = f"TMPDIR (the temporary folder, now {tempfile.gettempdir()})"
     advice = _IO_ADVICE.get(error_number, "fix that path, or pass another {flag}").format(
         flag=flag or "folder")

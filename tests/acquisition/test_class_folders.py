@@ -216,3 +216,27 @@ def test_a_folder_of_one_class_s_images_names_its_parent(tmp_path):
     write_images(str(tmp_path / "one" / "only"), 3)
     with pytest.raises(InputDataError, match="holds 1 class folder"):
         class_folders.scan_class_folders(str(tmp_path / "one"))
+
+
+def test_a_folder_that_cannot_be_read_is_an_error_not_images_left_out(tmp_path):
+    # os.walk leaves an unreadable folder out without a word: its images were neither trained on nor classified.
+    import shutil
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    make_shapes_folder(tmp_path / "data", per_class=2)
+    locked = tmp_path / "data" / "circle" / "more"
+    locked.mkdir()
+    locked.chmod(0)
+    # Root reads any folder: without the capabilities that let it, it meets permissions as a user does.
+    unprivileged = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    if unprivileged and not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) is needed to read folders without root's privileges")
+    code = ("import sys; from acquisition import class_folders\n"
+            "try:\n    class_folders.walk_images(sys.argv[1])\nexcept PermissionError as e:\n    print(e.filename)")
+    try:
+        result = subprocess.run(unprivileged + [sys.executable, "-c", code, str(tmp_path / "data")], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+    finally:
+        locked.chmod(0o755)
+    assert result.stdout.strip() == str(locked), result.stdout + result.stderr
