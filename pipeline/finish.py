@@ -71,6 +71,8 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
             if best else None
         recorded = args.eval_only and results_lib.recorded_stop(args.model_dir, results.global_step)
         results.stopped_because = recorded or validation.stopped_because or "max_steps"
+    if args.eval_only and not (validation and validation.stopped_because):
+        _unless_training_ended(results, setup)
         results.early_stopping = validation.early_stopping.as_dict()
         results.validation_seconds = round(validation.seconds, 3)
     extra = results.extra
@@ -98,6 +100,15 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
         print_summary(written, path)
         evaluation_report.print_headline(written, evaluation_report.report_dir(args))
     return written
+
+
+def _unless_training_ended(results, setup):
+    """Marks `results` of an --eval-only run `stopped_because` 'unfinished', with the training's planned
+    `max_steps`, when its training stopped short of them (a stop signal, a kill) with no report of its own."""
+    planned = [s.max_steps for s in setup.record.segments if s.start_step < results.global_step][-1:]
+    if planned and planned[0] and results.global_step < planned[0] \
+            and not results_lib.recorded_stop(setup.settings.model_dir, results.global_step):
+        results.stopped_because, results.max_steps = "unfinished", planned[0]
 
 
 def _export_dir(setup, estimator, best, eval_step):

@@ -59,7 +59,8 @@ class RunResults:
     evaluations: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     best: Optional[Dict[str, Any]] = None
     # 'max_steps', 'target_accuracy' or 'patience'; never 'signal': a signalled run exits 130/143 with its
-    # checkpoint and best export, and writes no results.json (docs/validation.md).
+    # checkpoint and best export, and writes no results.json (docs/validation.md). 'unfinished' in what an
+    # --eval-only run of checkpoints whose training stopped before its `max_steps` prints.
     stopped_because: str = "max_steps"
     # The rule that applied: {'monitor': 'validation_accuracy', 'stop_at_accuracy', 'patience', 'min_delta'}.
     early_stopping: Optional[Dict[str, Any]] = None

@@ -143,7 +143,10 @@ def print_summary(results, path):
                   f"{len(results['evaluations'])} evaluations on {results['validation_examples']} images"
                   f"{seconds}; stopped: {results['stopped_because']}\n" if best else "")
     chosen = f" (the best checkpoint, step {results['eval_step']})" if best else ""
-    print(f"{results['task']}: finished at global step {results['global_step']}\n"
+    ended = (f"evaluated at global step {results['global_step']}, where training stopped short of its planned "
+             f"{results['max_steps']} (the training command goes on from there)" if results.get("stopped_because") == "unfinished"
+             else f"finished at global step {results['global_step']}")
+    print(f"{results['task']}: {ended}\n"
           f"  train:   {train}\n{trained}{validation}"
           f"  eval:    accuracy {results['eval_accuracy']:.4f}, loss {results['eval_loss']:.4f} "
           f"on {results['eval_examples']} test images{chosen}"

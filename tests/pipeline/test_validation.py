@@ -283,7 +283,7 @@ def make_oct_shaped_folder(sample, root, patients_per_class=12, scans_per_patien
     return root
 
 
-def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_export(oct_sample, tmp_path):
+def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_export(oct_sample, tmp_path, capsys):
     data = make_oct_shaped_folder(oct_sample, str(tmp_path / "OCT"))
     model_dir = str(tmp_path / "model")
     args = build_parser(images.TASK).parse_args([
@@ -313,6 +313,19 @@ def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_exp
          PATIENT_PATTERN, "--validation-fraction", "0.2", "--bootstrap-resamples", "10", "--eval-only"]))
     assert again["eval_step"] == best["step"] and again["eval_accuracy"] == pytest.approx(results["eval_accuracy"])
     assert (tmp_path / "model" / "results.json").read_bytes() == written  # --eval-only trains and rewrites nothing
+    # A run stopped (Ctrl-C, a kill) before its planned end: --eval-only does not call it finished.
+    (tmp_path / "model" / "results.json").unlink()
+    record = json.loads((tmp_path / "model" / "training_progress.json").read_text())
+    record["runs"][-1]["max_steps"] = 16
+    (tmp_path / "model" / "training_progress.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    unfinished = run(images.TASK, build_parser(images.TASK).parse_args(
+        ["--data-dir", data, "--model-dir", model_dir, "--image-size", "32", "--batch-size", "8", "--group-by",
+         PATIENT_PATTERN, "--validation-fraction", "0.2", "--bootstrap-resamples", "10", "--eval-only"]))
+    assert unfinished["stopped_because"] == "unfinished" and unfinished["max_steps"] == 16
+    out = capsys.readouterr().out
+    assert "images: evaluated at global step 8, where training stopped short of its planned 16" in out, out
+    assert "stopped: unfinished" in out and "finished at" not in out
 
 
 def test_a_target_accuracy_stops_the_fashion_job_on_2_replicas(fashion_data_dir, tmp_path):
