@@ -1,5 +1,7 @@
 """The Fashion-MNIST job's data and model: the dataset (downloaded, or the shipped sample when
 that fails), converted to TFRecord shards, and the design's CNN. Its command line: fashion.py."""
+import contextlib
+import errno
 import functools
 import logging
 import os
@@ -47,7 +49,8 @@ def prepare_data(args, batch_size):
         recipe_values, recipe = sample_recipe(args)
         report = {"recipe": "shipped sample" if recipe_values else "flags"}
         batch_size = recipe_values.get("batch_size", batch_size)
-    splits = fashion_mnist.prepare_shards(data_dir, args.cache_dir)
+    with _cache_written_in(data_dir, args.cache_dir):
+        splits = fashion_mnist.prepare_shards(data_dir, args.cache_dir)
     if args.validation_fraction:
         return _with_validation(args, batch_size, data_dir, splits, source, recipe, report, recipe_values)
     train_at = functools.partial(fashion_input.make_input_fn, splits["train"]["pattern"], batch_size, True,
@@ -61,6 +64,20 @@ def prepare_data(args, batch_size):
         recipe_values=recipe_values, report=report, train_input_at=train_at)
 
 
+@contextlib.contextmanager
+def _cache_written_in(data_dir, cache_dir):
+    """Turns a failed write of the TFRecord cache into the data dir (no --cache-dir: one that is read-only, or
+    not this user's) into a UsageError naming --cache-dir, the flag that fixes it."""
+    try:
+        yield
+    except OSError as e:
+        if cache_dir or e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise UsageError(f"the TFRecord cache cannot be written into the data dir ({e.filename or data_dir}: "
+                         f"{e.strerror}); pass --cache-dir with a folder you can write to (the data dir is then "
+                         "only read)") from None
+
+
 def serving_input_fn():
     """Returns the export's serving input: PNG, JPEG, BMP or GIF files decoded to 28x28 gray (resized,
     colour converted) or the raw pixels, scaled to [0, 1] as the training records are."""
@@ -71,7 +88,8 @@ def serving_input_fn():
 
 def _with_validation(args, batch_size, data_dir, splits, source, recipe, report, recipe_values):
     """Returns TaskData training on the training images left after the validation split's share."""
-    held = fashion_mnist.prepare_validation_shards(data_dir, args.cache_dir, args.validation_fraction)
+    with _cache_written_in(data_dir, args.cache_dir):
+        held = fashion_mnist.prepare_validation_shards(data_dir, args.cache_dir, args.validation_fraction)
 
     def make(pattern, training):
         return fashion_input.make_input_fn(pattern, batch_size, training=training, feature_key=FEATURE_KEY,

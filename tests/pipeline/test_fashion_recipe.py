@@ -42,3 +42,22 @@ def test_the_full_dataset_keeps_the_flags_without_a_recipe_line(fashion_data_dir
     args = build_parser(TASK).parse_args(["--data-dir", fashion_data_dir])
     data = fashion_job.prepare_data(args, args.batch_size)
     assert data.recipe is None and data.recipe_values == {} and args.batch_size == 512 and data.report == {}
+
+
+def test_a_cache_that_cannot_be_written_into_the_data_dir_names_cache_dir():
+    import errno
+    from pipeline.errors import UsageError
+    from pipeline.tasks.fashion_job import _cache_written_in
+
+    def denied():
+        raise PermissionError(errno.EACCES, "Permission denied", "/data/fs/tfrecords")
+    with pytest.raises(UsageError, match=r"^the TFRecord cache cannot be written into the data dir "
+                                         r"\(/data/fs/tfrecords: Permission denied\); pass --cache-dir with a folder"):
+        with _cache_written_in("/data/fs", None):
+            denied()
+    with pytest.raises(PermissionError):  # --cache-dir's own folder: the usual line names that flag
+        with _cache_written_in("/data/fs", "/cache"):
+            denied()
+    with pytest.raises(OSError, match="No space"):  # a full disk is not a matter of --cache-dir
+        with _cache_written_in("/data/fs", None):
+            raise OSError(errno.ENOSPC, "No space left on device", "/data/fs/tfrecords")
