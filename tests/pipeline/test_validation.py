@@ -318,6 +318,7 @@ def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_exp
     record = json.loads((tmp_path / "model" / "training_progress.json").read_text())
     record["runs"][-1]["max_steps"] = 16
     (tmp_path / "model" / "training_progress.json").write_text(json.dumps(record))
+    shutil.rmtree(best["export_dir"])  # and its best export removed by hand: exported again, not a failure
     capsys.readouterr()
     unfinished = run(images.TASK, build_parser(images.TASK).parse_args(
         ["--data-dir", data, "--model-dir", model_dir, "--image-size", "32", "--batch-size", "8", "--group-by",
@@ -326,6 +327,8 @@ def test_an_oct_shaped_folder_trains_with_a_patient_split_and_keeps_the_best_exp
     out = capsys.readouterr().out
     assert "images: evaluated at global step 8, where training stopped short of its planned 16" in out, out
     assert "stopped: unfinished" in out and "finished at" not in out
+    assert unfinished["export_dir"] != best["export_dir"]
+    assert os.path.isfile(os.path.join(unfinished["export_dir"], "saved_model.pb"))
 
 
 def test_a_target_accuracy_stops_the_fashion_job_on_2_replicas(fashion_data_dir, tmp_path):
