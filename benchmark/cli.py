@@ -1,8 +1,10 @@
 """The benchmark's command line: sweep flags here, the job's flags (--data-dir, --image-size,
 --warm-up-steps, ...) passed on to the job's own parser."""
 import argparse
+import contextlib
 import datetime
 import os
+import sys
 import tempfile
 
 import benchmark
@@ -10,6 +12,8 @@ from models import PRECISIONS
 from pipeline.cli import run_command, set_tensorflow_environment
 from pipeline.flag_types import fraction, positive_float, positive_int
 from pipeline.flags.devices import MAX_CPU_REPLICAS
+from pipeline.signals import Interrupted
+from pipeline.flags import build_parser
 from pipeline.tasks.registry import TASKS, parse_tool_args, tool_parser
 
 
@@ -115,6 +119,7 @@ def parse_args(parser, argv):
             parser.error(f"argument --{flag}: --input-only trains no model; use one or the other")
     if args.variants and not args.input_only:
         parser.error("argument --variants: it names --input-only's input variants; give --input-only too")
+    _refuse_untimed_flags(parser, task, task_args, args.target_accuracy is not None)
     if args.target_accuracy is None:
         if args.time_budget is not None:
             parser.error("argument --time-budget: it bounds --target-accuracy's runs; give --target-accuracy too")
@@ -127,6 +132,25 @@ def parse_args(parser, argv):
     _check_output(parser, args.output)
     set_tensorflow_environment(task_args)  # --xla
     return args, task, task_args, variants
+
+
+# The job's flags a benchmark never applies: what a run does after training (both modes), and what the
+# run loop's model_fn adds to the model's step (a throughput sweep times the Keras model's own step).
+AFTER_TRAINING = ("eval_only", "tflite", "calibrate", "tta")
+RUN_LOOP_ONLY = ("ema", "mixup", "cutmix", "label_smoothing", "class_weight", "init_from")
+
+
+def _refuse_untimed_flags(parser, task, task_args, run_loop):
+    """Exits 2 for a job flag given to the benchmark that would not change what it measures (AFTER_TRAINING;
+    RUN_LOOP_ONLY too unless `run_loop`: --target-accuracy trains through the run loop)."""
+    job_parser = build_parser(task)
+    for dest in AFTER_TRAINING + (() if run_loop else RUN_LOOP_ONLY):
+        if hasattr(task_args, dest) and getattr(task_args, dest) != job_parser.get_default(dest):
+            flag = f"--{dest.replace('_', '-')}"
+            why = ("acts after training, which the benchmark does not reach" if dest in AFTER_TRAINING else
+                   "is the run loop's, and a throughput sweep times the model's own training step (--target-accuracy "
+                   "trains through the run loop)")
+            parser.error(f"argument {flag}: {flag} {why}; leave it out")
 
 
 def _check_output(parser, folder):
@@ -189,11 +213,31 @@ def _benchmark(args, task, task_args, variants):
     header = (f"{task.name}, {'input only' if variants else 'training'}, {machine}; {len(configs)} configurations "
               f"x {args.repeats} repeats, {task_args.warm_up_steps} warm-up + {args.timed_steps} timed steps each")
     print(f"benchmark: {header}", flush=True)
-    rows = sweep.run_sweep(task, task_args, configs, plans, args.repeats, task_args.warm_up_steps,
-                           args.timed_steps, log=lambda line: print(line, flush=True))
+    rows = []
+    with _kept_if_stopped(rows, len(configs) * args.repeats, args.output, header, report_lib.write_tables,
+                          report_lib.COLUMNS):
+        sweep.run_sweep(task, task_args, configs, plans, args.repeats, task_args.warm_up_steps,
+                        args.timed_steps, log=lambda line: print(line, flush=True), rows=rows)
     report = report_lib.write_outputs(rows, args.output, header)
     print(report)
     print(f"outputs: {os.path.abspath(args.output)} (results.csv, results.json, report.md, plots)")
+
+
+@contextlib.contextmanager
+def _kept_if_stopped(rows, planned, out_dir, header, write_tables, columns):
+    """Writes the `rows` measured so far (results.csv and results.json, their header saying how many of
+    `planned`; no report or plots, which compare whole repeats) into `out_dir` when the block is stopped
+    by a signal (Ctrl-C, SIGTERM), then lets the stop end the tool."""
+    try:
+        yield
+    except (KeyboardInterrupt, Interrupted):
+        if rows:
+            stopped = f"{header}; STOPPED after {len(rows)} of {planned} measurements"
+            write_tables(rows, out_dir, stopped, columns, f"# Benchmark (stopped)\n\n{stopped}\n\nresults.csv holds "
+                                                          "the measurements made; no comparison is drawn from them.\n")
+            print(f"stopped: the {len(rows)} of {planned} measurements made are in {os.path.abspath(out_dir)} "
+                  "(results.csv, results.json)", file=sys.stderr, flush=True)
+        raise
 
 
 def _time_to_accuracy(args, task, task_args, plans, configs, machine):
@@ -207,8 +251,11 @@ def _time_to_accuracy(args, task, task_args, plans, configs, machine):
               f"repeats (seeds {seed}..{seed + args.repeats - 1}), budget {budget} each; "
               f"load average {os.getloadavg()[0]:.1f} at the start")
     print(f"benchmark: {header}", flush=True)
-    rows = time_to_accuracy.run_sweep(task, task_args, configs, plans, args.repeats, args.target_accuracy,
-                                      args.time_budget, log=lambda line: print(line, flush=True))
+    rows = []
+    with _kept_if_stopped(rows, len(configs) * args.repeats, args.output, header, accuracy_report.write_tables,
+                          accuracy_report.COLUMNS):
+        time_to_accuracy.run_sweep(task, task_args, configs, plans, args.repeats, args.target_accuracy,
+                                   args.time_budget, log=lambda line: print(line, flush=True), rows=rows)
     report = accuracy_report.write_outputs(rows, args.output, header)
     print(report)
     print(f"outputs: {os.path.abspath(args.output)} (results.csv, results.json, report.md, time_to_accuracy.png, "

@@ -175,9 +175,10 @@ def build_plans(replica_counts, use_gpus, strategy="mirrored"):
             else build_distribution(cpu_replicas=r, strategy=strategy) for r in replica_counts}
 
 
-def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_steps, log=print):
-    """Measures every configuration `repeats` times, interleaved; returns one row dict per measurement."""
-    rows, peaks = [], {}
+def run_sweep(task, task_args, configs, plans, repeats, warm_up_steps, timed_steps, log=print, rows=None):
+    """Measures every configuration `repeats` times, interleaved; returns one row dict per measurement,
+    appended to `rows` (when given) as each is made: a caller keeps those of a sweep that was stopped."""
+    rows, peaks = ([] if rows is None else rows), {}
     training = [c for c in configs if c.engine != "input"]
     flops = model_flops_per_image(task.build_model(task_args, task_args.learning_rate)) if training else None
     with tempfile.TemporaryDirectory() as workdir:

@@ -119,11 +119,12 @@ def _outcome(setup, validation, hooks, target, diverged):
         "best_validation_accuracy": max((e["validation_accuracy"] for e in evaluations), default=None)}
 
 
-def run_sweep(task, task_args, configs, plans, repeats, target, time_budget=None, log=print):
+def run_sweep(task, task_args, configs, plans, repeats, target, time_budget=None, log=print, rows=None):
     """Measures every configuration's time to `target` `repeats` times, interleaved; repeat r of every
     configuration trains with seed (--seed or 0) + r, so that configurations compare on the same seeds.
-    Returns one row dict per measurement."""
-    rows, total = [], len(configs) * repeats
+    Returns one row dict per measurement, appended to `rows` (when given) as each is made (see
+    benchmark.sweep.run_sweep)."""
+    rows, total = ([] if rows is None else rows), len(configs) * repeats
     for repeat in range(repeats):
         for config in configs:
             plan = plans[config.replicas]

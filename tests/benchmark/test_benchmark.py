@@ -111,7 +111,11 @@ def test_bad_sweep_flags_are_refused(capsys):
                           (["--input-only", "--engines", "keras"], "--input-only trains no model"),
                           (["--input-only", "--data", "real"], "argument --data: --input-only trains no model"),
                           (["--cpu-replicas", "1,2,1"], "1 given more than once"),
-                          (["--precision", "fp32,bf16,fp32"], "fp32 given more than once")):
+                          (["--precision", "fp32,bf16,fp32"], "fp32 given more than once"),
+                          (["--tflite", "int8"], "argument --tflite: --tflite acts after training"),
+                          (["--mixup", "0.2"], "argument --mixup: --mixup is the run loop's"),
+                          (["--target-accuracy", "0.5", "--validation-fraction", "0.1", "--tta", "flip"],
+                           "argument --tta: --tta acts after training")):
         with pytest.raises(SystemExit) as exit_info:
             main(["--task", "fashion", *argv])
         assert exit_info.value.code == 2
@@ -248,3 +252,21 @@ def test_the_fashion_input_variants_fall_back_to_the_shipped_sample_offline(tmp_
     assert result.returncode == 0, result.stderr[-2000:]
     with open(tmp_path / "out" / "results.csv") as f:
         assert sorted(row["data"] for row in csv.DictReader(f)) == ["design", "pipeline"]
+
+
+def test_a_sweep_stopped_midway_keeps_the_measurements_it_made(tmp_path, capsys):
+    from benchmark.cli import _kept_if_stopped
+    from pipeline.signals import Interrupted
+    rows = [{"task": "fashion", "engine": "estimator", "images_per_sec": 100.0}]
+    with pytest.raises(Interrupted):
+        with _kept_if_stopped(rows, 6, str(tmp_path), "fashion, training", benchmark_report.write_tables,
+                              benchmark_report.COLUMNS):
+            raise Interrupted(15)
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["rows"] == rows and written["header"].endswith("; STOPPED after 1 of 6 measurements")
+    assert next(csv.DictReader(open(tmp_path / "results.csv")))["images_per_sec"] == "100.0"
+    assert "the 1 of 6 measurements made are in" in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):  # none made: nothing written
+        with _kept_if_stopped([], 6, str(tmp_path / "none"), "h", benchmark_report.write_tables, ()):
+            raise KeyboardInterrupt
+    assert not (tmp_path / "none").exists()
