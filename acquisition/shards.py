@@ -12,6 +12,7 @@ in the order an evaluation reads them.
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -25,6 +26,7 @@ from acquisition.files import write_json_atomically
 
 # 2: training records in shuffled order; 3: one manifest schema for every job (splits, class names).
 VERSION = 3
+log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 LOCK = ".shards.lock"
 READERS = ".readers.lock"  # held shared by each run reading the shards: none is rewritten under it
@@ -148,6 +150,7 @@ def prepare(directory, source, image_shape, class_names, write_splits):
         manifest = _reusable(directory, source)
         if manifest:
             return manifest, True
+        _say_what_is_replaced(directory, source)
         with _unread(directory):
             remove_partial_shards(directory)  # of a preparation that was killed: we hold the lock
             splits, skipped = write_splits(directory)
@@ -183,6 +186,18 @@ def _unread(directory):
         yield
     finally:
         locks.release(fd)
+
+
+def _say_what_is_replaced(directory, source):
+    """Logs one line naming what differs when `directory` holds whole shards made from another `source` (their
+    data changed, or another --image-size): they are about to be replaced."""
+    try:
+        earlier = read_manifest(directory, advice="")["source"]
+    except InputDataError:
+        return
+    differ = [f"{key} {earlier.get(key)!r} -> {source.get(key)!r}" if key != "files" else "the files they hold changed"
+              for key in sorted(set(earlier) | set(source)) if earlier.get(key) != source.get(key)]
+    log.warning("replacing the shards in %s, made from other data or settings (%s)", directory, "; ".join(differ))
 
 
 def _reusable(directory, source):

@@ -21,8 +21,9 @@ def add_data_flags(parser):
                        help="height and width the scans are resized to (VGG16 needs at least 32)")
     group.add_argument("--on-bad-image", choices=("fail", "skip"), default="fail",
                        help="a file that cannot be decoded as a grayscale JPEG (another format, truncated, "
-                            "CMYK, 12-bit, lossless): 'fail' names it and stops before training, "
-                            "'skip' leaves it out and lists it in results.json")
+                            "CMYK, 12-bit, lossless): 'fail' names it and stops before any image is used, "
+                            "'skip' leaves it out and lists it (in results.json; prepare_oct.py: in the "
+                            "shards' manifest.json)")
     return group
 
 

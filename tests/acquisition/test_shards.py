@@ -35,7 +35,7 @@ def _prepare(directory, source, calls):
     return shards.prepare(directory, source, (2, 2, 1), ("a", "b"), write_splits)
 
 
-def test_prepare_writes_one_manifest_reuses_it_for_the_same_source_and_rebuilds_for_another(tmp_path):
+def test_prepare_writes_one_manifest_reuses_it_for_the_same_source_and_rebuilds_for_another(tmp_path, caplog):
     out, calls = str(tmp_path / "shards"), []
     manifest, reused = _prepare(out, {"files": "v1"}, calls)
     assert not reused and len(calls) == 1
@@ -45,9 +45,13 @@ def test_prepare_writes_one_manifest_reuses_it_for_the_same_source_and_rebuilds_
     assert manifest["skipped_files"] == ["bad.png"] and manifest["version"] == shards.VERSION
     assert sorted(tf.io.gfile.glob(entry["pattern"])) == shards.shard_paths(out, "test", 2)
     assert _prepare(out, {"files": "v1"}, calls) == (manifest, True) and len(calls) == 1
-    assert not _prepare(out, {"files": "v2"}, calls)[1] and len(calls) == 2
-    os.remove(shards.shard_paths(out, "test", 2)[1])  # a shard gone: made again
+    assert "replacing" not in caplog.text  # (none there before)
+    assert not _prepare(out, {"files": "v2", "image_size": 48}, calls)[1] and len(calls) == 2
+    assert (f"replacing the shards in {out}, made from other data or settings (the files they hold changed; "
+            "image_size None -> 48)") in caplog.text
     assert not _prepare(out, {"files": "v2"}, calls)[1] and len(calls) == 3
+    os.remove(shards.shard_paths(out, "test", 2)[1])  # a shard gone: made again
+    assert not _prepare(out, {"files": "v2"}, calls)[1] and len(calls) == 4
 
 
 def test_a_shard_cut_short_is_named_when_read_and_made_again_when_prepared(tmp_path):
