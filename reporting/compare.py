@@ -6,6 +6,7 @@ TensorFlow reads (gs://, and s3:// with tensorflow-io).
 import csv
 import io
 import json
+import logging
 import posixpath
 
 import tensorflow as tf
@@ -13,6 +14,9 @@ import tensorflow as tf
 from reporting import RunsError
 
 RESULTS_FILE = "results.json"  # pipeline.results.RESULTS_FILE; kept here so this room imports no pipeline
+PROGRESS_FILE = "training_progress.json"  # pipeline.training_record.PROGRESS_FILE, likewise
+
+log = logging.getLogger(__name__)
 
 
 def _field(path):
@@ -30,6 +34,13 @@ def _augment(results):
 
 def _schedule(results):
     return (results.get("learning_rate_schedule") or {}).get("kind")
+
+
+def _data(source):
+    """Returns the data column's word for results.json's `data_source`: real, sample or synthetic."""
+    if not source:
+        return None
+    return "sample" if "sample" in source else source.split()[0]
 
 
 def _recipe(results):
@@ -55,6 +66,7 @@ def _recipe(results):
 COLUMNS = [
     ("run", None, str),
     ("task", _field("task"), str),
+    ("data", lambda r: _data(r.get("data_source")), str),
     ("model", lambda r: r.get("model") or r.get("task"), str),
     ("step", _field("global_step"), str),
     ("replicas", _field("replicas"), str),
@@ -86,16 +98,24 @@ def find_runs(folders):
         if tf.io.gfile.exists(posixpath.join(folder, RESULTS_FILE)):
             runs.append((folder, _read(folder)))
             continue
-        inside = sorted(name.rstrip("/") for name in _listdir(folder)
-                        if tf.io.gfile.exists(posixpath.join(folder, name.rstrip("/"), RESULTS_FILE)))
+        names = sorted(name.rstrip("/") for name in _listdir(folder))
+        inside = [name for name in names if tf.io.gfile.exists(posixpath.join(folder, name, RESULTS_FILE))]
         if not inside:
             raise RunsError(f"{folder} holds no {RESULTS_FILE}, nor any model dir with one: pass the model dir "
                             "of a finished run (or a folder of them)")
+        unfinished = [name for name in names if name not in inside
+                      and tf.io.gfile.exists(posixpath.join(folder, name, PROGRESS_FILE))]
+        if unfinished:
+            log.warning("left out %d run%s of %s with no %s yet (unfinished, or stopped): %s", len(unfinished),
+                        "" if len(unfinished) == 1 else "s", folder, RESULTS_FILE, ", ".join(unfinished))
         runs.extend((posixpath.join(folder, name), _read(posixpath.join(folder, name))) for name in inside)
     return runs
 
 
 def _listdir(folder):
+    if tf.io.gfile.exists(folder) and not tf.io.gfile.isdir(folder):
+        raise RunsError(f"{folder} is a file, not a model dir: pass the model dir of a finished run (or its "
+                        f"{RESULTS_FILE})")
     try:
         return tf.io.gfile.listdir(folder)
     except tf.errors.NotFoundError:
@@ -110,8 +130,9 @@ def _read(folder):
     except ValueError as e:
         raise RunsError(f"{path} is not valid JSON ({e}): the run that wrote it did not finish; "
                         "leave it out or run it again") from None
-    if not isinstance(results, dict):
-        raise RunsError(f"{path} holds a JSON {type(results).__name__}, not a run's results: leave it out")
+    if not isinstance(results, dict) or "task" not in results:
+        kind = type(results).__name__ if not isinstance(results, dict) else "object without a task"
+        raise RunsError(f"{path} holds a JSON {kind}, not a run's results: leave it out")
     return results
 
 

@@ -102,6 +102,24 @@ def test_a_results_file_given_itself_is_its_run_and_one_holding_no_object_is_nam
     (tmp_path / "list" / "results.json").write_text("[1, 2]")
     with pytest.raises(RunsError, match="results.json holds a JSON list, not a run's results"):
         compare.find_runs([str(tmp_path / "list")])
+    (tmp_path / "list" / "results.json").write_text("{}")  # it made a blank row
+    with pytest.raises(RunsError, match="results.json holds a JSON object without a task, not a run's results"):
+        compare.find_runs([str(tmp_path / "list")])
+    (tmp_path / "afile").write_text("")  # it said the file did not exist
+    with pytest.raises(RunsError, match=r"afile is a file, not a model dir: pass the model dir of a finished run"):
+        compare.find_runs([str(tmp_path / "afile")])
+
+
+def test_unfinished_runs_of_a_folder_are_named_and_the_data_source_shown(tmp_path, caplog):
+    for name, source in (("real", "real"), ("sample", "real (shipped 1,000-image sample)"), ("synth", "synthetic")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"task": "fashion", "data_source": source}))
+    (tmp_path / "stopped").mkdir()
+    (tmp_path / "stopped" / "training_progress.json").write_text("{}")
+    (tmp_path / "notes").mkdir()  # not a run: not named
+    rows = compare.table_rows(compare.find_runs([str(tmp_path)]))
+    assert [row[rows[0].index("data")] for row in rows[1:]] == ["real", "sample", "synthetic"]
+    assert f"left out 1 run of {tmp_path} with no results.json yet (unfinished, or stopped): stopped" in caplog.text
 
 
 def test_the_recipe_column_tells_apart_runs_that_differ_only_in_the_generalisation_tools():
