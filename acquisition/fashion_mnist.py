@@ -156,7 +156,8 @@ def split_sample(source_dir, out_dir, num_train, seed=0):
     """
     images, labels = load_split(source_dir, "test")
     if not 0 < num_train < len(labels):
-        raise ValueError(f"num_train must be between 1 and {len(labels) - 1}, got {num_train}")
+        raise ValueError(f"must be from 1 to {len(labels) - 1} (the sample's {len(labels)} images less one for "
+                         f"the test split), got {num_train}")
     order = np.random.default_rng(seed).permutation(len(labels))
     train, test = order[:num_train], order[num_train:]
     os.makedirs(out_dir, exist_ok=True)

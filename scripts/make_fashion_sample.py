@@ -7,7 +7,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.errors import UsageError  # noqa: E402
+from pipeline.errors import FlagError  # noqa: E402
 from pipeline.flag_types import ArgumentParser, HelpFormatter, int_in_range, positive_int  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def make_sample(args):
         num_train, num_test = fashion_mnist.split_sample(args.source or fashion_mnist.SHIPPED_SAMPLE_DIR,
                                                          args.out, args.train, args.seed)
     except ValueError as e:
-        raise UsageError(f"--train: {e}") from None
+        raise FlagError(f"argument --train: {e}") from None  # (a bound only the source's size gives: exit 2)
     print(f"wrote {num_train} training and {num_test} test images to {args.out}")
 
 

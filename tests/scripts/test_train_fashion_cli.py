@@ -86,6 +86,11 @@ def test_make_fashion_sample_splits_the_real_sample(fashion_sample, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "900 training and 100 test images" in result.stdout
     assert len(os.listdir(tmp_path)) == 4
+    too_many = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_fashion_sample.py"), "--source",
+                               fashion_sample, "--out", str(tmp_path / "x"), "--train", "1000"],
+                              capture_output=True, text=True, timeout=120)
+    assert too_many.returncode == 2 and not (tmp_path / "x").exists()  # a flag out of bounds, as argparse's are
+    assert_clean_failure(too_many, "error: argument --train: must be from 1 to 999 (the sample's 1000 images")
 
 
 def test_a_home_where_no_folder_can_be_made_names_the_path_and_the_flag(tmp_path):
