@@ -59,11 +59,20 @@ def predict(args):
     results = classify_files(predictor, args.images, args.batch_size)
     if args.explain:
         results = list(results)  # the heatmaps follow the predictions
-        _explain(args, results)
+        try:
+            _explain(args, results)
+        except BaseException:  # a full disk, a stop: the predictions made are printed, not lost with the heatmaps
+            _print(results, args.json)
+            raise
+    return 1 if _print(results, args.json) else 0
+
+
+def _print(results, as_json):
+    """Prints a line (or a JSON object) per entry of `results`; returns whether any is an error."""
     failed = False
     for r in results:
         failed = failed or "error" in r
-        if args.json:
+        if as_json:
             print(json.dumps(r))
         elif "error" in r:
             print(f"{r['file']}: error: {r['error']}")
@@ -71,7 +80,7 @@ def predict(args):
             spread = "  ".join(f"{n} {p:.3f}" for n, p in r["probabilities"].items())
             heatmap = f"  heatmap of {r['explained_class']}: {r['heatmap']}" if "heatmap" in r else ""
             print(f"{r['file']}: {r['class']}  ({spread}){heatmap}", flush=True)
-    return 1 if failed else 0
+    return failed
 
 
 def _explain(args, results):

@@ -147,6 +147,20 @@ def test_predict_py_answers_for_pngs_jpegs_and_gray_files_and_explains_them(fash
     assert len(os.listdir(tmp_path / "heatmaps")) == len(lines)
 
 
+def test_heatmaps_that_cannot_be_written_leave_the_predictions_printed(fashion_run, test_images, tmp_path):
+    # A full disk under --explain lost every prediction: they were printed after the heatmaps.
+    _, model_dir, _ = fashion_run
+    images, _ = test_images
+    for i in range(3):
+        (tmp_path / f"{i}.png").write_bytes(png(images[i]))
+    (tmp_path / "afile").write_text("")
+    result = script("predict.py", "--model", model_dir, "--explain", str(tmp_path / "afile" / "heatmaps"),
+                    *[str(tmp_path / f"{i}.png") for i in range(3)])
+    assert result.returncode == 1
+    assert_clean_failure(result, "Not a directory", "afile")
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == [str(tmp_path / f"{i}.png") for i in range(3)]
+
+
 def test_files_predict_py_cannot_take_are_named_with_the_fix(fashion_run, test_images, tmp_path):
     results, model_dir, _ = fashion_run
     images, _ = test_images
