@@ -15,6 +15,7 @@ does not (the folder comes out empty: TF 2.15), so no folder is ever renamed her
 """
 import io
 import os
+import re
 import posixpath
 import shutil
 import tempfile
@@ -247,10 +248,13 @@ def op_error_line(error):
     opens with 'Graph execution error:' and where the failing node was defined, and that is not it."""
     for line in error.message.splitlines():
         if line.strip() and not line[0].isspace() and not line.startswith(_OP_ERROR_FRAME):
-            return line.strip()
+            return _EAGER_WRAPPING.sub("", line).strip() or type(error).__name__
     return type(error).__name__
 
 
+# What an eager op's error wraps its cause in: '{{function_node __wrapped__DecodeImage_device_/job:...}} ' before
+# it and ' [Op:DecodeImage] name: ' after it.
+_EAGER_WRAPPING = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\](\s*name:.*)?$")
 _OP_ERROR_FRAME = ("Graph execution error:", "Detected at node", "Detected in the process", "Node: ", "[[",
                    "<stack traces unavailable>")
 

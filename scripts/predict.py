@@ -11,13 +11,13 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flag_types import ArgumentParser, positive_int  # noqa: E402
+from pipeline.flag_types import ArgumentParser, HelpFormatter, positive_int  # noqa: E402
 from pipeline.flags.tta import TTA_HELP, tta_views  # noqa: E402
 
 
 def build_parser():
     """Returns the parser: the export, the images, and the output form."""
-    parser = ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", required=True,
                         help="a training run's model dir, or the export folder it printed, or the <model "
                              "dir>/export folder above it (the newest export there is used: the best model when "
@@ -32,8 +32,8 @@ def build_parser():
     parser.add_argument("--batch-size", type=positive_int, default=64,
                         help="files read and classified at once (memory grows with it, not with the file count)")
     parser.add_argument("--tta", type=tta_views(), default=(), metavar="none|flip[=DIRECTION],crops",
-                        help=TTA_HELP + " (from the image's pixels, through the export's pixels signature; 'flip' is "
-                                        "horizontal here, whatever the job)")
+                        help=TTA_HELP + " (from the image's pixels, through the export's pixels signature; 'flip' "
+                                        "alone is horizontal here, whatever the job)")
     parser.add_argument("images", nargs="+",
                         help="image files to classify, or folders whose images (at any depth) are classified; "
                              "also *.gray files of one image's raw uint8 pixels at the model's size, row by row "

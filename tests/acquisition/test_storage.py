@@ -49,5 +49,7 @@ def test_an_op_error_s_line_is_its_cause_in_graph_and_in_eager_messages():
     eager = ("Graph execution error:\n\nDetected at node decode_image/DecodeImage defined at (most recent call last):\n"
              "<stack traces unavailable>\nInvalid PNG data, size 301\n\t [[{{node decode_image/DecodeImage}}]] "
              "[Op:__inference_pruned_1473]")  # a SavedModel's signature called eagerly (predict.py)
-    for message in (graph, eager):
+    op = ("{{function_node __wrapped__DecodeImage_device_/job:localhost/replica:0/task:0/device:CPU:0}} Invalid PNG "
+          "data, size 301 [Op:DecodeImage] name: ")  # an eager op's (a .tflite file's decoding, in predict.py)
+    for message in (graph, eager, op):
         assert storage.op_error_line(tf.errors.InvalidArgumentError(None, None, message)) == "Invalid PNG data, size 301"
