@@ -51,6 +51,7 @@ def read_tf_config(environ=None) -> Optional[ClusterTask]:
         return None
     if not isinstance(cluster, dict) or not all(isinstance(v, list) for v in cluster.values()):
         raise ClusterConfigError("TF_CONFIG's 'cluster' must map job names to lists of host:port addresses")
+    _check_addresses(cluster)
     unknown = sorted(set(cluster) - set(_TASK_TYPES))
     if unknown:
         raise ClusterConfigError(f"TF_CONFIG's cluster has unknown job(s) {', '.join(unknown)}; "
@@ -67,6 +68,22 @@ def read_tf_config(environ=None) -> Optional[ClusterTask]:
     # Kubeflow's TFJob operator lists the evaluator in the cluster too; it serves nothing there.
     training_cluster = {job: addresses for job, addresses in cluster.items() if job != "evaluator"}
     return ClusterTask(task_type, index, 1 + len(cluster.get("worker", [])), training_cluster)
+
+
+def _check_addresses(cluster):
+    """Raises ClusterConfigError for an address that is not host:port (a port from 1 to 65535), or one that two
+    tasks share (the chief would answer its own probe of a worker and wait for it for ever)."""
+    seen = {}
+    for job, addresses in cluster.items():
+        for index, address in enumerate(addresses):
+            host, _, port = str(address).rpartition(":")
+            if not (isinstance(address, str) and host and port.isdigit() and 0 < int(port) < 65536):
+                raise ClusterConfigError(f"TF_CONFIG's {job} {index} address {address!r} is not host:port (a port "
+                                         "from 1 to 65535); give each task its own, e.g. \"10.0.0.2:2222\"")
+            if address in seen:
+                raise ClusterConfigError(f"TF_CONFIG gives {seen[address]} and {job} {index} the same address, "
+                                         f"{address}; give each task its own port")
+            seen[address] = f"{job} {index}"
 
 
 def without_evaluator(text):

@@ -1,5 +1,6 @@
 """Probing a peer at the gRPC level: a live TensorFlow server, a stopped one, a killed one; and the
 Slurm job step's TF_CONFIG outside srun."""
+import json
 import os
 import signal
 import subprocess
@@ -58,3 +59,20 @@ def test_slurm_cluster_outside_a_job_step_is_one_line_naming_srun():
         slurm_tf_config(ps=1, environ=step)
     assert slurm_tf_config(9000, environ=dict(step, SLURM_PROCID="1")) == {
         "cluster": {"chief": ["n1:9000"], "worker": ["n1:9001"]}, "task": {"type": "worker", "index": 0}}
+
+
+@pytest.mark.parametrize("chief, worker, words", [
+    ("127.0.0.1", "127.0.0.1:41042", "TF_CONFIG's chief 0 address '127.0.0.1' is not host:port"),  # a traceback
+    ("127.0.0.1:abc", "127.0.0.1:41042", "TF_CONFIG's chief 0 address '127.0.0.1:abc' is not host:port"),
+    ("127.0.0.1:41041", "127.0.0.1:70000", "TF_CONFIG's worker 0 address '127.0.0.1:70000' is not host:port"),
+    ("127.0.0.1:41041", "127.0.0.1:41041", "TF_CONFIG gives chief 0 and worker 0 the same address, 127.0.0.1:41041"),
+])
+def test_an_address_that_is_not_one_task_s_host_and_port_is_named(chief, worker, words):
+    from cluster.tf_config import read_tf_config
+    config = {"cluster": {"chief": [chief], "worker": [worker]}, "task": {"type": "chief", "index": 0}}
+    with pytest.raises(ClusterConfigError) as raised:
+        read_tf_config({"TF_CONFIG": json.dumps(config)})
+    assert str(raised.value).startswith(words)
+    config["cluster"]["worker"] = ["[::1]:41042"]  # an IPv6 host's colons are its own
+    config["cluster"]["chief"] = ["host-a:41041"]
+    assert read_tf_config({"TF_CONFIG": json.dumps(config)}).num_workers == 2
