@@ -110,8 +110,11 @@ def run_chief(task, settings, cluster, stop):
         hooks = build_training_hooks(setup, stopping, validation).adding(
             watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
             + _agreed_stop_hooks(setup) + _chief_validation_hooks(setup, validation))
-        _record_start(setup)
-        seconds = _train(setup, stop, lambda: _train_in_cluster(setup, estimator, hooks), sets_aside_diverged=True)
+        seconds = 0.0
+        if setup.start_step < setup.max_steps:  # (else killed before its report: train_and_evaluate would step once)
+            _record_start(setup)
+            seconds = _train(setup, stop, lambda: _train_in_cluster(setup, estimator, hooks),
+                             sets_aside_diverged=True)
         if validation is not None and not stop.requested():
             # The Estimator calls no saving listener in a cluster, so neither the listener's end(): the
             # final step's evaluation comes here, after the final checkpoint (none after an early stop).
@@ -125,6 +128,10 @@ def run_chief(task, settings, cluster, stop):
 def run_worker(task, settings, cluster, stop):
     """A cluster's worker: trains with the chief until it ends (or an agreed stop); returns None."""
     setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
+    if setup.start_step >= setup.max_steps:  # its chief writes the report alone: a finished run, or one killed after
+        log.info("worker %d: the model dir has trained to its final step %d already; nothing to train",
+                 cluster.index, setup.max_steps)
+        return None
     pacing = _pacing(setup)
     _announce(setup, pacing)
     estimator, _ = build_estimator(setup, pacing, probe_peak=False)
