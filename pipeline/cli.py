@@ -12,6 +12,7 @@ import traceback
 
 from acquisition.storage import op_error_line, url_failure
 from cluster.isolation import with_network_advice
+from cluster.tf_config import read_tf_config
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.out_of_memory import out_of_memory_message
@@ -157,6 +158,8 @@ def _tensorflow_failure(error, args):
         return _file_failure_in(str(error), args)
     if not isinstance(error, tf.errors.OpError):
         return None
+    if _NO_SERVER in error.message:
+        return _server_not_started()
     model_dir = getattr(args, "model_dir", None)
     failure = _file_failure_in(error.message, args)
     if failure:
@@ -189,6 +192,22 @@ def _tensorflow_failure(error, args):
     if is_decode_failure(error):
         return _undecodable_image(error, args)
     return None
+
+
+_NO_SERVER = "Could not start gRPC server"  # TensorFlow's words when a cluster task cannot listen on its port
+
+
+def _server_not_started():
+    """Returns the one line for a cluster task whose TensorFlow server could not listen on its address."""
+    try:
+        task = read_tf_config()
+        address = task.addresses[task.task_type][task.index]
+        named = f"TF_CONFIG gives {task.task_type} {task.index} the address {address}"
+    except Exception:  # noqa: BLE001 - the line names what it can
+        named = "TF_CONFIG names this task's address"
+    return (f"this task's TensorFlow server could not listen on its port ({named}): another process holds that "
+            "port, or the host is not this machine's; free the port or give the task another (--slurm-port-base "
+            "under --cluster slurm), then run the same command")
 
 
 _SUMMARY_WRITER_THREAD = "EventLoggerThread"  # TensorFlow's EventFileWriter's thread (event_file_writer.py)

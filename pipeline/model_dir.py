@@ -20,6 +20,7 @@ LOCK_FILE = ".run.lock"
 WARM_START_LOCK_FILE = ".warm_start.lock"
 # Each names its last holder's process and holds no data (on a URL: a locks.Lease, JSON).
 LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
+_PROGRESS_FILE = "training_progress.json"  # pipeline.training_record.PROGRESS_FILE (which imports this module)
 KERAS_DIR = "keras"  # model_to_estimator's first checkpoint: the weights a new model dir starts from
 FIRST_WEIGHTS_RECORD = "first_weights.json"  # in keras/: what decided them (see first_weights)
 # What a kill leaves under a temporary name: TensorFlow's (checkpoint folders, files written then renamed,
@@ -103,6 +104,8 @@ def _removed_if_empty(model_dir):
             locks.release(held)
             return False
     shutil.rmtree(os.path.join(model_dir, KERAS_DIR), ignore_errors=True)
+    for name in _written_first(set(os.listdir(model_dir))):
+        os.remove(os.path.join(model_dir, name))
     if warming is not None:
         locks.release_and_remove(warming, warm_start)
     locks.release_and_remove(held, path)
@@ -114,9 +117,16 @@ def _removed_if_empty(model_dir):
 
 
 def _left_empty(model_dir):
-    """Returns whether `model_dir` holds its run lock and nothing but lock files and the first weights."""
+    """Returns whether `model_dir` holds its run lock and nothing but lock files, the first weights, and what a
+    run writes before its first checkpoint: its training record and TensorBoard's first event files (a cluster
+    whose tasks never met, a port in use)."""
     names = set(os.listdir(model_dir))
-    return LOCK_FILE in names and names <= {*LOCK_FILES, KERAS_DIR}
+    return LOCK_FILE in names and names - _written_first(names) <= {*LOCK_FILES, KERAS_DIR}
+
+
+def _written_first(names):
+    """Returns those of `names` that a run writes before its first checkpoint (its record, event files)."""
+    return {n for n in names if n == _PROGRESS_FILE or n.startswith("events.out.tfevents.")}
 
 
 @contextlib.contextmanager

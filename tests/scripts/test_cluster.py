@@ -190,3 +190,22 @@ def test_a_chief_killed_before_its_report_is_finished_at_the_final_step_and_a_fi
         assert "worker 0: the model dir has trained to its final step 10 already; nothing to train" in result.stdout
         results = json.loads((model_dir / "results.json").read_text())
         assert results["global_step"] == 10 and not (model_dir / "model.ckpt-11.index").exists(), run
+
+
+def test_a_task_whose_port_is_in_use_is_one_line_naming_its_address_and_leaves_no_model_dir(
+        fashion_data_dir, tmp_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = {"cluster": {"chief": [f"127.0.0.1:{port}"], "worker": ["127.0.0.1:1"]},
+                  "task": {"type": "chief", "index": 0}}
+        result = subprocess.run([sys.executable, TRAIN, *train_flags(fashion_data_dir, tmp_path / "m",
+                                                                     "multi_worker_mirrored", 10)],
+                                env=dict(os.environ, TF_CONFIG=json.dumps(config)), capture_output=True, text=True,
+                                timeout=120)
+    assert result.returncode == 1
+    assert_clean_failure(result, "this task's TensorFlow server could not listen on its port (TF_CONFIG gives chief 0 "
+                                 f"the address 127.0.0.1:{port})")
+    assert not (tmp_path / "m").exists()  # it held the run's record and first weights only
