@@ -71,10 +71,10 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
             if best else None
         recorded = args.eval_only and results_lib.recorded_stop(args.model_dir, results.global_step)
         results.stopped_because = recorded or validation.stopped_because or "max_steps"
-    if args.eval_only and not (validation and validation.stopped_because):
-        _unless_training_ended(results, setup)
         results.early_stopping = validation.early_stopping.as_dict()
         results.validation_seconds = round(validation.seconds, 3)
+    if args.eval_only and not (validation and validation.stopped_because):
+        _unless_training_ended(results, setup)
     extra = results.extra
     extra.update(extra_fields or {})
     extra.update(tta.results_fields(views, view_figures))
