@@ -105,10 +105,10 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
 def _unless_training_ended(results, setup):
     """Marks `results` of an --eval-only run `stopped_because` 'unfinished', with the training's planned
     `max_steps`, when its training stopped short of them (a stop signal, a kill) with no report of its own."""
-    planned = [s.max_steps for s in setup.record.segments if s.start_step < results.global_step][-1:]
-    if planned and planned[0] and results.global_step < planned[0] \
+    planned = training_record.planned_end(setup.record.segments, results.global_step)
+    if planned and results.global_step < planned \
             and not results_lib.recorded_stop(setup.settings.model_dir, results.global_step):
-        results.stopped_because, results.max_steps = "unfinished", planned[0]
+        results.stopped_because, results.max_steps = "unfinished", planned
 
 
 def _export_dir(setup, estimator, best, eval_step):

@@ -14,13 +14,13 @@ from tensorflow.python.training import checkpoint_state_pb2  # (not in TF 2.15's
 
 from acquisition import locks, storage
 from pipeline.errors import UsageError
+from pipeline.training_record import PROGRESS_FILE
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".run.lock"
 WARM_START_LOCK_FILE = ".warm_start.lock"
 # Each names its last holder's process and holds no data (on a URL: a locks.Lease, JSON).
 LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
-_PROGRESS_FILE = "training_progress.json"  # pipeline.training_record.PROGRESS_FILE (which imports this module)
 KERAS_DIR = "keras"  # model_to_estimator's first checkpoint: the weights a new model dir starts from
 FIRST_WEIGHTS_RECORD = "first_weights.json"  # in keras/: what decided them (see first_weights)
 # What a kill leaves under a temporary name: TensorFlow's (checkpoint folders, files written then renamed,
@@ -126,7 +126,7 @@ def _left_empty(model_dir):
 
 def _written_first(names):
     """Returns those of `names` that a run writes before its first checkpoint (its record, event files)."""
-    return {n for n in names if n == _PROGRESS_FILE or n.startswith("events.out.tfevents.")}
+    return {n for n in names if n == PROGRESS_FILE or n.startswith("events.out.tfevents.")}
 
 
 @contextlib.contextmanager

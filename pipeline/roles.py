@@ -207,18 +207,14 @@ def _already_finished(setup):
     finished = _finished_results(setup)
     # Stopped before its report, past this run's end. (Not past the end it planned: asynchronous workers step a
     # little beyond it.)
-    if finished is None and setup.start_step > setup.max_steps and setup.max_steps != _planned_end(setup):
+    planned = training_record.planned_end(setup.record.segments, setup.start_step)
+    if finished is None and setup.start_step > setup.max_steps and setup.max_steps != planned:
         raise FlagError(f"--max-steps {setup.max_steps}: {settings.model_dir} has trained to step {setup.start_step} "
                         f"already, and training cannot go back; pass --max-steps {setup.start_step} or more to "
                         "finish that run, or another --model-dir")
     if finished is None:
         _check_report_only(setup)
     return finished
-
-
-def _planned_end(setup):
-    earlier = [s for s in setup.record.segments if s.start_step < setup.start_step]
-    return earlier[-1].max_steps if earlier else None
 
 
 def _check_report_only(setup):

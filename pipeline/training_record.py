@@ -168,6 +168,17 @@ def _results_task(model_dir):
         return None
 
 
+def trained_before(segments, step):
+    """Returns the segments that trained steps before global `step` (later ones' checkpoints are gone)."""
+    return [s for s in segments if s.start_step < step]
+
+
+def planned_end(segments, step):
+    """Returns the max_steps the run that trained up to global `step` planned, or None with no record of it."""
+    earlier = trained_before(segments, step)
+    return earlier[-1].max_steps if earlier else None
+
+
 def images_at(segments, step, global_batch):
     """Returns (images trained at global `step`, whether that was assumed): from the last
     segment that started at or before `step`, or, with none on record, `step` x `global_batch`."""
@@ -203,7 +214,7 @@ def check_report_flags(segments, start_step, precision, global_batch, recipe, mo
     (stopped after its last step, before its report) asks for another precision, global batch or rate
     (RATE_FLAGS of `recipe`, recipe_of's) than the last steps trained with: results.json would describe that
     training by this run's flags, though none of its steps ran at them."""
-    trained = [s for s in segments if s.start_step < start_step]
+    trained = trained_before(segments, start_step)
     if not trained:
         return
     last, differ = trained[-1], []
@@ -228,7 +239,7 @@ def check_reproducible(segments, start_step, deterministic, seed, model_dir, pre
     for which --precision auto picks fp32) are refused for --tflite, the flag to drop."""
     if not deterministic or not start_step:
         return
-    earlier = [s for s in segments if s.start_step < start_step]
+    earlier = trained_before(segments, start_step)
     for segment, end in zip(earlier, [s.start_step for s in earlier[1:]] + [start_step]):
         steps = f"steps {segment.start_step}-{end} in {model_dir}"
         if segment.deterministic is False:
@@ -255,7 +266,7 @@ def check_convertible(segments, start_step, tflite, model_dir, eval_only, best_s
     in many lines of its own (a run in bf16 with --tflite is refused up front). The export converted is the
     best model's when validation kept one (`best_step`, validation.json's: a resumed run's own graph can
     only replace it), else the newest run's (--eval-only; a training run's own is made by this run's graph)."""
-    trained = [s for s in segments if s.start_step < start_step]
+    trained = trained_before(segments, start_step)
     if best_step is not None:
         exported = [s for s in trained if s.start_step < best_step][-1:]
     else:
@@ -302,7 +313,7 @@ def check_same_recipe(segments, start_step, recipe, model_dir):
     RECIPE_FLAGS than `recipe` (recipe_of's) gives, naming them: results.json would describe the whole run by
     this one. Returns one line naming the RATE_FLAGS that changed, or None. Steps of an earlier version (no
     recipe on record) are taken on trust."""
-    earlier = [s for s in segments if s.start_step < start_step and s.recipe is not None]
+    earlier = [s for s in trained_before(segments, start_step) if s.recipe is not None]
     if not earlier or not start_step:
         return None
     theirs = earlier[-1].recipe
@@ -325,7 +336,7 @@ def check_same_recipe(segments, start_step, recipe, model_dir):
 def batch_changed(segments, start_step, global_batch):
     """Returns one line when a resume at `start_step` trains at another global batch than the steps before it
     (another --batch-size or replica count, or the shipped sample's recipe turned off by a flag); else None."""
-    earlier = [s for s in segments if s.start_step < start_step]
+    earlier = trained_before(segments, start_step)
     if not earlier or not start_step or earlier[-1].global_batch == global_batch:
         return None
     return (f"the steps to {start_step} trained at a global batch of {earlier[-1].global_batch} and this run trains "
@@ -336,7 +347,7 @@ def batch_changed(segments, start_step, global_batch):
 def precision_changed(segments, start_step, precision):
     """Returns one line when a resume at `start_step` trains in another precision than the steps before it
     (a --deterministic run refuses it: check_reproducible); else None. Records of earlier versions kept none."""
-    earlier = [s for s in segments if s.start_step < start_step]
+    earlier = trained_before(segments, start_step)
     if not earlier or not start_step or earlier[-1].precision in (None, precision):
         return None
     return (f"the steps to {start_step} trained in {earlier[-1].precision} and this run trains in {precision}: "
@@ -347,7 +358,7 @@ def schedule_moved(segments, start_step, plan_, lr_schedule):
     """Returns one line when a resume at `start_step` moves the end of a --lr-schedule that decays (not
     'constant') to another number of images than the run before it planned (another --epochs or --max-steps):
     from here the rate follows the new length. None otherwise."""
-    earlier = [s for s in segments if s.start_step < start_step and s.max_steps is not None]
+    earlier = [s for s in trained_before(segments, start_step) if s.max_steps is not None]
     if lr_schedule == "constant" or not earlier or not start_step:
         return None
     planned = earlier[-1].images_at(earlier[-1].max_steps)
@@ -364,8 +375,8 @@ def check_same_model(segments, start_step, model, model_dir):
     version (no model on record) are taken on trust."""
     if model is None or not start_step:
         return
-    for segment in segments:
-        if segment.start_step < start_step and segment.model not in (None, model):
+    for segment in trained_before(segments, start_step):
+        if segment.model not in (None, model):
             raise FlagError(f"--model {model}: the checkpoints in {model_dir} were trained with --model "
                             f"{segment.model}; resume (or evaluate) with --model {segment.model}, or pass another "
                             "--model-dir")
@@ -377,8 +388,8 @@ def check_same_image_size(segments, start_step, image_size, model_dir):
     resolution without a word. Steps of an earlier version (no size on record) are taken on trust."""
     if image_size is None or not start_step:
         return
-    for segment in segments:
-        if segment.start_step < start_step and segment.image_size not in (None, image_size):
+    for segment in trained_before(segments, start_step):
+        if segment.image_size not in (None, image_size):
             raise FlagError(f"--image-size {image_size}: the checkpoints in {model_dir} were trained at "
                             f"--image-size {segment.image_size}; resume (or evaluate) with --image-size "
                             f"{segment.image_size}, or pass another --model-dir")
@@ -403,9 +414,9 @@ def check_same_trainable_layers(segments, start_step, trainable_layers, model_di
     earlier version (nothing on record) are taken on trust."""
     if trainable_layers is None or not start_step:
         return
-    for segment in segments:
+    for segment in trained_before(segments, start_step):
         then = segment.trainable_layers
-        if segment.start_step < start_step and then not in (None, trainable_layers):
+        if then not in (None, trainable_layers):
             raise FlagError(f"{describe_trainable_layers(trainable_layers)} cannot resume the checkpoints in "
                             f"{model_dir}, trained with {describe_trainable_layers(then)}; resume with the same, or "
                             "train these layers in another --model-dir")
@@ -427,8 +438,8 @@ def check_same_ema_decay(segments, start_step, decay, model_dir):
     another. (Whether there is an average at all is pipeline.ema.check's, from the checkpoint itself.)"""
     if not decay or not start_step:
         return
-    for segment in segments:
-        if segment.start_step < start_step and segment.ema not in (None, decay):
+    for segment in trained_before(segments, start_step):
+        if segment.ema not in (None, decay):
             raise FlagError(f"--ema {decay:g}: the checkpoints in {model_dir} averaged their weights with --ema "
                             f"{segment.ema:g}; resume (or evaluate) with --ema {segment.ema:g}, or pass another "
                             "--model-dir")
@@ -438,7 +449,7 @@ def record_start(model_dir, task_name, record, plan_, data, settings, init_from=
     """Writes this run's segment to the model dir's record, before its first step; returns the path.
     `settings` says how it trains: its precision, --deterministic and seed, its --image-size, --model, --ema and
     --trainable-layers; `init_from` (a dict, or None) the weights a new run started from."""
-    kept = [s for s in record.segments if s.start_step < plan_.start_step]  # later ones' checkpoints are gone
+    kept = trained_before(record.segments, plan_.start_step)
     kept.append(Segment(plan_.start_step, plan_.images_at_start, plan_.global_batch, plan_.max_steps,
                         settings.precision, bool(settings.deterministic), settings.seed,
                         getattr(settings, "image_size", None), getattr(settings, "model", None),
