@@ -111,20 +111,20 @@ class PeerWatch:
         while True:
             now = time.monotonic()
             failures = {}
-            for label, address in self.peers.items():
-                reason = probe(address, timeout=min(2.0, self.every_secs))
+            reasons = {label: probe(address, timeout=min(2.0, self.every_secs))
+                       for label, address in self.peers.items()}
+            for label, reason in reasons.items():
                 if reason is None:
                     self._seen[label] = True
                     self._failing_since.pop(label, None)
                 elif self._seen[label]:
                     failures[label] = reason
                     self._failing_since.setdefault(label, now)
+            if self.cluster.task_type == "ps":
+                self._end_parameter_server(reasons)
             if failures and self.finished():  # training is over: peers that end are done, not lost
                 if self.cluster.task_type != "ps":
                     return
-                if len(failures) == len(self.peers):
-                    self._exit(0, f"ps {self.cluster.index}: training finished and every trainer ended; "
-                                  "stopping this parameter server")
                 time.sleep(self.every_secs)
                 continue
             if failures and self.stop_signal() is not None and self.stop_taken():
@@ -148,6 +148,21 @@ class PeerWatch:
             if lost:
                 self.lost(lost[0], failures[lost[0]])
             time.sleep(self.every_secs)
+
+    def _end_parameter_server(self, reasons):
+        """Ends this parameter server when its work is done, by this round's probes (`reasons`, by peer): training
+        finished and no trainer answers (exit 0; trainers it never saw count too, as one relaunched onto a
+        finished model dir ends at once), or a stop signal came and the chief, which writes the checkpoints
+        from the variables a ps holds, no longer answers (128 + N: a ps serves inside TensorFlow's C++, where
+        Python's handler never runs). Returns otherwise."""
+        me = f"ps {self.cluster.index}"
+        if all(reasons.values()) and any(self._seen.values()) and self.finished():
+            self._exit(0, f"{me}: training finished and every trainer ended; stopping this parameter server")
+        signum = self.stop_signal()
+        if signum is not None and reasons.get("chief 0"):
+            self._exit(128 + signum, lambda: f"stopped by {signal.Signals(signum).name}; {me} served until the "
+                                             f"chief, which saves the checkpoints, had ended: "
+                                             f"{self.describe_kept_checkpoint()}")
 
     def recovery_filter(self):
         """Returns a logging.Filter for TensorFlow's logger that calls session_recreated() when the
@@ -197,14 +212,8 @@ class PeerWatch:
         return f"{latest}" if latest else f"scratch (no checkpoint in {self.model_dir} yet)"
 
     def describe_kept_checkpoint(self):
-        """Returns what a stopped task says of the checkpoint a relaunch resumes from (as
-        pipeline.cli says it after a stop)."""
-        import tensorflow as tf  # noqa: PLC0415 - loaded long before a peer can be lost
-        latest = tf.train.latest_checkpoint(self.model_dir)
-        if latest is None:
-            return f"no checkpoint was written in {self.model_dir} yet"
-        return f"the latest checkpoint, {os.path.basename(latest)}, is kept in {self.model_dir}: run the same " \
-               "command to resume"
+        """Returns what a stopped task says of the checkpoint a relaunch resumes from."""
+        return kept_checkpoint(self.model_dir)
 
     def _exit(self, code, line):
         """Writes `line` (or what calling it returns, at the end) to stderr and exits with `code`."""
@@ -216,3 +225,13 @@ class PeerWatch:
             sys.stderr.write(f"{self.prog}: {line() if callable(line) else line}\n")
             sys.stderr.flush()
             os._exit(code)  # the main thread may be blocked inside TensorFlow: nothing else ends it
+
+
+def kept_checkpoint(model_dir):
+    """Returns what a task stopped from a watch's thread says of the checkpoint in `model_dir` a relaunch
+    resumes from (as pipeline.cli says it after a stop)."""
+    import tensorflow as tf  # noqa: PLC0415 - loaded long before a watch ends a task
+    latest = tf.train.latest_checkpoint(model_dir)
+    if latest is None:
+        return f"no checkpoint was written in {model_dir} yet"
+    return f"the latest checkpoint, {os.path.basename(latest)}, is kept in {model_dir}: run the same command to resume"

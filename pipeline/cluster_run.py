@@ -75,15 +75,18 @@ def _peer_watch(cluster, settings, max_steps, stop_signal=None, stop_taken=None)
     return peers
 
 
-def _startup_watch(cluster, settings):
-    """Returns the started ClusterWatch that gives up when training has not started in time."""
+def _startup_watch(cluster, settings, stop_signal=None):
+    """Returns the started ClusterWatch that gives up when training has not started in time, or when
+    `stop_signal()` returns a signal first."""
     return ClusterWatch(cluster, settings.cluster_wait_secs, settings.model_dir,
-                        every_secs=min(10.0, settings.cluster_wait_secs / 3)).start()
+                        every_secs=min(10.0, settings.cluster_wait_secs / 3),
+                        stop_signal=stop_signal or (lambda: None)).start()
 
 
-def watch_parameter_server(cluster, settings):
-    """Starts watching a parameter server's peers (it serves: no session to wait for); returns None."""
-    _peer_watch(cluster, settings, max_steps=None).start()
+def watch_parameter_server(cluster, settings, stop_signal=None):
+    """Starts watching a parameter server's peers (it serves: no session to wait for); returns None. Once
+    `stop_signal()` returns a signal, it ends when no trainer answers (see PeerWatch)."""
+    _peer_watch(cluster, settings, max_steps=None, stop_signal=stop_signal).start()
 
 
 def watch_evaluator(cluster, settings, max_steps):
@@ -98,7 +101,7 @@ def watch_trainer(cluster, settings, max_steps, stop_signal=None, stop_taken=Non
     they need: its peers are watched once its session has started, and an OwnStepsHook. See
     _peer_watch for `stop_signal` and `stop_taken`."""
     peers = _peer_watch(cluster, settings, max_steps, stop_signal, stop_taken)
-    startup = _startup_watch(cluster, settings)
+    startup = _startup_watch(cluster, settings, stop_signal)
 
     def started():
         startup.started()

@@ -172,7 +172,7 @@ def run_ps(task, settings, cluster, stop):
     """A parameter server: serves the cluster's variables until it is stopped; returns None. It reads
     no data and builds no model: the Estimator's distributed runtime only uses the RunConfig to start
     its server."""
-    watch_parameter_server(cluster, settings)
+    watch_parameter_server(cluster, settings, stop.asked)
     config = build_run_config(settings.model_dir, cluster_plan(settings, cluster), settings.checkpoint_steps,
                               settings.summary_steps, settings.keep_checkpoints, settings.seed)
     estimator = tf.estimator.Estimator(model_fn=_no_model, config=config)

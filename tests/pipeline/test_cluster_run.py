@@ -1,6 +1,7 @@
-"""The end of a parameter-server run as its ps sees it: the chief's final checkpoint is written, then
-the chief stops answering (its report, or its exit) before its results.json exists. Replayed in that
-order with a stand-in gRPC peer, so the ordering is deterministic."""
+"""The end of a cluster task as its watches see it: a parameter server's at the end of training (the
+chief's final checkpoint is written, then the chief stops answering before its results.json exists) or
+after a stop signal, and a task's stopped while it waits for its cluster. Replayed in that order with
+stand-in gRPC peers, so the ordering is deterministic."""
 import json
 import signal
 import socket
@@ -11,6 +12,7 @@ import pytest
 
 from cluster.peers import PEER_LOST_EXIT, PeerWatch
 from cluster.tf_config import ClusterTask
+from cluster.watch import HANDLER_GRACE_SECS, ClusterWatch
 from pipeline.cluster_run import training_finished
 from pipeline.training_record import PROGRESS_FILE
 
@@ -152,3 +154,84 @@ def test_training_is_finished_at_the_recorded_final_step_or_past_it(tmp_path):
     assert not training_finished(str(tmp_path), max_steps=1000)
     write_checkpoint(tmp_path, 801, final_step=1000)  # a resumed run to 1000 recorded its final step
     assert not training_finished(str(tmp_path))
+
+
+def test_a_ps_ends_0_after_training_finished_though_one_trainer_never_answered_it(tmp_path):
+    # A chief whose whole run fell between two of the ps's probes (or a task relaunched onto a finished
+    # model dir, which ends at once) was never seen: the ps waited for it for ever.
+    worker = FakeServer()
+    never = socket.socket()
+    never.bind(("127.0.0.1", 0))  # bound, not listening: refuses connections
+    cluster = ClusterTask("ps", 0, 2, {"chief": [f"127.0.0.1:{never.getsockname()[1]}"], "worker": [worker.address],
+                                       "ps": ["127.0.0.1:1"]})
+    write_checkpoint(tmp_path, 800, final_step=800)
+    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2,
+                           finished=lambda: training_finished(str(tmp_path))).start()
+    try:
+        while not watch._seen["worker 0"]:  # noqa: SLF001
+            threading.Event().wait(0.05)
+        assert not watch.exited.wait(1.5), watch.line  # a trainer answers: the ps serves
+        worker.close()
+        assert watch.exited.wait(30), "the watch never ended the ps"
+    finally:
+        worker.close()
+        never.close()
+    assert not watch._seen["chief 0"]  # noqa: SLF001
+    assert watch.code == 0 and "training finished and every trainer ended" in watch.line, watch.line
+
+
+def test_a_ps_asked_to_stop_serves_until_the_chief_has_ended_then_ends_as_its_stop(tmp_path):
+    # Its handler never runs (a ps serves inside TensorFlow's C++): it waited for SIGKILL.
+    chief, worker = FakeServer(), FakeServer()
+    cluster = ClusterTask("ps", 0, 2, {"chief": [chief.address], "worker": [worker.address], "ps": ["127.0.0.1:1"]})
+    write_checkpoint(tmp_path, 40, final_step=800)
+    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2, stop_signal=lambda: signal.SIGTERM,
+                           finished=lambda: training_finished(str(tmp_path))).start()
+    try:
+        assert not watch.exited.wait(2), watch.line  # the chief's last checkpoint reads its variables
+        worker.close()
+        assert not watch.exited.wait(2), watch.line  # the chief still answers
+        chief.close()
+        assert watch.exited.wait(30), "the watch never ended the ps"
+    finally:
+        chief.close()
+        worker.close()
+    assert watch.code == 143, watch.line
+    assert watch.line == (f"stopped by SIGTERM; ps 0 served until the chief, which saves the checkpoints, had "
+                          f"ended: the latest checkpoint, model.ckpt-40, is kept in {tmp_path}: run the same command "
+                          "to resume")
+
+
+class RecordingClusterWatch(ClusterWatch):
+    """A ClusterWatch whose exit is recorded, not taken."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.exited, self.code, self.line = threading.Event(), None, None
+
+    def _exit(self, code, line):
+        self.code, self.line = code, line
+        self.exited.set()
+        threading.Event().wait()
+
+
+@pytest.mark.parametrize("session_started", [False, True])
+def test_a_task_asked_to_stop_while_waiting_for_its_cluster_ends_as_its_stop_unless_it_trains(
+        tmp_path, session_started):
+    # Inside TensorFlow's session creation Python's handler never runs: the task waited for SIGKILL.
+    cluster = ClusterTask("worker", 0, 2, {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]})
+    asked = []
+    watch = RecordingClusterWatch(cluster, 600, str(tmp_path), every_secs=10,
+                                  stop_signal=lambda: asked[0] if asked else None).start()
+    if session_started:
+        watch.started()
+    asked.append(signal.SIGTERM)
+    asked_at = time.monotonic()
+    if session_started:  # the training hook takes the stop after its step, saving a checkpoint
+        assert not watch.exited.wait(HANDLER_GRACE_SECS + 2), watch.line
+        return
+    assert watch.exited.wait(HANDLER_GRACE_SECS + 5), "the watch never ended the task"
+    assert time.monotonic() - asked_at >= HANDLER_GRACE_SECS  # the handler's own chance first
+    assert watch.code == 143
+    assert watch.line == ("stopped by SIGTERM while waiting for the cluster to start, before this task's first "
+                          f"step: no checkpoint was written in {tmp_path} yet")

@@ -146,7 +146,7 @@ def test_a_task_whose_peers_never_start_names_them_and_gives_up(fashion_data_dir
                          "raise --cluster-wait-secs")
 
 
-def test_a_parameter_server_serves_without_reading_the_data(tmp_path):
+def test_a_parameter_server_serves_without_reading_the_data_and_ends_at_a_stop_signal(tmp_path):
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -169,9 +169,41 @@ def test_a_parameter_server_serves_without_reading_the_data(tmp_path):
                 assert time.monotonic() < deadline, "the parameter server never listened"
                 time.sleep(0.2)
         assert not (tmp_path / "absent").exists()
+        # It serves inside TensorFlow's C++, where Python's handler never runs: it ignored SIGTERM. With no
+        # chief to save a checkpoint from its variables, it ends as a stopped run does.
+        ps.send_signal(signal.SIGTERM)
+        _, err = ps.communicate(timeout=60)
+        assert ps.returncode == 143, err[-2000:]
+        assert err.strip().splitlines()[-1] == (
+            f"train_fashion.py: stopped by SIGTERM; ps 0 served until the chief, which saves the checkpoints, had "
+            f"ended: no checkpoint was written in {tmp_path / 'm'} yet")
     finally:
         ps.kill()
         ps.communicate()
+
+
+def test_a_worker_stopped_while_it_waits_for_its_cluster_ends_as_its_stop(fashion_data_dir, tmp_path):
+    # It waits inside TensorFlow's session creation, where Python's handler never runs: it ignored SIGTERM.
+    from cluster.launcher import free_ports
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    tf_config = {"cluster": {"chief": addresses[:1], "worker": addresses[1:]}, "task": {"type": "worker", "index": 0}}
+    task = subprocess.Popen([sys.executable, TRAIN, "--strategy", "multi_worker_mirrored", "--data-dir",
+                             fashion_data_dir, "--model-dir", str(tmp_path / "m"), "--max-steps", "10",
+                             "--cluster-wait-secs", "300"], env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in task.stderr:  # its server is up: it waits for the chief
+            if " listens on " in line:
+                break
+        time.sleep(2)
+        task.send_signal(signal.SIGTERM)
+        _, err = task.communicate(timeout=60)
+    finally:
+        task.kill()
+    assert task.returncode == 143, err[-2000:]
+    assert err.strip().splitlines()[-1] == (
+        "train_fashion.py: stopped by SIGTERM while waiting for the cluster to start, before this task's first step: "
+        f"no checkpoint was written in {tmp_path / 'm'} yet")
 
 
 def test_a_chief_killed_before_its_report_is_finished_at_the_final_step_and_a_finished_run_ends_at_once(
