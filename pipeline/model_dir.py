@@ -32,6 +32,13 @@ _CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+
 _CHECKPOINT_FILE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|meta|data-\d+-of-\d+)$")
 
 
+def remove_worker_scratch(model_dir, task_type, index):
+    """Removes the folder in which a multi_worker_mirrored task that is not the chief writes its summaries and
+    checkpoints (tmp_<type>_<index>: TensorFlow's MonitoredTrainingSession runs every save op on every worker,
+    for their collectives, and points the others' there); they are copies of the chief's. Returns None."""
+    storage.remove_tree(storage.join(model_dir, f"tmp_{task_type}_{index}"))
+
+
 @contextlib.contextmanager
 def locked(model_dir):
     """Holds the model dir's lock for the duration of the block: one run per model dir.

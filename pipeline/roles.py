@@ -144,6 +144,7 @@ def run_worker(task, settings, cluster, stop):
         watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
         + _agreed_stop_hooks(setup))
     _train(setup, stop, lambda: _train_in_cluster(setup, estimator, hooks))
+    model_dir_lib.remove_worker_scratch(settings.model_dir, cluster.task_type, cluster.index)
     if stop.requested():
         raise Interrupted(stop.received)
     log.info("worker %d finished", cluster.index)

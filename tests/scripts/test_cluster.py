@@ -73,6 +73,8 @@ def test_chief_and_two_workers_train_synchronously_to_the_requested_step_and_an_
     # The evaluator evaluates checkpoints as they come, the last one too.
     assert re.search(r"\[evaluator\] .*Saving dict for global step 20: accuracy", result.stdout)
     assert "[launcher] all tasks finished" in result.stdout
+    # The workers' copies of the chief's checkpoints and summaries (TensorFlow's tmp_worker_N) are gone.
+    assert not [name for name in os.listdir(tmp_path / "m") if name.startswith("tmp_")], os.listdir(tmp_path / "m")
 
 
 def test_parameter_servers_train_asynchronously_and_are_stopped_at_the_end(parameter_server_launch):
