@@ -57,6 +57,8 @@ def predict(args):
         from serving.tta import with_views
         predictor = with_views(predictor, args.tta)
     results = classify_files(predictor, args.images, args.batch_size)
+    if args.tta:  # named in each answer, as results.json names them
+        results = ({**r, "tta": list(args.tta)} if "error" not in r else r for r in results)
     if args.explain:
         results = list(results)  # the heatmaps follow the predictions
         try:

@@ -162,11 +162,13 @@ def write_pngs(images, folder):
     return paths
 
 
-def predictions(*argv):
-    """Returns {file: probabilities} printed by predict.py --json `argv`."""
+def predictions(*argv, views=None):
+    """Returns {file: probabilities} printed by predict.py --json `argv`, each answer naming the `views` averaged."""
     result = script("predict.py", "--json", *argv)
     assert result.returncode == 0, result.stderr[-3000:]
-    return {r["file"]: np.array(list(r["probabilities"].values())) for r in map(json.loads, result.stdout.splitlines())}
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r.get("tta") for r in answers] == [views] * len(answers)
+    return {r["file"]: np.array(list(r["probabilities"].values())) for r in answers}
 
 
 @pytest.mark.parametrize("model", ["export", "tflite"])
@@ -177,7 +179,7 @@ def test_predict_tta_flip_is_the_mean_over_the_image_and_its_flipped_copy(run, r
     originals = write_pngs(images, str(tmp_path / "images"))
     flipped = write_pngs(images[:, :, ::-1], str(tmp_path / "flipped"))
     plain = predictions("--model", path, *originals, *flipped)
-    averaged = predictions("--model", path, "--tta", "flip", *originals)
+    averaged = predictions("--model", path, "--tta", "flip", *originals, views=["identity", "flip"])
     for original, mirror in zip(originals, flipped):
         np.testing.assert_allclose(averaged[original], (plain[original] + plain[mirror]) / 2, atol=1e-6)
     assert any(not np.allclose(averaged[o], plain[o], atol=1e-4) for o in originals)  # the flip counted
