@@ -1,5 +1,6 @@
 """The client side: loading an exported model and classifying image files (and, for an export that
 takes them, raw pixel files) with it, in batches."""
+import errno
 import os
 import sys
 import time
@@ -104,7 +105,18 @@ def is_pixels_name(name):
 
 
 def _not_found(path):
-    """Returns the error of a file that is not there, with where a relative path was looked for."""
+    """Returns the error of a path that is not a file to read: a broken or looping link, one that cannot be
+    reached, something else than a file, or nothing, with where a relative path was looked for."""
+    if not storage.is_url(path) and os.path.lexists(path):
+        try:
+            os.stat(path)
+        except OSError as e:
+            if os.path.islink(path) and e.errno in (errno.ELOOP, errno.ENOENT):
+                where = "loops (too many levels of links)" if e.errno == errno.ELOOP else f"leads to {os.readlink(path)}, which"
+                return f"a symbolic link that {where}{' does not exist' if e.errno == errno.ENOENT else ''}; " \
+                       "point it at an image, or pass the image itself"
+            return f"{e.strerror.lower()}; check the path and its folders' permissions"
+        return "not a file (a device, a pipe or a socket); pass an image file"
     if storage.is_url(path) or os.path.isabs(path):
         return "file not found; check the path"
     return f"file not found; check the path (a relative path starts from the current folder, {os.getcwd()})"

@@ -153,6 +153,21 @@ def test_a_missing_file_says_where_a_relative_path_was_looked_for(tmp_path, monk
         "file not found; check the path"]
 
 
+def test_a_looping_or_broken_link_and_a_pipe_are_named_as_they_are_not_as_missing(tmp_path):
+    os.symlink("loop.png", tmp_path / "loop.png")
+    os.symlink("nowhere.png", tmp_path / "broken.png")
+    os.mkfifo(tmp_path / "pipe.png")
+    calls = []
+    results = list(classify_files(counting_predictor(calls), [str(tmp_path / n) for n in
+                                                             ("loop.png", "broken.png", "pipe.png")]))
+    assert calls == []
+    assert [r["error"] for r in results] == [
+        "a symbolic link that loops (too many levels of links); point it at an image, or pass the image itself",
+        "a symbolic link that leads to nowhere.png, which does not exist; point it at an image, or pass the image "
+        "itself",
+        "not a file (a device, a pipe or a socket); pass an image file"]
+
+
 def test_an_export_copied_in_part_is_named_in_one_line(tmp_path):
     """Without its class names it said 'a folder on that path is missing ... create it'; without variables/,
     TensorFlow's 'Unsuccessful TensorSliceReader constructor'."""
