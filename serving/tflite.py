@@ -358,8 +358,8 @@ def check_whole_model(model, path):
                                   "run wrote (--tflite)")
     try:
         flatbuffer_utils.convert_bytearray_to_object(bytearray(model))
-    except Exception as e:  # noqa: BLE001 - struct.error, IndexError, ValueError: reads past the end
-        raise ExportNotFoundError(f"{path} is not a whole TFLite model ({len(model):,} bytes, cut short or damaged: "
-                                  f"{type(e).__name__}); copy it again, or convert it again with --eval-only "
-                                  "--tflite on its model dir") from None
+    except Exception:  # noqa: BLE001 - struct.error, IndexError, ValueError (their words say nothing more)
+        raise ExportNotFoundError(f"{path} is not a whole TFLite model ({len(model):,} bytes: its parts run past its "
+                                  "end or out of place, so it was cut short or damaged); copy it again, or convert it "
+                                  "again with --eval-only --tflite on its model dir") from None
 

@@ -166,7 +166,7 @@ def test_predict_refuses_a_damaged_tflite_file_in_one_line(fashion_run, tmp_path
         whole = f.read()
     shutil.copy(os.path.join(fashion_run[0]["tflite"]["dir"], "class_names.txt"), tmp_path)
     Image.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "image.png")
-    for name, data, fragment in [("cut.tflite", whole[:5000], "is not a whole TFLite model (5,000 bytes"),
+    for name, data, fragment in [("cut.tflite", whole[:5000], "is not a whole TFLite model (5,000 bytes: its parts run past its end"),
                                  ("end.tflite", whole[:-1], "is not a whole TFLite model"),
                                  ("tiny.tflite", whole[:100], "is not a whole TFLite model"),
                                  ("text.tflite", b"not a model\n", "is not a TFLite model (it lacks the TFL3 mark)")]:
