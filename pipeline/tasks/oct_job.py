@@ -86,7 +86,8 @@ def prepare_data(args, batch_size):
                             "can be drawn from them; train on the JPEG folders (--data-dir) for one, or drop "
                             f"{' and '.join(stopping)}")
         log.info("no validation split: --records-dir's shards hold no file names to keep each patient's scans on "
-                 "one side (the JPEG folders, --data-dir, have one); the last checkpoint is exported and tested")
+                 "one side (the JPEG folders, --data-dir, have one); a training run exports and tests its last "
+                 "checkpoint")
         return _records_data(args, batch_size, size, serving)
     return _folder_data(args, batch_size, size, serving)
 
