@@ -2,6 +2,7 @@
 import argparse
 import json
 import os
+import sys
 
 from pipeline.cli import run_command
 from pipeline.flag_types import positive_int
@@ -52,24 +53,30 @@ def _inspect(args, task, task_args):
     data = task.prepare_data(task_args, task_args.batch_size)
     batch_size = data.recipe_values.get("batch_size", task_args.batch_size)  # (the shipped sample's recipe, say)
     report = input_report.inspect_batches(data.train_input_fn, args.batches, len(data.class_names),
-                                          input_report.input_context(args.workers, args.worker_index))
+                                          input_report.input_context(args.workers, args.worker_index),
+                                          log=lambda line: print(line, file=sys.stderr, flush=True))
     report.update(input_report.class_mix(report["class_counts_per_batch"], data.train_class_counts))
     if args.sheet:
         os.makedirs(os.path.dirname(os.path.abspath(args.sheet)), exist_ok=True)
         input_report.write_contact_sheet(report["first_images"], report["first_labels"], data.class_names,
                                          args.sheet)
-    first_labels = report.pop("first_labels")
+    first_labels, stopped = report.pop("first_labels"), report.pop("stopped")
     report.pop("first_images")
     report.update(task=task.name, data_source=data.source, class_names=list(data.class_names),
                   batch_size=batch_size, workers=args.workers, worker_index=args.worker_index,
                   train_examples=data.num_train_examples, first_batch_labels=first_labels.tolist(),
-                  sheet=os.path.abspath(args.sheet) if args.sheet else None)
+                  sheet=os.path.abspath(args.sheet) if args.sheet else None,
+                  batches_asked=args.batches, stopped_early=stopped is not None)
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report), flush=True)
     else:
         header = (f"{task.name}: training input of {data.source} data ({data.num_train_examples} images), "
                   f"batch {batch_size}, worker {args.worker_index + 1} of {args.workers}")
+        if stopped is not None:
+            header += f"; STOPPED after {len(report['class_counts_per_batch'])} of {args.batches} batches"
         print(input_report.format_report(report, data.class_names, header))
         if args.sheet:
-            print(f"contact sheet of the first batch: {report['sheet']}")
+            print(f"contact sheet of the first batch: {report['sheet']}", flush=True)
+    if stopped is not None:  # shown, then the stop ends the tool (its line, 128 + the signal)
+        raise stopped
     return 0

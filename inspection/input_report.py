@@ -5,34 +5,50 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from pipeline.signals import Interrupted
 
-def inspect_batches(input_fn, num_batches, num_classes, input_context=None):
+
+def inspect_batches(input_fn, num_batches, num_classes, input_context=None, log=None, progress_every_secs=10.0):
     """Returns a report dict over the first `num_batches` batches of `input_fn`.
 
     Keys: class_counts_per_batch (a list per batch, in class order),
     images_per_sec (batches after the first, which includes start-up; the first
     alone when there is one), first_images and first_labels (numpy arrays of the
     first batch, labels as class indices).
+    A stop (Ctrl-C, SIGTERM: KeyboardInterrupt or pipeline.signals.Interrupted) after the first batch ends
+    the count there: the report is of the batches read, and 'stopped' holds the stop, to raise once it is
+    shown (None when every batch was read). `log` (a callable taking a line), when given, is told when the
+    first batch came and, every `progress_every_secs`, how many have been read.
     """
     dataset = input_fn(input_context) if input_context is not None else input_fn()
-    counts, first_images, first_labels = [], None, None
+    counts, first_images, first_labels, stopped = [], None, None, None
     start = time.perf_counter()
     after_first, images_after_first = start, 0
-    for features, labels in dataset.take(num_batches).as_numpy_iterator():
-        indices = labels.argmax(axis=-1)
-        counts.append(np.bincount(indices, minlength=num_classes).tolist())
-        if first_images is None:
-            first_images, first_labels = next(iter(features.values())), indices
-            after_first = time.perf_counter()
-        else:
-            images_after_first += len(indices)
+    try:
+        for features, labels in dataset.take(num_batches).as_numpy_iterator():
+            indices = labels.argmax(axis=-1)
+            counts.append(np.bincount(indices, minlength=num_classes).tolist())
+            if first_images is None:
+                first_images, first_labels = next(iter(features.values())), indices
+                after_first = next_report = time.perf_counter()
+                if log and num_batches > 1:
+                    log(f"the first batch came after {after_first - start:.1f} s; reading {num_batches - 1:,} more")
+            else:
+                images_after_first += len(indices)
+            if log and time.perf_counter() - next_report >= progress_every_secs:
+                next_report += progress_every_secs
+                log(f"read {len(counts):,} of {num_batches:,} batches")
+    except (KeyboardInterrupt, Interrupted) as e:
+        if not counts:
+            raise
+        stopped = e
     end = time.perf_counter()
     if images_after_first:
         rate = images_after_first / (end - after_first)
     else:
         rate = sum(counts[0]) / (end - start) if counts else 0.0
     return {"class_counts_per_batch": counts, "images_per_sec": rate,
-            "first_images": first_images, "first_labels": first_labels}
+            "first_images": first_images, "first_labels": first_labels, "stopped": stopped}
 
 
 def class_mix(counts_per_batch, dataset_counts=None):

@@ -58,3 +58,4 @@ def test_a_sheet_path_it_would_not_write_as_given_is_refused(tmp_path, capsys, s
         main(["--task", "fashion", "--synthetic", "--sheet", str(tmp_path / sheet)])
     assert exit_info.value.code == 2 and fragment in capsys.readouterr().err.strip().splitlines()[-1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.png"]
+

@@ -2,6 +2,7 @@
 data of the real size and class order, shows batches mixed like the dataset."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -97,3 +98,25 @@ def test_a_worker_index_out_of_range_is_a_flag_error():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "--worker-index 2 must be from 0 to --workers - 1 (1)" in assert_clean_failure(result)
+
+
+def test_a_stopped_inspection_prints_the_batches_it_read_then_ends_as_its_stop():
+    """Ctrl-C or SIGTERM lost every batch counted, minutes into a large --batches."""
+    process = subprocess.Popen([sys.executable, SCRIPT, "--task", "fashion", "--synthetic", "--batches", str(10 ** 12),
+                                "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in process.stderr:  # batches are being read
+            seen.append(line)
+            if line.startswith("the first batch came after "):
+                break
+        assert seen and seen[-1].endswith(f"reading {10 ** 12 - 1:,} more\n"), "".join(seen)[-2000:]
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err[-2000:]
+    report = json.loads(out)
+    assert report["stopped_early"] and report["batches_asked"] == 10 ** 12
+    assert len(report["class_counts_per_batch"]) >= 1 and report["task"] == "fashion"
+    assert err.strip().splitlines()[-1] == "inspect_input.py: stopped by SIGTERM"
