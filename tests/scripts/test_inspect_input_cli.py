@@ -1,10 +1,14 @@
 """inspect_input.py as a user runs it before training: every input mode of both jobs, on
 data of the real size and class order, shows batches mixed like the dataset."""
+import contextlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -104,17 +108,26 @@ def test_a_stopped_inspection_prints_the_batches_it_read_then_ends_as_its_stop()
     """Ctrl-C or SIGTERM lost every batch counted, minutes into a large --batches."""
     process = subprocess.Popen([sys.executable, SCRIPT, "--task", "fashion", "--synthetic", "--batches", str(10 ** 12),
                                 "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = queue.Queue()
+
+    def read_stderr():
+        for line in iter(process.stderr.readline, ""):
+            lines.put(line)
+        lines.put(None)
+    threading.Thread(target=read_stderr, daemon=True).start()
     try:
-        seen = []
-        for line in process.stderr:  # batches are being read
-            seen.append(line)
-            if line.startswith("the first batch came after "):
-                break
-        assert seen and seen[-1].endswith(f"reading {10 ** 12 - 1:,} more\n"), "".join(seen)[-2000:]
+        seen, deadline = [], time.monotonic() + 300
+        while not (seen and seen[-1].startswith("the first batch came after ")):  # batches are being read
+            assert time.monotonic() < deadline, "".join(seen)[-2000:]
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=1))
+        assert seen[-1].endswith(f"reading {10 ** 12 - 1:,} more\n"), seen[-1]
         process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=120)
+        out = process.stdout.read()
+        process.wait(timeout=120)
     finally:
         process.kill()
+    err = "".join(iter(lambda: lines.get(timeout=60), None))
     assert process.returncode == 143, err[-2000:]
     report = json.loads(out)
     assert report["stopped_early"] and report["batches_asked"] == 10 ** 12
