@@ -84,6 +84,7 @@ class LocalCluster:
         self.processes, self._streams = {}, {}
         self._lock = threading.Lock()
         self._received = []
+        self._reader_gone = False
 
     def ports(self):
         """Returns the TCP ports the cluster's tasks listen on, as TF_CONFIG assigns them."""
@@ -91,9 +92,20 @@ class LocalCluster:
         return [int(address.rsplit(":", 1)[1]) for addresses in cluster.values() for address in addresses]
 
     def say(self, label, line):
+        """Writes task `label`'s `line`, prefixed; once the output's reader has gone (`... | head`), nothing:
+        the cluster runs on to its end (its tasks write to this launcher, not to that pipe)."""
         with self._lock:
-            self.out.write(f"[{label}] {line.rstrip()}\n")
-            self.out.flush()
+            if self._reader_gone:
+                return
+            try:
+                self.out.write(f"[{label}] {line.rstrip()}\n")
+                self.out.flush()
+            except BrokenPipeError:
+                self._reader_gone = True
+                if self.out is sys.stdout:  # Python flushes it again at exit, into the closed pipe
+                    devnull = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(devnull, sys.stdout.fileno())
+                    os.close(devnull)
 
     def log_path(self, label):
         """Returns the file that keeps task `label`'s output (with `log_dir`), as 'worker_0.log'."""

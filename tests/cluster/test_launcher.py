@@ -1,10 +1,13 @@
 """The launcher's supervision, with stand-in commands instead of training."""
 import io
 import json
+import os
+import subprocess
 import sys
 import time
 
 from cluster.launcher import LocalCluster, cluster_tasks
+from tests.conftest import ROOT
 
 # A stand-in task: reads its TF_CONFIG, prints it, then acts as ACTIONS says for its type.
 STAND_IN = """
@@ -110,3 +113,22 @@ def test_the_last_lines_of_a_task_are_passed_on_before_the_launcher_returns():
     out = SlowOut()
     assert LocalCluster([sys.executable, "-c", lines], workers=1, out=out).run() == 0
     assert out.getvalue().count("the last line") == 2, out.getvalue()[-500:]
+
+
+def test_a_reader_that_stops_reading_leaves_the_cluster_to_finish_and_the_launch_succeeds():
+    """`launch_local_cluster.py ... | head`: the streaming threads died in tracebacks and the launcher exited 1
+    after a run that finished."""
+    chatty = [sys.executable, "-c", "for i in range(20000): print('line', i)"]
+    launcher = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "launch_local_cluster.py"),
+                                 "--workers", "1", "--", *chatty],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        head = [launcher.stdout.readline() for _ in range(3)]
+        launcher.stdout.close()  # as head does after its lines
+        err = launcher.stderr.read()
+        launcher.wait(timeout=120)
+    finally:
+        launcher.kill()
+    assert all(line.startswith("[") for line in head), head
+    assert launcher.returncode == 0, err[-2000:]
+    assert "Traceback" not in err and "error" not in err, err[-2000:]
