@@ -77,7 +77,9 @@ class PeerWatch:
     writes one line to stderr and exits with PEER_LOST_EXIT. A parameter server,
     which cannot tell a worker that finished from a lost one, waits for the
     chief's loss and names the task that failed first; TensorFlow never ends it,
-    so it exits 0 once training has finished and every trainer is gone.
+    so it exits 0 once training has finished and every trainer is gone (one it
+    never saw answer included), and 128 + N once a stop signal N has come and the
+    chief is gone (see _end_parameter_server).
     `session_recreated()` is for the Estimator's answer to a failed peer: it ends
     the task at once (see recovery_filter).
 

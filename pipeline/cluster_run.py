@@ -85,7 +85,8 @@ def _startup_watch(cluster, settings, stop_signal=None):
 
 def watch_parameter_server(cluster, settings, stop_signal=None):
     """Starts watching a parameter server's peers (it serves: no session to wait for); returns None. Once
-    `stop_signal()` returns a signal, it ends when no trainer answers (see PeerWatch)."""
+    `stop_signal()` returns a signal, it ends when the chief, which saves the checkpoints, no longer answers
+    (see PeerWatch)."""
     _peer_watch(cluster, settings, max_steps=None, stop_signal=stop_signal).start()
 
 
