@@ -104,17 +104,18 @@ def is_pixels_name(name):
     return not base.startswith(".") and os.path.splitext(base)[1].lower() == PIXELS_EXTENSION
 
 
-def _not_found(path):
+def _why_not_a_file(path):
     """Returns the error of a path that is not a file to read: a broken or looping link, one that cannot be
     reached, something else than a file, or nothing, with where a relative path was looked for."""
     if not storage.is_url(path) and os.path.lexists(path):
         try:
             os.stat(path)
         except OSError as e:
-            if os.path.islink(path) and e.errno in (errno.ELOOP, errno.ENOENT):
-                where = "loops (too many levels of links)" if e.errno == errno.ELOOP else f"leads to {os.readlink(path)}, which"
-                return f"a symbolic link that {where}{' does not exist' if e.errno == errno.ENOENT else ''}; " \
-                       "point it at an image, or pass the image itself"
+            fix = "point it at an image, or pass the image itself"
+            if e.errno == errno.ELOOP:
+                return f"a symbolic link that loops (too many levels of links); {fix}"
+            if e.errno == errno.ENOENT and os.path.islink(path):
+                return f"a symbolic link that leads to {os.readlink(path)}, which does not exist; {fix}"
             return f"{e.strerror.lower()}; check the path and its folders' permissions"
         return "not a file (a device, a pipe or a socket); pass an image file"
     if storage.is_url(path) or os.path.isabs(path):
@@ -126,7 +127,7 @@ def read_pixels(path, pixels_shape):
     """Returns (uint8 pixels of `pixels_shape`, None) from the raw pixel file at `path`, or (None, its
     problem) when the export takes no pixels (`pixels_shape` None) or the file's size is not theirs."""
     if not storage.isfile(path):
-        return None, _not_found(path)
+        return None, _why_not_a_file(path)
     if pixels_shape is None:
         return None, (f"is raw pixels ({PIXELS_EXTENSION}), which this model does not take: pass it as a JPEG, "
                       "PNG, BMP or GIF file")
@@ -148,7 +149,7 @@ def _pixels_words(pixels_shape):
 def _image_problem(path, predictor):
     """Returns why the image file at `path` cannot be classified (the fix included), or None."""
     if not storage.isfile(path):
-        return _not_found(path)
+        return _why_not_a_file(path)
     problem = check_image(path, predictor.channels).problem  # a CMYK JPEG decodes to RGB, not to gray
     if problem != NOT_AN_IMAGE:
         return problem
