@@ -369,30 +369,36 @@ def schedule_moved(segments, start_step, plan_, lr_schedule):
             "two schedules differ)")
 
 
+def value_before(segments, start_step, field, value):
+    """Returns the first value of the segment field `field` that steps before `start_step` trained with other
+    than `value`; None when they all match, when `value` is None (nothing to compare) and for steps of an
+    earlier version (nothing on record: taken on trust)."""
+    if value is None or not start_step:
+        return None
+    for segment in trained_before(segments, start_step):
+        then = getattr(segment, field)
+        if then not in (None, value):
+            return then
+    return None
+
+
 def check_same_model(segments, start_step, model, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` trained another --model than `model`: its
-    checkpoint does not fit (or, worse, would fit) the network these flags build. Steps of an earlier
-    version (no model on record) are taken on trust."""
-    if model is None or not start_step:
-        return
-    for segment in trained_before(segments, start_step):
-        if segment.model not in (None, model):
-            raise FlagError(f"--model {model}: the checkpoints in {model_dir} were trained with --model "
-                            f"{segment.model}; resume (or evaluate) with --model {segment.model}, or pass another "
-                            "--model-dir")
+    checkpoint does not fit (or, worse, would fit) the network these flags build."""
+    then = value_before(segments, start_step, "model", model)
+    if then is not None:
+        raise FlagError(f"--model {model}: the checkpoints in {model_dir} were trained with --model {then}; resume "
+                        f"(or evaluate) with --model {then}, or pass another --model-dir")
 
 
 def check_same_image_size(segments, start_step, image_size, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` were trained at another --image-size than
     `image_size`: a model that pools globally takes any size, so its weights would go on at another
-    resolution without a word. Steps of an earlier version (no size on record) are taken on trust."""
-    if image_size is None or not start_step:
-        return
-    for segment in trained_before(segments, start_step):
-        if segment.image_size not in (None, image_size):
-            raise FlagError(f"--image-size {image_size}: the checkpoints in {model_dir} were trained at "
-                            f"--image-size {segment.image_size}; resume (or evaluate) with --image-size "
-                            f"{segment.image_size}, or pass another --model-dir")
+    resolution without a word."""
+    then = value_before(segments, start_step, "image_size", image_size)
+    if then is not None:
+        raise FlagError(f"--image-size {image_size}: the checkpoints in {model_dir} were trained at --image-size "
+                        f"{then}; resume (or evaluate) with --image-size {then}, or pass another --model-dir")
 
 
 def trainable_layers_of(settings):
@@ -410,16 +416,12 @@ def layers_on_record(trainable_layers):
 def check_same_trainable_layers(segments, start_step, trainable_layers, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` trained another number of the backbone's
     layers than `trainable_layers` (trainable_layers_of's): the checkpoint holds no optimizer state for a
-    layer unfrozen now, and a layer frozen now would stop learning mid-run without a word. Steps of an
-    earlier version (nothing on record) are taken on trust."""
-    if trainable_layers is None or not start_step:
-        return
-    for segment in trained_before(segments, start_step):
-        then = segment.trainable_layers
-        if then not in (None, trainable_layers):
-            raise FlagError(f"{describe_trainable_layers(trainable_layers)} cannot resume the checkpoints in "
-                            f"{model_dir}, trained with {describe_trainable_layers(then)}; resume with the same, or "
-                            "train these layers in another --model-dir")
+    layer unfrozen now, and a layer frozen now would stop learning mid-run without a word."""
+    then = value_before(segments, start_step, "trainable_layers", trainable_layers)
+    if then is not None:
+        raise FlagError(f"{describe_trainable_layers(trainable_layers)} cannot resume the checkpoints in "
+                        f"{model_dir}, trained with {describe_trainable_layers(then)}; resume with the same, or "
+                        "train these layers in another --model-dir")
 
 
 def describe_trainable_layers(trainable_layers):
@@ -436,13 +438,10 @@ def check_same_ema_decay(segments, start_step, decay, model_dir):
     """Raises FlagError (exit 2) when steps before `start_step` averaged their weights with another --ema
     decay than `decay`: results.json (or --eval-only's summary) would give this decay to an average made with
     another. (Whether there is an average at all is pipeline.ema.check's, from the checkpoint itself.)"""
-    if not decay or not start_step:
-        return
-    for segment in trained_before(segments, start_step):
-        if segment.ema not in (None, decay):
-            raise FlagError(f"--ema {decay:g}: the checkpoints in {model_dir} averaged their weights with --ema "
-                            f"{segment.ema:g}; resume (or evaluate) with --ema {segment.ema:g}, or pass another "
-                            "--model-dir")
+    then = value_before(segments, start_step, "ema", decay or None)
+    if then is not None:
+        raise FlagError(f"--ema {decay:g}: the checkpoints in {model_dir} averaged their weights with --ema "
+                        f"{then:g}; resume (or evaluate) with --ema {then:g}, or pass another --model-dir")
 
 
 def record_start(model_dir, task_name, record, plan_, data, settings, init_from=None):
