@@ -3,6 +3,7 @@ probabilities and the predicted class name, so a TF Serving or saved_model_cli c
 needs nothing else."""
 import contextlib
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -21,6 +22,8 @@ CLASS_NAME = "class_name"
 CLASS_NAMES_FILE = "class_names.txt"  # in the export's assets.extra, for readers of the folder
 # Copied last into an export on a URL (gs://...): readers take no export there without it.
 COMPLETE_MARKER = "export_complete"
+# In assets.extra: the checkpoint exported, and its index's sha256 (the index holds each tensor's checksum).
+SOURCE_FILE = "exported_checkpoint.txt"
 
 
 def with_class_names(spec, probabilities, class_names):
@@ -53,12 +56,22 @@ def export_model(estimator, serving_input_fn, class_names, export_base, checkpoi
     object) and empties the folder on ram:// (TF 2.15), so under a URL the export is
     written locally, then copied file by file, COMPLETE_MARKER last (see is_complete).
     """
+    checkpoint_path = checkpoint_path or estimator.latest_checkpoint()
+    texts = {CLASS_NAMES_FILE: "\n".join(class_names) + "\n"}
+    if checkpoint_path:  # (none: the Estimator's own error follows)
+        texts[SOURCE_FILE] = exported_checkpoint(checkpoint_path)
+    if hasattr(serving_input_fn, "decode"):
+        texts[DECODE_FILE] = serving_input_fn.decode + "\n"
+    if getattr(serving_input_fn, "forbidden_views", None):
+        texts[FORBIDDEN_VIEWS_FILE] = json.dumps(serving_input_fn.forbidden_views, indent=1) + "\n"
+    texts.update(extra_assets or {})
+    kept = SOURCE_FILE in texts and same_export(export_base, texts)
+    if kept:  # a run stopped after this export, before its record of it, is relaunched
+        log.info("kept the export of %s already at %s", os.path.basename(checkpoint_path), kept)
+        return storage.absolute(kept)
     with tempfile.TemporaryDirectory() as tmp:
         assets = {}
-        decode = {DECODE_FILE: serving_input_fn.decode + "\n"} if hasattr(serving_input_fn, "decode") else {}
-        if getattr(serving_input_fn, "forbidden_views", None):
-            decode[FORBIDDEN_VIEWS_FILE] = json.dumps(serving_input_fn.forbidden_views, indent=1) + "\n"
-        for name, text in {CLASS_NAMES_FILE: "\n".join(class_names) + "\n", **decode, **(extra_assets or {})}.items():
+        for name, text in texts.items():
             assets[name] = os.path.join(tmp, name)
             with open(assets[name], "w") as f:
                 f.write(text)
@@ -74,6 +87,29 @@ def export_model(estimator, serving_input_fn, class_names, export_base, checkpoi
             path = storage.copy_tree(path, storage.join(export_base, os.path.basename(path)), last=COMPLETE_MARKER)
     log.info("exported the model to %s", path)
     return storage.absolute(path)
+
+
+def exported_checkpoint(checkpoint_path):
+    """Returns SOURCE_FILE's text for an export of `checkpoint_path`: its name and its index file's sha256."""
+    index = hashlib.sha256(storage.read_bytes(checkpoint_path + ".index")).hexdigest()
+    return f"{os.path.basename(checkpoint_path)} {index}\n"
+
+
+def same_export(export_base, texts):
+    """Returns the newest whole export under `export_base` whose assets.extra holds exactly `texts` ({file
+    name: text}, SOURCE_FILE's among them: the same checkpoint), or None."""
+    if not storage.isdir(export_base):
+        return None
+    for name in sorted((n for n in storage.listdir(export_base) if n.isdigit()), key=int, reverse=True):
+        export_dir = storage.join(export_base, name)
+        assets = storage.join(export_dir, "assets.extra")
+        if not (is_complete(export_dir) and storage.exists(storage.join(export_dir, "saved_model.pb"))
+                and storage.isdir(assets)):
+            continue
+        if sorted(storage.listdir(assets)) == sorted(texts) and all(
+                storage.read_text(storage.join(assets, n)) == text for n, text in texts.items()):
+            return export_dir
+    return None
 
 
 @contextlib.contextmanager

@@ -226,9 +226,15 @@ def test_a_run_past_its_planned_end_writes_its_report_when_run_again(two_checkpo
     record = json.loads((model_dir / "training_progress.json").read_text())
     record["runs"][-1]["max_steps"] = 18  # as if it planned 18 and its workers went on to 20
     (model_dir / "training_progress.json").write_text(json.dumps(record))
+    exports = sorted(os.listdir(model_dir / "export"))  # the runs to 10 and to 20 exported theirs
     result = subprocess.run(train[:-2] + ["--max-steps", "18"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads((model_dir / "results.json").read_text())["global_step"] == 20
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["global_step"] == 20
+    # The export the killed run made of the same checkpoint is kept, not made again beside it.
+    assert sorted(os.listdir(model_dir / "export")) == exports and len(exports) == 2
+    assert results["export_dir"] == str(model_dir / "export" / exports[-1])
+    assert "kept the export of model.ckpt-20 already at" in result.stderr
 
 
 def test_a_damaged_best_checkpoint_is_one_line_at_the_test_evaluation(fashion_data_dir, tmp_path):
