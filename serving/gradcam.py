@@ -22,6 +22,7 @@ from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
 _CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
 _FOLLOWERS = ("BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Identity", "FusedBatchNormV3", "Cast")
 _PASS_THROUGH = "GradCamPassThrough"
+SOURCE_KEY = "Source"  # a heatmap PNG's text naming the file it explains: a rerun replaces only its own
 
 
 @tf.RegisterGradient(_PASS_THROUGH)
@@ -119,11 +120,25 @@ def overlay(image, heatmap, alpha=0.45):
     return np.clip((1 - alpha) * rgb + alpha * colours, 0, 255).astype(np.uint8)
 
 
-def write_heatmap_png(image, heatmap, out_path):
-    """Writes `image` (a PIL image) with `heatmap` over it as a PNG at `out_path`; returns the path."""
-    from PIL import Image
-    Image.fromarray(overlay(image, heatmap)).save(out_path, "PNG")
+def write_heatmap_png(image, heatmap, out_path, source=None):
+    """Writes `image` (a PIL image) with `heatmap` over it as a PNG at `out_path`, naming the file it explains,
+    `source`, in its SOURCE_KEY text; returns the path."""
+    from PIL import Image, PngImagePlugin
+    info = PngImagePlugin.PngInfo()
+    if source:
+        info.add_text(SOURCE_KEY, source)
+    Image.fromarray(overlay(image, heatmap)).save(out_path, "PNG", pnginfo=info)
     return out_path
+
+
+def heatmap_source(path):
+    """Returns the file the heatmap PNG at `path` explains (its SOURCE_KEY text), or None: not one of ours."""
+    from PIL import Image, UnidentifiedImageError
+    try:
+        with Image.open(path) as png:
+            return png.info.get(SOURCE_KEY) if png.format == "PNG" else None
+    except (OSError, UnidentifiedImageError, ValueError):
+        return None
 
 
 def _read(gradcam, path):
@@ -157,17 +172,20 @@ def explain_files(gradcam, results, out_dir, class_index=None, batch_size=32):
                 gradcam.class_names.index(entry["class"]) for entry, _, _, _ in batch]
             _, targets, heatmaps = gradcam.explain(np.stack(inputs) if pixels else inputs, classes, pixels)
             for (entry, _, _, image), target, heatmap in zip(batch, targets, heatmaps):
-                name = _heatmap_name(entry["file"], used)
-                entry["heatmap"] = write_heatmap_png(image, heatmap, os.path.join(out_dir, name))
+                source = storage.absolute(entry["file"])
+                name = _heatmap_name(out_dir, source, used)
+                entry["heatmap"] = write_heatmap_png(image, heatmap, os.path.join(out_dir, name), source)
                 entry["explained_class"] = gradcam.class_names[int(target)]
     return results
 
 
-def _heatmap_name(path, used):
-    """Returns '<stem>.gradcam.png' for the file at `path`, numbered when `used` (updated) has it."""
-    stem = os.path.splitext(os.path.basename(path))[0]
+def _heatmap_name(out_dir, source, used):
+    """Returns '<stem>.gradcam.png' for the file `source`, numbered when `used` (updated) has it or `out_dir`
+    holds a file of that name that is not a heatmap of `source` (an earlier run's of another file, or not ours)."""
+    stem = os.path.splitext(os.path.basename(source))[0]
     name, n = f"{stem}.gradcam.png", 1
-    while name in used:  # files of the same name from different folders
+    while name in used or (os.path.lexists(os.path.join(out_dir, name))
+                           and heatmap_source(os.path.join(out_dir, name)) != source):
         n += 1
         name = f"{stem}.{n}.gradcam.png"
     used.add(name)

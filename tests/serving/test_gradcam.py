@@ -1,6 +1,7 @@
 """Grad-CAM from an export: on images whose class only one small patch decides, the heatmap's
 top cell covers the patch."""
 import io
+import os
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from PIL import Image
 from input_fns.decode import make_serving_input_fn
 from models.fashion_cnn import build_fashion_cnn
 from serving.export import export_model
-from serving.gradcam import GradCam, explain_files
+from serving.gradcam import GradCam, explain_files, heatmap_source
 
 SIZE, PATCH = 64, 8
 CLASSES = ["BRIGHT", "DARK"]
@@ -86,6 +87,32 @@ def test_explain_files_writes_a_heatmap_png_per_image_of_the_class_printed(patch
     assert "heatmap" not in results[3]
     explain_files(gradcam, results[:3], str(tmp_path / "dark"), class_index=1)  # --explain-class DARK
     assert [entry["explained_class"] for entry in results[:3]] == ["DARK"] * 3
+
+
+def test_a_rerun_into_the_same_folder_replaces_only_the_heatmaps_of_the_same_files(patch_export, tmp_path):
+    """--explain into a folder again replaced the heatmaps of other images of the same name, and any file
+    named like one."""
+    images, _, _ = patch_images(2, np.random.default_rng(3))
+    for folder, image in zip(("a", "b"), images):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "scan.jpeg").write_bytes(jpeg(image))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.gradcam.png").write_text("mine\n")
+    (tmp_path / "notes.jpeg").write_bytes(jpeg(images[0]))
+    gradcam = GradCam(patch_export)
+
+    def explain(*files):
+        results = explain_files(gradcam, [{"file": str(tmp_path / f), "class": CLASSES[0]} for f in files], str(out))
+        return [os.path.basename(entry["heatmap"]) for entry in results]
+    assert explain("a/scan.jpeg") == ["scan.gradcam.png"]
+    first = (out / "scan.gradcam.png").read_bytes()
+    assert explain("b/scan.jpeg", "notes.jpeg") == ["scan.2.gradcam.png", "notes.2.gradcam.png"]
+    assert (out / "scan.gradcam.png").read_bytes() == first and (out / "notes.gradcam.png").read_text() == "mine\n"
+    assert explain("a/scan.jpeg", "b/scan.jpeg") == ["scan.gradcam.png", "scan.2.gradcam.png"]  # each its own again
+    assert heatmap_source(str(out / "scan.2.gradcam.png")) == str(tmp_path / "b" / "scan.jpeg")
+    assert sorted(os.listdir(out)) == ["notes.2.gradcam.png", "notes.gradcam.png", "scan.2.gradcam.png",
+                                       "scan.gradcam.png"]
 
 
 def test_a_custom_gradient_loaded_in_another_process_is_differentiated_as_autodiff_would():
