@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+from inspection.sheet import is_contact_sheet
 from pipeline.cli import run_command
 from pipeline.flag_types import positive_int
 from pipeline.tasks.registry import parse_tool_args, tool_parser
@@ -25,11 +26,14 @@ def build_inspect_parser():
 
 
 def png_path(text):
-    """argparse type: a path ending in .png that is not a folder."""
+    """argparse type: a path ending in .png that is not a folder, nor a file but a contact sheet written before."""
     if not text.lower().endswith(".png"):
         raise argparse.ArgumentTypeError(f"expected a file name ending in .png, got {text!r}")
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name ending in .png")
+    if os.path.lexists(text) and not is_contact_sheet(text):
+        raise argparse.ArgumentTypeError(f"{text} is there and is not a contact sheet of this tool's, so it is not "
+                                         "written over; give a new file name")
     return text
 
 

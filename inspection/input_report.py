@@ -5,6 +5,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from inspection import sheet
 from pipeline.signals import Interrupted
 
 
@@ -100,7 +101,7 @@ def write_contact_sheet(images, labels, class_names, path, columns=8, max_images
                   vmin=0, vmax=255 if image.max() > 1 else 1)
         ax.set_title(class_names[int(label)], fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
+    figure.savefig(path, dpi=80, metadata={"Title": sheet.TITLE})
     plt.close(figure)
     return path
 

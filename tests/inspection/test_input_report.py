@@ -1,8 +1,10 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from inspection import input_report
+from inspection.sheet import is_contact_sheet
 
 
 def labelled_batches(labels_per_batch, num_classes=3):
@@ -49,13 +51,28 @@ def test_a_worker_reads_through_its_input_context():
 
 @pytest.mark.parametrize("sheet, fragment", [("sheet", "expected a file name ending in .png, got"),
                                              ("sheet.txt", "expected a file name ending in .png, got"),
-                                             ("folder.png", "is a folder; give a file name ending in .png")])
+                                             ("folder.png", "is a folder; give a file name ending in .png"),
+                                             ("learning_curves.png", "is there and is not a contact sheet"),
+                                             ("notes.png", "is there and is not a contact sheet")])
 def test_a_sheet_path_it_would_not_write_as_given_is_refused(tmp_path, capsys, sheet, fragment):
-    """It wrote sheet.png when told 'sheet' (and said 'sheet'), and a .txt path ended in a traceback."""
+    """It wrote sheet.png when told 'sheet' (and said 'sheet'), a .txt path ended in a traceback, and a model
+    dir's report figure (or any file) given as --sheet was written over."""
     from inspection.cli import main
     (tmp_path / "folder.png").mkdir()
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(tmp_path / "learning_curves.png")
+    (tmp_path / "notes.png").write_text("mine\n")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     with pytest.raises(SystemExit) as exit_info:
         main(["--task", "fashion", "--synthetic", "--sheet", str(tmp_path / sheet)])
     assert exit_info.value.code == 2 and fragment in capsys.readouterr().err.strip().splitlines()[-1]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.png", "learning_curves.png", "notes.png"]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_a_contact_sheet_written_before_may_be_written_again(tmp_path):
+    from inspection.cli import png_path
+    images = np.zeros((2, 8, 8, 1), np.uint8)
+    path = input_report.write_contact_sheet(images, np.arange(2), ["a", "b"], str(tmp_path / "s.png"))
+    assert is_contact_sheet(path) and png_path(path) == path
+    assert png_path(str(tmp_path / "new.png")) == str(tmp_path / "new.png")
 
