@@ -217,6 +217,7 @@ def test_a_cell_trains_evaluates_again_and_predicts(job, cell, jobs, tmp_path, c
     assert code == 0, err[-3000:]
     assert "Traceback" not in out + err, err[-3000:]
     assert ("so this run evaluates on the 1,000-image" in err) == (cell["data"] == "sample"), err[-3000:]
+    assert "\n  eval batch:    " in out and "\n  batch:" not in out  # the batch it evaluates in, named so
     assert again["eval_step"] == results["eval_step"] and again["export_dir"] == results["export_dir"]
     if cell["deterministic"] == "on":
         assert again["eval_accuracy"] == results["eval_accuracy"]
