@@ -172,12 +172,16 @@ def run_evaluator(task, settings, cluster, stop):
 def run_ps(task, settings, cluster, stop):
     """A parameter server: serves the cluster's variables until it is stopped; returns None. It reads
     no data and builds no model: the Estimator's distributed runtime only uses the RunConfig to start
-    its server."""
+    its server. A first stop signal from here on is left to its watch, which ends it once the chief has
+    ended: one line, whether the signal came while its server started (when Python's handler can run) or
+    while it served (when it cannot)."""
     watch_parameter_server(cluster, settings, stop.asked)
-    config = build_run_config(settings.model_dir, cluster_plan(settings, cluster), settings.checkpoint_steps,
-                              settings.summary_steps, settings.keep_checkpoints, settings.seed)
-    estimator = tf.estimator.Estimator(model_fn=_no_model, config=config)
-    tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(_no_input), tf.estimator.EvalSpec(_no_input))
+    with stop.training():
+        config = build_run_config(settings.model_dir, cluster_plan(settings, cluster), settings.checkpoint_steps,
+                                  settings.summary_steps, settings.keep_checkpoints, settings.seed)
+        estimator = tf.estimator.Estimator(model_fn=_no_model, config=config)
+        tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(_no_input),
+                                        tf.estimator.EvalSpec(_no_input))
     return None
 
 

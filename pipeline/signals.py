@@ -108,7 +108,7 @@ class StopSignals:
 
     @contextlib.contextmanager
     def training(self):
-        """Marks a block in which a first signal is left to the training hook."""
+        """Marks a block in which a first signal is left to the training hook (or a parameter server's watch)."""
         self._training = True
         try:
             yield
