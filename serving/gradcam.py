@@ -7,6 +7,7 @@ grid), with the activation that follows it. For an image and a class the map
 is ReLU(sum over channels of the activation times the channel's mean gradient
 of the class score), the score being the class's logit (the softmax's input).
 """
+import hashlib
 import io
 import os
 
@@ -22,7 +23,9 @@ from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
 _CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
 _FOLLOWERS = ("BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Identity", "FusedBatchNormV3", "Cast")
 _PASS_THROUGH = "GradCamPassThrough"
-SOURCE_KEY = "Source"  # a heatmap PNG's text naming the file it explains: a rerun replaces only its own
+# A heatmap PNG's text: the sha256 of the path of the file it explains (a rerun replaces only its own heatmaps),
+# not the path itself, which can name a patient and would travel with the PNG.
+SOURCE_KEY = "Source-SHA256"
 
 
 @tf.RegisterGradient(_PASS_THROUGH)
@@ -121,18 +124,23 @@ def overlay(image, heatmap, alpha=0.45):
 
 
 def write_heatmap_png(image, heatmap, out_path, source=None):
-    """Writes `image` (a PIL image) with `heatmap` over it as a PNG at `out_path`, naming the file it explains,
-    `source`, in its SOURCE_KEY text; returns the path."""
+    """Writes `image` (a PIL image) with `heatmap` over it as a PNG at `out_path`, with source_digest(`source`),
+    the file it explains, in its SOURCE_KEY text; returns the path."""
     from PIL import Image, PngImagePlugin
     info = PngImagePlugin.PngInfo()
     if source:
-        info.add_text(SOURCE_KEY, source)
+        info.add_text(SOURCE_KEY, source_digest(source))
     Image.fromarray(overlay(image, heatmap)).save(out_path, "PNG", pnginfo=info)
     return out_path
 
 
+def source_digest(source):
+    """Returns the sha256 (hex) of the path `source`, as a heatmap of it records it."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
 def heatmap_source(path):
-    """Returns the file the heatmap PNG at `path` explains (its SOURCE_KEY text), or None: not one of ours."""
+    """Returns source_digest of the file the heatmap PNG at `path` explains, or None: not one of ours."""
     from PIL import Image, UnidentifiedImageError
     try:
         with Image.open(path) as png:
@@ -185,7 +193,7 @@ def _heatmap_name(out_dir, source, used):
     stem = os.path.splitext(os.path.basename(source))[0]
     name, n = f"{stem}.gradcam.png", 1
     while name in used or (os.path.lexists(os.path.join(out_dir, name))
-                           and heatmap_source(os.path.join(out_dir, name)) != source):
+                           and heatmap_source(os.path.join(out_dir, name)) != source_digest(source)):
         n += 1
         name = f"{stem}.{n}.gradcam.png"
     used.add(name)
