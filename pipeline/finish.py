@@ -16,7 +16,7 @@ from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.machine import describe_cpu
 from pipeline.metrics import CROSS_ENTROPY
 from reporting import hparams
-from serving.export import export_model, is_complete
+from serving.export import export_model, is_whole
 from serving.tflite import convert_and_evaluate
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def _export_dir(setup, estimator, best, eval_step):
     if recorded:
         return recorded
     if best and best.get("export_dir"):
-        if storage.exists(storage.join(best["export_dir"], "saved_model.pb")) and is_complete(best["export_dir"]):
+        if is_whole(best["export_dir"]):
             return best["export_dir"]
         log.warning("the best model's export, %s, is gone: the best checkpoint (step %d) is exported again",
                     best["export_dir"], best["step"])

@@ -144,10 +144,9 @@ def recorded_export(model_dir, step):
     is there still, or None: what an --eval-only run of that checkpoint reports rather than export it
     again (each export is a new timestamped folder, which predict.py --model <model dir> takes as the
     newest)."""
-    from serving.export import is_complete  # imports TensorFlow: only when a run asks
+    from serving.export import is_whole  # imports TensorFlow: only when a run asks
     recorded = _recorded(model_dir)
     export_dir = rebased(recorded.get("export_dir"), model_dir)  # recorded where the model dir was then
-    if recorded.get("eval_step") != step or not export_dir or \
-            not storage.isfile(storage.join(export_dir, "saved_model.pb")) or not is_complete(export_dir):
+    if recorded.get("eval_step") != step or not export_dir or not is_whole(export_dir):
         return None
     return export_dir

@@ -103,8 +103,7 @@ def same_export(export_base, texts):
     for name in sorted((n for n in storage.listdir(export_base) if n.isdigit()), key=int, reverse=True):
         export_dir = storage.join(export_base, name)
         assets = storage.join(export_dir, "assets.extra")
-        if not (is_complete(export_dir) and storage.exists(storage.join(export_dir, "saved_model.pb"))
-                and storage.isdir(assets)):
+        if not (is_whole(export_dir) and storage.isdir(assets)):
             continue
         if sorted(storage.listdir(assets)) == sorted(texts) and all(
                 storage.read_text(storage.join(assets, n)) == text for n, text in texts.items()):
@@ -126,6 +125,11 @@ def _temp_folders_removed_if_interrupted(export_base):
         for leftover in temp_folders() - before:
             shutil.rmtree(leftover, ignore_errors=True)
         raise
+
+
+def is_whole(export_dir):
+    """Returns whether `export_dir` holds a whole export: its saved_model.pb, and is_complete."""
+    return storage.isfile(storage.join(export_dir, "saved_model.pb")) and is_complete(export_dir)
 
 
 def is_complete(export_dir):

@@ -13,7 +13,7 @@ from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name
 from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced, forbidden_views
 from serving import ExportNotFoundError
 from acquisition import storage
-from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, is_complete
+from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, is_whole
 from serving.predictor import Predictor, check_class_count
 from serving.tflite import load_tflite_predictor
 
@@ -27,10 +27,9 @@ def resolve_export_dir(path):
     """Returns the SavedModel folder at `path`, or the newest one among its timestamped subfolders, or,
     for a model dir, the newest in its export/ (where a run exports its best, or its last, model). On a
     URL, exports still being copied (without their completion marker) are passed over."""
-    if storage.isfile(storage.join(path, "saved_model.pb")) and is_complete(path):
+    if is_whole(path):
         return path
-    versions = sorted((d for d in storage.listdir(path) if d.isdigit() and is_complete(storage.join(path, d))
-                       and storage.isfile(storage.join(path, d, "saved_model.pb"))),
+    versions = sorted((d for d in storage.listdir(path) if d.isdigit() and is_whole(storage.join(path, d))),
                       key=int) if storage.isdir(path) else []
     if not versions and storage.isdir(storage.join(path, "export")):
         return resolve_export_dir(storage.join(path, "export"))
