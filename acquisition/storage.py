@@ -13,6 +13,7 @@ upload is complete, so a reader still never sees a partial file, but two writers
 same name race (the last one wins, whole). On ram:// a file's rename works, a folder's
 does not (the folder comes out empty: TF 2.15), so no folder is ever renamed here.
 """
+import hashlib
 import io
 import os
 import re
@@ -110,6 +111,11 @@ def read_bytes(path):
 def read_text(path):
     """Returns the UTF-8 text of the file `path` (see read_bytes)."""
     return read_bytes(path).decode("utf-8")
+
+
+def sha256(path):
+    """Returns the SHA-256 (hex) of the content of the file `path` (see read_bytes)."""
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def write_atomically(path, data):

@@ -75,7 +75,7 @@ def weights_sources(settings, initial):
     return {"init_from": initial.checkpoint if initial else None,
             "init_from_digest": index_digest(initial.checkpoint) if initial else None,
             "weights": weights,
-            "weights_digest": hashlib.sha256(storage.read_bytes(weights)).hexdigest() if weights_file else None,
+            "weights_digest": storage.sha256(weights) if weights_file else None,
             "seed": settings.seed}
 
 

@@ -3,7 +3,6 @@ probabilities and the predicted class name, so a TF Serving or saved_model_cli c
 needs nothing else."""
 import contextlib
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -91,8 +90,7 @@ def export_model(estimator, serving_input_fn, class_names, export_base, checkpoi
 
 def exported_checkpoint(checkpoint_path):
     """Returns SOURCE_FILE's text for an export of `checkpoint_path`: its name and its index file's sha256."""
-    index = hashlib.sha256(storage.read_bytes(checkpoint_path + ".index")).hexdigest()
-    return f"{os.path.basename(checkpoint_path)} {index}\n"
+    return f"{os.path.basename(checkpoint_path)} {storage.sha256(checkpoint_path + '.index')}\n"
 
 
 def same_export(export_base, texts):

@@ -2,7 +2,6 @@
 rotation, and exported at once; the copies and exports it supersedes removed. When the report will
 need them, the validation's scores of each image go beside the copy, so that the report reads them
 rather than evaluating the validation split again."""
-import hashlib
 import io
 import json
 import logging
@@ -79,7 +78,7 @@ class BestKeeper:
 
 def index_digest(checkpoint):
     """Returns the SHA-256 of `checkpoint`'s index file, which names its weights' shards and checksums."""
-    return hashlib.sha256(storage.read_bytes(checkpoint + ".index")).hexdigest()
+    return storage.sha256(checkpoint + ".index")
 
 
 def write_scores(checkpoint, scores, made_with):
