@@ -12,10 +12,13 @@ COMMON = {"devices": DEVICES, "precision": ("fp32", "bf16"), "validation": ("on"
 # Each job's factors, its data first: the real data (Fashion: its shipped 1,000-image sample, as a first
 # run offline falls back to; OCT: the real scans in the repo; images: a generated folder of class
 # folders), --synthetic, and what the job has beside (OCT: prepare_oct.py's shards, --cache memory).
+# Last, what a cell does once trained: eval_only 'on' evaluates the model dir again with --eval-only (a
+# factor, not a step of every cell: it meets every other value in a third of the cells, and adds one).
+AFTER = {"eval_only": ("off", "on")}
 FACTORS = {
-    "fashion": {"data": ("sample", "synthetic"), **COMMON},
-    "oct": {"data": ("jpeg", "synthetic", "records", "cache"), **COMMON},
-    "images": {"data": ("folder", "synthetic"), **COMMON, "class_weight": ("none", "balanced")},
+    "fashion": {"data": ("sample", "synthetic"), **COMMON, **AFTER},
+    "oct": {"data": ("jpeg", "synthetic", "records", "cache"), **COMMON, **AFTER},
+    "images": {"data": ("folder", "synthetic"), **COMMON, "class_weight": ("none", "balanced"), **AFTER},
 }
 TASKS = {"fashion": FASHION, "oct": OCT, "images": IMAGES}
 STOP_FLAGS = {"patience": "--patience", "target": "--stop-at-accuracy"}
