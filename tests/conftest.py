@@ -19,7 +19,7 @@ os.environ.setdefault("PIPELINE_PEAK_CACHE", os.path.join(
 import pytest  # noqa: E402
 
 from pipeline.distribution import split_cpu  # noqa: E402
-from tests.scheduling import longest_first, read_seconds  # noqa: E402
+from tests.scheduling import CPU_LOG_VARIABLE, cpu_seconds, longest_first, read_seconds, record_cpu  # noqa: E402
 
 split_cpu(2)
 
@@ -73,6 +73,15 @@ def pytest_configure(config):
         config.addinivalue_line("filterwarnings", rf"ignore::UserWarning:{module}\..*")
         config.addinivalue_line("filterwarnings", rf"ignore::DeprecationWarning:{module}\..*")
     config.addinivalue_line("filterwarnings", "ignore:non-integer arguments to randrange:DeprecationWarning")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    log = os.environ.get(CPU_LOG_VARIABLE)
+    before = cpu_seconds() if log else None
+    yield
+    if log:
+        record_cpu(log, item.nodeid, cpu_seconds() - before)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -4,10 +4,12 @@
 file_seconds.json holds each file's seconds in a full run (refresh it with
 `python -m tests.scheduling <junit.xml of a full run>`); a file it does not name counts
 DEFAULT_SECONDS_PER_TEST for each of its tests. The order changes only when tests start, never
-what they do."""
+what they do. With PIPELINE_TEST_CPU_LOG=FILE each test's CPU seconds (its worker's and the processes it
+waited for) are appended to FILE: the suite is bound by its CPU, not by its longest file."""
 import collections
 import json
 import os
+import resource
 import sys
 import xml.etree.ElementTree as ElementTree
 
@@ -34,6 +36,31 @@ def longest_first(items, seconds):
     def weight(path):
         return seconds.get(path, DEFAULT_SECONDS_PER_TEST * len(by_file[path]))
     return [item for path in sorted(by_file, key=lambda p: (-weight(p), p)) for item in by_file[path]]
+
+
+CPU_LOG_VARIABLE = "PIPELINE_TEST_CPU_LOG"  # a file each test's CPU seconds are appended to, when set
+
+
+def cpu_seconds():
+    """Returns the CPU seconds (user + system) this process and its waited-for children have used."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def record_cpu(path, nodeid, seconds):
+    """Appends one JSON line {test, cpu} to `path` (the workers of a run append to the same file)."""
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": nodeid, "cpu": round(seconds, 2)}) + "\n")
+
+
+def cpu_of_log(path):
+    """Returns {test file: CPU seconds} summed over the lines of a CPU log (see CPU_LOG_VARIABLE)."""
+    cpu = collections.Counter()
+    with open(path) as f:
+        for line in f:
+            entry = json.loads(line)
+            cpu[entry["test"].split("::")[0]] += entry["cpu"]
+    return {name: round(total, 1) for name, total in cpu.most_common()}
 
 
 def seconds_of_junit(path):

@@ -109,11 +109,3 @@ def test_a_resumed_run_draws_what_a_straight_run_draws(tmp_path):
     images = synthetic.make_input_fn((28, 28, 1), 10, 8, True)().take(1).get_single_element()[0][FEATURE_KEY]
     assert np.allclose(straight.batch, augment(images, TRANSFORMS, 11, 4, 0).numpy(), atol=1e-6)
     assert not np.allclose(straight.batch, augment(images, TRANSFORMS, 11, 0, 0).numpy(), atol=1e-6)
-
-
-def test_bf16_on_two_replicas_trains_with_augment(tmp_path):
-    results = run(fashion.TASK, build_parser(fashion.TASK).parse_args(
-        ["--synthetic", "--precision", "bf16", "--cpu-replicas", "2", "--batch-size", "8", "--max-steps", "3",
-         "--augment", "flip,rotate=10", "--bootstrap-resamples", "10", "--model-dir", str(tmp_path)]))
-    assert results["global_step"] == 3 and results["augment"] == [["flip", "horizontal"], ["rotate", 10.0]]
-    assert np.isfinite(results["eval_loss"])

@@ -63,12 +63,6 @@ def test_a_second_run_resumes_from_the_checkpoint_and_stops_at_max_steps(resumed
     assert resumed_on_two_replicas["written_again"] == resumed_on_two_replicas["written"]
 
 
-def test_epochs_set_the_final_step_from_the_global_batch(fashion_data_dir, tmp_path):
-    args = fashion_args("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path), "--cpu-replicas", "2",
-                        "--batch-size", "100", "--epochs", "1", "--warm-up-steps", "0")
-    assert run(TASK, args)["global_step"] == 4  # 800 images / (100 x 2 replicas)
-
-
 def test_synthetic_data_needs_no_dataset(tmp_path):
     args = fashion_args("--synthetic", "--data-dir", str(tmp_path / "absent"), "--model-dir",
                         str(tmp_path / "model"), "--batch-size", "32", "--max-steps", "3",
@@ -145,14 +139,3 @@ def test_a_run_left_untimed_says_why(fashion_data_dir, tmp_path, caplog, extra, 
                                      "8", "--max-steps", "3", *extra))
     assert results["train_images_per_sec"] is None
     assert f"no throughput measured: {why}" in caplog.text
-
-
-def test_a_relative_model_dir_resumes_from_its_newest_checkpoint(fashion_data_dir, tmp_path, monkeypatch):
-    # The default model dir, runs/<task>, is relative to where the command runs.
-    monkeypatch.chdir(tmp_path)
-    common = ["--data-dir", fashion_data_dir, "--model-dir", os.path.join("runs", "fashion"), "--batch-size", "8"]
-    run(TASK, fashion_args(*common, "--max-steps", "2"))
-    resumed = run(TASK, fashion_args(*common, "--max-steps", "4"))
-    assert resumed["start_global_step"] == 2 and resumed["global_step"] == 4
-    assert not [f for f in os.listdir(tmp_path / "runs" / "fashion") if f.endswith(".damaged")]
-    assert tf.train.latest_checkpoint(os.path.join("runs", "fashion")).endswith("model.ckpt-4")

@@ -19,7 +19,6 @@ from acquisition.fashion_mnist import CLASS_NAMES, NUM_SHARDS, load_split
 from input_fns.decode import PIXELS_SIGNATURE
 from pipeline.cli import train_main
 from pipeline.tasks import fashion
-from serving.predict import classify_files, load_predictor
 from tests.conftest import ROOT, assert_clean_failure
 
 CLASSES = list(CLASS_NAMES)
@@ -178,23 +177,6 @@ def test_files_predict_py_cannot_take_are_named_with_the_fix(fashion_run, test_i
                         "row by row (as in Fashion-MNIST's IDX files)")
     assert short_line.startswith(f"{short}: error: is 783 bytes; a .gray file for this model holds exactly 784: ")
     assert any(good_line.startswith(f"{good}: {name}  (") for name in CLASSES), good_line
-
-
-def test_a_synthetic_run_exports_too(tmp_path):
-    model_dir = tmp_path / "model"
-    # Batch 250: the 10,000 synthetic test images are evaluated in 40 steps (in 1,250 at batch 8).
-    result = script("train_fashion.py", "--synthetic", "--max-steps", "2", "--batch-size", "250",
-                    "--bootstrap-resamples", "10", "--model-dir", str(model_dir))
-    assert result.returncode == 0, result.stderr[-3000:]
-    results = json.loads((model_dir / "results.json").read_text())
-    assert results["data_source"] == "synthetic" and os.path.dirname(results["export_dir"]) == str(model_dir / "export")
-    pixels = np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)
-    (tmp_path / "a.png").write_bytes(png(pixels))
-    (tmp_path / "a.gray").write_bytes(pixels.tobytes())
-    predictor = load_predictor(str(model_dir))
-    assert predictor.export_dir == results["export_dir"] and predictor.pixels_shape == (28, 28, 1)
-    from_png, from_gray = classify_files(predictor, [str(tmp_path / "a.png"), str(tmp_path / "a.gray")])
-    assert from_png["class"] in CLASSES and from_png["probabilities"] == from_gray["probabilities"]
 
 
 def test_an_export_whose_weights_are_cut_short_is_one_line(fashion_run, test_images, tmp_path):
