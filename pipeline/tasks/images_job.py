@@ -22,7 +22,7 @@ from pipeline.errors import FlagError
 from pipeline.initial_weights import check_same_classes
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
 from pipeline.training_record import layers_on_record
-from pipeline.validation.split import shared_images, split_off_validation
+from pipeline.validation.split import shared_images, split_off_validation, with_copies_trained
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +89,9 @@ def _load(args):
     if saved:
         splits = _splits_from_lists(folders, args.data_dir, args.model_dir, duplicates)
     elif folders.presplit:
-        splits = {s: folders.scans[s].good() for s in class_folders.SPLITS}
+        splits, duplicates = _without_test_duplicates({s: folders.scans[s].good() for s in class_folders.SPLITS})
     else:
-        files, labels = folders.scans["all"].good()
-        entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
-                                            class_names=folders.class_names)
-        splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
-    if not saved:
-        splits, duplicates = _without_test_duplicates(splits)
+        splits = _split_here(folders, args)
     _warn_of_unread_folders(folders.unread_folders, getattr(args, "validation_dir", None))
     if getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):  # (a resume ignores it)
         _check_split_of_init_from(args.init_from, folders.class_names, splits["test"][0])
@@ -112,10 +107,21 @@ def _load(args):
     return Dataset(folders.class_names, channels, splits, report, pending)
 
 
+def _split_here(folders, args):
+    """Returns {'train': (files, labels), 'test': (files, labels)}: --test-fraction of each class of the
+    class folders' good images drawn to test (seeded, grouped by --group-by), a test image that is a
+    training image too, as a link or a copy, moved to training (see with_copies_trained)."""
+    files, labels = folders.scans["all"].good()
+    entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
+                                        class_names=folders.class_names)
+    splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
+    return with_copies_trained(splits, "test", args.group_by)
+
+
 def _without_test_duplicates(splits):
-    """Returns (`splits` without the training files that are test images too, as links to them or copies of
-    them, and those files, sorted): the test figures would count images the model trained on. Says so in one
-    line when there are any."""
+    """Returns (`splits` (your own train/ and test/ folders') without the training files that are test images
+    too, as links to them or copies of them, and those files, sorted): the test figures would count images
+    the model trained on. Says so in one line when there are any."""
     shared = shared_images(splits["test"][0], splits["train"][0])
     if not shared:
         return splits, []
@@ -322,11 +328,17 @@ def prepare_data(args, batch_size):
 def validation_sides(args, data):
     """Returns {'train': (files, labels), 'validation': (files, labels)} of the folder dataset `data`:
     --validation-dir's images, or --validation-fraction of the training split's (seeded by --split-seed,
-    stratified, grouped by --group-by); None with neither (see pipeline.validation.split)."""
+    stratified, grouped by --group-by, a training image's links and copies kept in training); None with
+    neither (see pipeline.validation.split)."""
     def read_dir(folder):
         return _validation_dir(folder, data.class_names, data.channels, args.on_bad_image)
-    return split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by,
-                                data.class_names, test_files=data.splits["test"][0])
+    sides = split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by,
+                                 data.class_names, test_files=data.splits["test"][0])
+    # (A --validation-dir holding training images is refused. The OCT job's split, by patient, is not searched
+    # for copies: it would read thousands of its 83,484 scans whose size a training scan shares, at each start.)
+    if sides is None or args.validation_dir:
+        return sides
+    return with_copies_trained(sides, "validation", args.group_by)
 
 
 def _validation_dir(folder, class_names, channels, on_bad_image):

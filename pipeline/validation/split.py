@@ -3,10 +3,13 @@
 images all on one side)."""
 import collections
 import hashlib
+import logging
 import os
 
-from acquisition import class_folders, storage
+from acquisition import class_folders, image_checks, storage
 from pipeline.errors import FlagError, UsageError
+
+log = logging.getLogger(__name__)
 
 
 def held_out_share(files, labels, fraction, seed, group_pattern, class_names=None):
@@ -17,6 +20,29 @@ def held_out_share(files, labels, fraction, seed, group_pattern, class_names=Non
                                       held_out=("validation", "--validation-fraction"), class_names=class_names)
     return {side: ([f for f, _ in sides[part]], [label for _, label in sides[part]])
             for side, part in (("train", "train"), ("validation", "test"))}
+
+
+def with_copies_trained(split, held, group_pattern=None):
+    """Returns `split` ({side: (files, labels)}) with each file of its `held` side that is a training file
+    too, as a link to it or a copy of it, moved to 'train' with the rest of its group under `group_pattern`
+    (class_folders.group_of), and says so in one line. A split made here thus puts an image's twins on the
+    training side: none is held out as unseen, none is lost to training, and a group stays on one side."""
+    shared = sorted(shared_images(split["train"][0], split[held][0]))
+    if not shared:
+        return split
+    copies = {copy for copy, _ in shared}
+    groups = {class_folders.group_of(f, group_pattern) for f in copies} if group_pattern else set()
+    moving = copies | {f for f in split[held][0] if groups and class_folders.group_of(f, group_pattern) in groups}
+    kept = [(f, label) for f, label in zip(*split[held]) if f not in moving]
+    trained = sorted(list(zip(*split["train"])) + [(f, label) for f, label in zip(*split[held]) if f in moving])
+    copy, original = shared[0]
+    grouped = f", with the {len(moving) - len(copies)} other images of their --group-by groups" \
+        if len(moving) > len(copies) else ""
+    log.warning("%d %s image%s a link to or a copy of a training image (%s is %s): moved to training%s, so that no %s "
+                "figure counts an image the model trained on", len(copies), held, " is" if len(copies) == 1 else "s are",
+                image_checks.shown_path(copy), image_checks.shown_path(original), grouped, held)
+    return {**split, "train": ([f for f, _ in trained], [label for _, label in trained]),
+            held: ([f for f, _ in kept], [label for _, label in kept])}
 
 
 def split_off_validation(settings, files, labels, read_validation_dir, seed, group_pattern, class_names,

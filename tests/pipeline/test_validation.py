@@ -6,9 +6,11 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 
 import pytest
+from PIL import Image
 import tensorflow as tf
 
 from acquisition import class_folders
@@ -533,9 +535,10 @@ def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(t
     assert index.find(str(tmp_path / "absent.bmp")) is None
 
 
-def test_a_training_image_that_is_a_test_image_as_a_link_or_a_copy_is_left_out_of_training(tmp_path, caplog):
+def test_links_and_copies_of_a_test_image_are_not_trained_on(tmp_path, caplog):
     """The split kept paths apart, not images: a link beside its target, or a train/ and test/ holding
-    copies, trained on test images without a word."""
+    copies, trained on test images without a word. Your own train/ and test/: the training copy is left
+    out. A split made here: the test copy goes to training (no image lost, none tested that was trained)."""
     from pipeline.tasks import images_job
     from tests.images_data import make_shapes_folder
 
@@ -569,17 +572,87 @@ def test_a_training_image_that_is_a_test_image_as_a_link_or_a_copy_is_left_out_o
     again = load(presplit, "m-presplit")  # resumed: the same split, and the copy is no image added since
     assert again.splits == dataset.splits and again.report["duplicates_left_out"] == [trained]
     assert "added to the data dir" not in caplog.text
-    # a folder split here, a link beside its target: the training side's left out wherever the seed parts them
+    # a folder split here, a link beside its target and a copy of another image: wherever the seed draws one
+    # of a pair to test, it goes to training with its twin, and no image is left out
     data = make_shapes_folder(str(tmp_path / "data"), per_class=6)
     target = os.path.join(data, "square", first_image(os.path.join(data, "square")))
     link = os.path.join(data, "square", "zz-link" + os.path.splitext(target)[1])
     os.symlink(target, link)
-    parted = 0
+    copied = os.path.join(data, "plus sign", first_image(os.path.join(data, "plus sign")))
+    copy = os.path.join(data, "plus sign", "zz-copy" + os.path.splitext(copied)[1])
+    shutil.copyfile(copied, copy)
+    images_count = 3 * 6 + 2
+    moved_in = 0
     for seed in range(6):
+        caplog.clear()
         dataset = load(data, f"m{seed}", "--split-seed", str(seed))
-        assert apart(dataset)
-        parted += bool(dataset.report["duplicates_left_out"])
-    assert parted > 0
+        train, test = dataset.splits["train"][0], dataset.splits["test"][0]
+        assert apart(dataset) and not ({_bytes(f) for f in train} & {_bytes(f) for f in test})
+        assert len(train) + len(test) == images_count and dataset.report["duplicates_left_out"] == []
+        assert {link, target} <= set(train) or {link, target} <= set(test)  # (both in test: neither trained on)
+        moved_in += "moved to training" in caplog.text
+        again = load(data, f"m{seed}", "--split-seed", str(seed))  # resumed: the split it wrote
+        assert again.splits == dataset.splits and "added to the data dir" not in caplog.text
+    assert moved_in > 0  # some seed drew a twin to test
+
+
+def _bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _images_validation(data, model_dir, *flags):
+    """Returns (the images job's dataset of `data`, its validation_sides) for a new run into `model_dir`."""
+    from pipeline.tasks import images_job
+    images_job._DATASETS.clear()
+    os.makedirs(model_dir)
+    args = build_parser(images.TASK).parse_args(["--data-dir", str(data), "--model-dir", str(model_dir),
+                                                 "--validation-fraction", "0.3", *flags])
+    dataset = images_job.load_dataset(args)
+    return dataset, images_job.validation_sides(args, dataset)
+
+
+def test_a_validation_split_held_out_here_trains_every_copy_of_a_training_image(tmp_path, caplog):
+    """A copy drawn to validation scored the model on an image it trained on, and flattered the best model."""
+    from tests.images_data import make_shapes_folder
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=12)
+    originals = sorted(os.path.join(d, n) for d, _, names in os.walk(data) for n in names if n[:3].isdigit())
+    for i, original in enumerate(originals[::3]):  # a copy of every third image, and a link to one
+        shutil.copyfile(original, os.path.join(os.path.dirname(original), f"zz-copy{i}{os.path.splitext(original)[1]}"))
+    os.symlink(originals[1], os.path.join(os.path.dirname(originals[1]), "zz-link" + os.path.splitext(originals[1])[1]))
+    dataset, sides = _images_validation(data, tmp_path / "model")
+    (train, train_labels), (held, held_labels) = sides["train"], sides["validation"]
+    assert sorted(train + held) == sorted(dataset.splits["train"][0])  # none lost
+    assert dict(zip(train + held, train_labels + held_labels)) == dict(zip(*dataset.splits["train"]))
+    assert not {_bytes(f) for f in train} & {_bytes(f) for f in held}  # by the bytes, read here
+    moved = re.search(r"(\d+) validation images? (is|are) a link to or a copy of a training image", caplog.text)
+    assert moved and held  # some twin was drawn to validation, and the split keeps images to validate on
+    caplog.clear()
+    _, again = _images_validation(data, tmp_path / "again")
+    assert again == sides  # drawn alike in each run: a resume validates on the same images
+
+
+def test_a_held_out_copy_of_a_training_image_takes_its_group_to_training(tmp_path, caplog):
+    """Grouped (--group-by, a patient's scans): moving the copy alone would part its group."""
+    files = []
+    for label in ("a", "b"):
+        for patient in range(12):
+            for scan in range(3):
+                path = tmp_path / "data" / label / f"p{label}{patient:02d}-{scan}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.new("L", (8, 8), color=patient * 3 + scan + (100 if label == "b" else 0)).save(path)
+                files.append(str(path))
+    pattern = r"^(p\w\d+)-"
+    _, plain = _images_validation(tmp_path / "data", tmp_path / "plain", "--group-by", pattern)
+    copied = sorted(plain["validation"][0])[0]  # a scan drawn to validation, copied into a patient that trains
+    trained = class_folders.group_of(sorted(plain["train"][0])[0], pattern)
+    shutil.copyfile(copied, os.path.join(os.path.dirname(copied), f"{trained}-9.png"))
+    _, sides = _images_validation(tmp_path / "data", tmp_path / "model", "--group-by", pattern)
+    train, held = sides["train"][0], sides["validation"][0]
+    assert not {_bytes(f) for f in train} & {_bytes(f) for f in held}
+    assert not {class_folders.group_of(f, pattern) for f in train} & {class_folders.group_of(f, pattern) for f in held}
+    assert copied in train and held  # the copied scan's patient went to training, whole
+    assert "with the 2 other images of their --group-by groups" in caplog.text
 
 
 def test_init_from_a_run_that_trained_on_this_run_s_test_images_is_refused_by_path_link_or_copy(tmp_path):
