@@ -190,10 +190,10 @@ def explain_files(gradcam, results, out_dir, class_index=None, batch_size=32):
 def _heatmap_name(out_dir, source, used):
     """Returns '<stem>.gradcam.png' for the file `source`, numbered when `used` (updated) has it or `out_dir`
     holds a file of that name that is not a heatmap of `source` (an earlier run's of another file, or not ours)."""
-    stem = os.path.splitext(os.path.basename(source))[0]
+    stem, digest = os.path.splitext(os.path.basename(source))[0], source_digest(source)
     name, n = f"{stem}.gradcam.png", 1
     while name in used or (os.path.lexists(os.path.join(out_dir, name))
-                           and heatmap_source(os.path.join(out_dir, name)) != source_digest(source)):
+                           and heatmap_source(os.path.join(out_dir, name)) != digest):
         n += 1
         name = f"{stem}.{n}.gradcam.png"
     used.add(name)
