@@ -178,28 +178,27 @@ def _no_group(path, pattern):
 
 
 def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("test", "--test-fraction"),
-                class_names=None):
+                class_names=None, twins=None):
     """Returns {'train': [(file, label)], 'test': [(file, label)]}, each sorted: about
     `test_fraction` of each class in test, chosen with `seed`. `held_out` names the held-out side
     and its flag in errors (('validation', '--validation-fraction') for a validation split), and
     `class_names` (by label) the classes.
 
     With the regex `group_by` (see group_of), files of one group are kept on one
-    side; groups are drawn in a seeded order and go to test while their largest
-    class still needs test images. Raises InputDataError when a file matches no
-    group, or when a class ends with no training or no test image.
+    side, and so are the files `twins` ({file: the file of `files` it is the same image
+    as}) pairs, with their groups; groups are drawn in a seeded order and go to test while
+    their largest class still needs test images. Raises InputDataError when a file
+    matches no group, or when a class ends with no training or no test image.
     """
-    if not group_by:
+    if not group_by and not twins:
         return _stratified_split(files, labels, test_fraction, seed, held_out, class_names)
     groups = collections.defaultdict(list)
+    keys = _group_keys(files, group_by, twins or {})
     for f, label in zip(files, labels):
-        key = group_of(f, group_by) if group_by else f
-        if key is None:
-            raise InputDataError(f"{f} {_no_group(f, group_by)}; every file needs a group (the regex's first "
-                                 "group, or its whole match, in the file name)")
-        groups[key].append((f, label))
+        groups[keys[f]].append((f, label))
     per_class = collections.Counter(labels)
-    wanted = {c: round(n * test_fraction) for c, n in per_class.items()}
+    least = 0 if group_by else 1  # (as _stratified_split: every class tests at least one image)
+    wanted = {c: max(least, round(n * test_fraction)) for c, n in per_class.items()}
     order = sorted(groups)
     random.Random(seed).shuffle(order)
     taken, split = collections.Counter(), {"train": [], "test": []}
@@ -211,7 +210,29 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("
         if side == "test":
             taken.update(counts)
         split[side] += members
-    return _checked(split, per_class, test_fraction, group_by, held_out, class_names)
+    return _checked(split, per_class, test_fraction, group_by, held_out, class_names, twins)
+
+
+def _group_keys(files, group_by, twins):
+    """Returns {file: its group's key}: its --group-by group (or itself), groups joined by a pair of `twins`
+    under the least of their keys. Raises InputDataError for a file in no group."""
+    own = {}
+    for f in files:
+        own[f] = group_of(f, group_by) if group_by else f
+        if own[f] is None:
+            raise InputDataError(f"{f} {_no_group(f, group_by)}; every file needs a group (the regex's first "
+                                 "group, or its whole match, in the file name)")
+    joined = {}
+
+    def root(key):
+        while joined.get(key, key) != key:
+            key = joined[key]
+        return key
+    for f, twin in sorted(twins.items()):
+        a, b = sorted((root(own[f]), root(own[twin])))
+        if a != b:
+            joined[b] = a
+    return {f: root(key) for f, key in own.items()}
 
 
 def _stratified_split(files, labels, test_fraction, seed, held_out, class_names):
@@ -230,7 +251,7 @@ def _stratified_split(files, labels, test_fraction, seed, held_out, class_names)
     return _checked(split, collections.Counter(labels), test_fraction, None, held_out, class_names)
 
 
-def _checked(split, per_class, test_fraction, group_by, held_out, class_names):
+def _checked(split, per_class, test_fraction, group_by, held_out, class_names, twins=None):
     name, flag = held_out
     for side in SPLITS:
         split[side].sort()
@@ -245,10 +266,14 @@ def _checked(split, per_class, test_fraction, group_by, held_out, class_names):
             verb = "test" if name == "test" else "validate"
             raise InputDataError(f"{named} has 1 image{where}, and a class needs one to train on and one to {verb} "
                                  "on; add images of it, or move its folder out of the data dir")
+        label_of = {f: lab for part in SPLITS for f, lab in split[part]}
+        copies = sorted(f for f, twin in (twins or {}).items() if label in (label_of.get(f), label_of.get(twin)))
+        kept_together = f", {len(copies)} of them links to or copies of another image, each kept on its side " \
+            f"(e.g. {copies[0]})" if copies else ""
         raise InputDataError(f"the {name if side == 'test' else side} split has no image of {named} "
                              f"({per_class[label]} images) with {flag} {test_fraction}"
-                             f"{' and --group-by' if group_by else ''}; give that class more images (or groups), "
-                             f"or change {flag}")
+                             f"{' and --group-by' if group_by else ''}{kept_together}; give that class more images "
+                             f"{'that are not copies ' if copies else ''}(or groups), or change {flag}")
     return split
 
 

@@ -22,7 +22,7 @@ from pipeline.errors import FlagError
 from pipeline.initial_weights import check_same_classes
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
 from pipeline.training_record import layers_on_record
-from pipeline.validation.split import shared_images, split_off_validation, with_copies_trained
+from pipeline.validation.split import same_images, shared_images, split_off_validation, warn_of_twins
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ class Dataset:
     report: dict
     # Writes the split to the model dir, when it is not there yet; see save_split.
     pending_write: Optional[Callable[[], str]] = None
+    # The links and copies among the images, when the split was made here (see split.same_images).
+    twins: Optional[Dict[str, str]] = None
 
     def save_split(self):
         """Writes the split to <model dir>/split unless it is there already (or the model dir is not: see
@@ -89,9 +91,10 @@ def _load(args):
     if saved:
         splits = _splits_from_lists(folders, args.data_dir, args.model_dir, duplicates)
     elif folders.presplit:
-        splits, duplicates = _without_test_duplicates({s: folders.scans[s].good() for s in class_folders.SPLITS})
+        splits, duplicates = _without_test_duplicates({s: folders.scans[s].good() for s in class_folders.SPLITS},
+                                                       folders.class_names)
     else:
-        splits = _split_here(folders, args)
+        splits, twins = _split_here(folders, args)
     _warn_of_unread_folders(folders.unread_folders, getattr(args, "validation_dir", None))
     if getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):  # (a resume ignores it)
         _check_split_of_init_from(args.init_from, folders.class_names, splits["test"][0])
@@ -104,29 +107,33 @@ def _load(args):
               "channels_reason": channels_reason,
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
               "skipped_file_problems": problems, "duplicates_left_out": duplicates}
-    return Dataset(folders.class_names, channels, splits, report, pending)
+    return Dataset(folders.class_names, channels, splits, report, pending,
+                   twins if not saved and not folders.presplit else None)
 
 
 def _split_here(folders, args):
-    """Returns {'train': (files, labels), 'test': (files, labels)}: --test-fraction of each class of the
-    class folders' good images drawn to test (seeded, grouped by --group-by), a test image that is a
-    training image too, as a link or a copy, moved to training (see with_copies_trained)."""
+    """Returns ({'train': (files, labels), 'test': (files, labels)}, the images' twins): --test-fraction of each
+    class of the class folders' good images drawn to test (seeded, grouped by --group-by), an image's links
+    and copies on its side (see split.same_images)."""
     files, labels = folders.scans["all"].good()
+    twins = same_images(files)
+    warn_of_twins(twins, bool(args.group_by))
     entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
-                                        class_names=folders.class_names)
-    splits = {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}
-    return with_copies_trained(splits, "test", args.group_by)
+                                        class_names=folders.class_names, twins=twins)
+    return {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}, twins
 
 
-def _without_test_duplicates(splits):
+def _without_test_duplicates(splits, class_names):
     """Returns (`splits` (your own train/ and test/ folders') without the training files that are test images
     too, as links to them or copies of them, and those files, sorted): the test figures would count images
-    the model trained on. Says so in one line when there are any."""
+    the model trained on. Says so in one line when there are any; raises InputDataError when a class of
+    `class_names` would be left with no training image."""
     shared = shared_images(splits["test"][0], splits["train"][0])
     if not shared:
         return splits, []
     left_out = {trained for trained, _ in shared}
     kept = [(f, label) for f, label in zip(*splits["train"]) if f not in left_out]
+    _check_every_class_trained(splits["train"], kept, shared, class_names)
     trained, tested = shared[0]
     log.warning("%d training image%s a test image too, as a link or a copy (%s is %s): left out of training, so "
                 "that the test figures count no image the model trained on; results.json lists %s "
@@ -134,6 +141,18 @@ def _without_test_duplicates(splits):
                 image_checks.shown_path(trained), image_checks.shown_path(tested),
                 "it" if len(left_out) == 1 else "them")
     return {**splits, "train": ([f for f, _ in kept], [label for _, label in kept])}, sorted(left_out)
+
+
+def _check_every_class_trained(training, kept, shared, class_names):
+    """Raises InputDataError when a class of `training` ((files, labels)) has no file among `kept` ([(file,
+    label)]): every training image of it is a test image too (`shared`: [(training file, test file)])."""
+    lost = sorted(set(training[1]) - {label for _, label in kept})
+    if lost:
+        label_of = dict(zip(*training))
+        trained, tested = next((t, s) for t, s in shared if label_of[t] == lost[0])
+        raise InputDataError(f"every training image of class {class_names[lost[0]]!r} is a test image too, as a link "
+                             f"or a copy ({image_checks.shown_path(trained)} is {image_checks.shown_path(tested)}), so "
+                             "it would not be trained on; add images of it to train/ that test/ does not hold")
 
 
 def _warn_of_unread_folders(unread, validation_dir):
@@ -332,13 +351,18 @@ def validation_sides(args, data):
     neither (see pipeline.validation.split)."""
     def read_dir(folder):
         return _validation_dir(folder, data.class_names, data.channels, args.on_bad_image)
-    sides = split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by,
-                                 data.class_names, test_files=data.splits["test"][0])
-    # (A --validation-dir holding training images is refused. The OCT job's split, by patient, is not searched
-    # for copies: it would read thousands of its 83,484 scans whose size a training scan shares, at each start.)
-    if sides is None or args.validation_dir:
-        return sides
-    return with_copies_trained(sides, "validation", args.group_by)
+    twins = None
+    if args.validation_fraction and not args.validation_dir:
+        # (A --validation-dir holding training images is refused. The OCT job's split, by patient, is not searched
+        # for copies: it would read thousands of its 83,484 scans whose size a training scan shares, at each start.)
+        training = set(data.splits["train"][0])
+        if data.twins is not None:  # (found as this run split its data; said then)
+            twins = {f: twin for f, twin in data.twins.items() if f in training}
+        else:
+            twins = same_images(data.splits["train"][0])
+            warn_of_twins(twins, bool(args.group_by))
+    return split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by,
+                                data.class_names, test_files=data.splits["test"][0], twins=twins)
 
 
 def _validation_dir(folder, class_names, channels, on_bad_image):

@@ -12,45 +12,59 @@ from pipeline.errors import FlagError, UsageError
 log = logging.getLogger(__name__)
 
 
-def held_out_share(files, labels, fraction, seed, group_pattern, class_names=None):
+def held_out_share(files, labels, fraction, seed, group_pattern, class_names=None, twins=None):
     """Returns {'train': (files, labels), 'validation': (files, labels)}: `fraction` of each class of
     (`files`, `labels`) drawn with `seed`, grouped by `group_pattern` (a regular expression whose first
-    group names an image's group; None: every image its own); `class_names` name the classes in errors."""
+    group names an image's group; None: every image its own), each pair of `twins` (see same_images) on
+    one side; `class_names` name the classes in errors."""
     sides = class_folders.split_files(files, labels, fraction, seed, group_pattern,
-                                      held_out=("validation", "--validation-fraction"), class_names=class_names)
+                                      held_out=("validation", "--validation-fraction"), class_names=class_names,
+                                      twins=twins)
     return {side: ([f for f, _ in sides[part]], [label for _, label in sides[part]])
             for side, part in (("train", "train"), ("validation", "test"))}
 
 
-def with_copies_trained(split, held, group_pattern=None):
-    """Returns `split` ({side: (files, labels)}) with each file of its `held` side that is a training file
-    too, as a link to it or a copy of it, moved to 'train' with the rest of its group under `group_pattern`
-    (class_folders.group_of), and says so in one line. A split made here thus puts an image's twins on the
-    training side: none is held out as unseen, none is lost to training, and a group stays on one side."""
-    shared = sorted(shared_images(split["train"][0], split[held][0]))
-    if not shared:
-        return split
-    copies = {copy for copy, _ in shared}
-    groups = {class_folders.group_of(f, group_pattern) for f in copies} if group_pattern else set()
-    moving = copies | {f for f in split[held][0] if groups and class_folders.group_of(f, group_pattern) in groups}
-    kept = [(f, label) for f, label in zip(*split[held]) if f not in moving]
-    trained = sorted(list(zip(*split["train"])) + [(f, label) for f, label in zip(*split[held]) if f in moving])
-    copy, original = shared[0]
-    grouped = f", with the {len(moving) - len(copies)} other images of their --group-by groups" \
-        if len(moving) > len(copies) else ""
-    log.warning("%d %s image%s a link to or a copy of a training image (%s is %s): moved to training%s, so that no %s "
-                "figure counts an image the model trained on", len(copies), held, " is" if len(copies) == 1 else "s are",
-                image_checks.shown_path(copy), image_checks.shown_path(original), grouped, held)
-    return {**split, "train": ([f for f, _ in trained], [label for _, label in trained]),
-            held: ([f for f, _ in kept], [label for _, label in kept])}
+def same_images(files):
+    """Returns {file: the first file of `files` it is the same image as} for each file of `files` that is a
+    link to or a copy of an earlier one: the same real path, or the same bytes (local files, hashed only
+    where two share a size)."""
+    twins, first = {}, {}
+    for f in files:
+        same = first.setdefault(_real(f), f)
+        if same != f:
+            twins[f] = same
+    by_size = collections.defaultdict(list)
+    for f in first.values():
+        by_size[_ContentIndex.size_of(f)].append(f)
+    for size, alike in by_size.items():
+        if size is None or len(alike) < 2:
+            continue
+        first_of = {}
+        for f in alike:
+            digest = _ContentIndex.digest_of(f)
+            same = f if digest is None else first_of.setdefault(digest, f)
+            if same != f:
+                twins[f] = same
+    return twins
+
+
+def warn_of_twins(twins, grouped):
+    """Says in one line, when there are any, that `twins` (see same_images) each go to the side of the image
+    they are (and, when `grouped` by --group-by, with their groups)."""
+    if twins:
+        copy, original = min(twins.items())
+        log.warning("%d image%s a link to or a copy of another (%s is %s): each goes to the side of the image it "
+                    "is%s, so that no test or validation figure counts an image the model trained on", len(twins),
+                    " is" if len(twins) == 1 else "s are", image_checks.shown_path(copy),
+                    image_checks.shown_path(original), ", with its --group-by group" if grouped else "")
 
 
 def split_off_validation(settings, files, labels, read_validation_dir, seed, group_pattern, class_names,
-                         test_files=()):
+                         test_files=(), twins=None):
     """Returns {'train': (files, labels), 'validation': (files, labels)} of the training (`files`,
     `labels`, of `class_names`): `read_validation_dir(folder)`'s (files, labels) with --validation-dir,
-    else --validation-fraction of them (see held_out_share); None with neither. Raises FlagError when
-    --validation-dir holds training or `test_files` images."""
+    else --validation-fraction of them (see held_out_share, `twins` kept on one side); None with neither.
+    Raises FlagError when --validation-dir holds training or `test_files` images."""
     if settings.validation_dir:
         check_validation_dir_flags(settings)
         validation = read_validation_dir(settings.validation_dir)
@@ -58,7 +72,7 @@ def split_off_validation(settings, files, labels, read_validation_dir, seed, gro
         return {"train": (files, labels), "validation": validation}
     if not settings.validation_fraction:
         return None
-    return held_out_share(files, labels, settings.validation_fraction, seed, group_pattern, class_names)
+    return held_out_share(files, labels, settings.validation_fraction, seed, group_pattern, class_names, twins)
 
 
 def check_same_split(listed_path, files):
@@ -143,20 +157,20 @@ class _ContentIndex:
     def __init__(self, files):
         self._by_size = collections.defaultdict(list)
         for f in files:
-            size = self._size(f)
+            size = self.size_of(f)
             if size is not None:
                 self._by_size[size].append(f)
         self._digests = {}  # size -> {digest: a file of the list of that size}
 
     @staticmethod
-    def _size(path):
+    def size_of(path):
         try:
             return None if storage.is_url(path) else os.path.getsize(path)
         except OSError:
             return None
 
     @staticmethod
-    def _digest(path):
+    def digest_of(path):
         try:
             with open(path, "rb") as f:
                 return hashlib.sha256(f.read()).digest()
@@ -165,12 +179,12 @@ class _ContentIndex:
 
     def find(self, path):
         """Returns a file of the list with the bytes of the local file at `path`, or None."""
-        size = self._size(path)
+        size = self.size_of(path)
         if size not in self._by_size:
             return None
         if size not in self._digests:  # (fixed-size formats: one set for all, not a comparison with each)
-            self._digests[size] = {self._digest(f): f for f in reversed(self._by_size[size])}
-        digest = self._digest(path)
+            self._digests[size] = {self.digest_of(f): f for f in reversed(self._by_size[size])}
+        digest = self.digest_of(path)
         return None if digest is None else self._digests[size].get(digest)
 
 

@@ -538,7 +538,8 @@ def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(t
 def test_links_and_copies_of_a_test_image_are_not_trained_on(tmp_path, caplog):
     """The split kept paths apart, not images: a link beside its target, or a train/ and test/ holding
     copies, trained on test images without a word. Your own train/ and test/: the training copy is left
-    out. A split made here: the test copy goes to training (no image lost, none tested that was trained)."""
+    out. A split made here: an image's copies go to its side (none lost, none tested that was trained, and
+    every class still tested: moving a test copy to training after the draw left a class with none)."""
     from pipeline.tasks import images_job
     from tests.images_data import make_shapes_folder
 
@@ -572,8 +573,8 @@ def test_links_and_copies_of_a_test_image_are_not_trained_on(tmp_path, caplog):
     again = load(presplit, "m-presplit")  # resumed: the same split, and the copy is no image added since
     assert again.splits == dataset.splits and again.report["duplicates_left_out"] == [trained]
     assert "added to the data dir" not in caplog.text
-    # a folder split here, a link beside its target and a copy of another image: wherever the seed draws one
-    # of a pair to test, it goes to training with its twin, and no image is left out
+    # a folder split here, a link beside its target and a copy of another image: each pair on one side, every
+    # class tested, no image left out
     data = make_shapes_folder(str(tmp_path / "data"), per_class=6)
     target = os.path.join(data, "square", first_image(os.path.join(data, "square")))
     link = os.path.join(data, "square", "zz-link" + os.path.splitext(target)[1])
@@ -582,7 +583,6 @@ def test_links_and_copies_of_a_test_image_are_not_trained_on(tmp_path, caplog):
     copy = os.path.join(data, "plus sign", "zz-copy" + os.path.splitext(copied)[1])
     shutil.copyfile(copied, copy)
     images_count = 3 * 6 + 2
-    moved_in = 0
     for seed in range(6):
         caplog.clear()
         dataset = load(data, f"m{seed}", "--split-seed", str(seed))
@@ -590,10 +590,11 @@ def test_links_and_copies_of_a_test_image_are_not_trained_on(tmp_path, caplog):
         assert apart(dataset) and not ({_bytes(f) for f in train} & {_bytes(f) for f in test})
         assert len(train) + len(test) == images_count and dataset.report["duplicates_left_out"] == []
         assert {link, target} <= set(train) or {link, target} <= set(test)  # (both in test: neither trained on)
-        moved_in += "moved to training" in caplog.text
+        assert {copy, copied} <= set(train) or {copy, copied} <= set(test)
+        assert sorted(set(dataset.splits["test"][1])) == [0, 1, 2]
+        assert "2 images are a link to or a copy of another (" in caplog.text
         again = load(data, f"m{seed}", "--split-seed", str(seed))  # resumed: the split it wrote
         assert again.splits == dataset.splits and "added to the data dir" not in caplog.text
-    assert moved_in > 0  # some seed drew a twin to test
 
 
 def _bytes(path):
@@ -625,8 +626,8 @@ def test_a_validation_split_held_out_here_trains_every_copy_of_a_training_image(
     assert sorted(train + held) == sorted(dataset.splits["train"][0])  # none lost
     assert dict(zip(train + held, train_labels + held_labels)) == dict(zip(*dataset.splits["train"]))
     assert not {_bytes(f) for f in train} & {_bytes(f) for f in held}  # by the bytes, read here
-    moved = re.search(r"(\d+) validation images? (is|are) a link to or a copy of a training image", caplog.text)
-    assert moved and held  # some twin was drawn to validation, and the split keeps images to validate on
+    assert caplog.text.count("images are a link to or a copy of another (") == 1  # said once, as the data was split
+    assert held and sorted(set(held_labels)) == [0, 1, 2]
     caplog.clear()
     _, again = _images_validation(data, tmp_path / "again")
     assert again == sides  # drawn alike in each run: a resume validates on the same images
@@ -651,8 +652,50 @@ def test_a_held_out_copy_of_a_training_image_takes_its_group_to_training(tmp_pat
     train, held = sides["train"][0], sides["validation"][0]
     assert not {_bytes(f) for f in train} & {_bytes(f) for f in held}
     assert not {class_folders.group_of(f, pattern) for f in train} & {class_folders.group_of(f, pattern) for f in held}
-    assert copied in train and held  # the copied scan's patient went to training, whole
-    assert "with the 2 other images of their --group-by groups" in caplog.text
+    copy_patient = {class_folders.group_of(copied, pattern), trained}
+    assert {class_folders.group_of(f, pattern) for f in train} >= copy_patient or \
+        {class_folders.group_of(f, pattern) for f in held} >= copy_patient  # the two patients, joined by the copy
+    assert held and "each goes to the side of the image it is, with its --group-by group" in caplog.text
+
+
+@pytest.mark.parametrize("layout", ["split here", "validation fraction", "train and test folders"])
+def test_a_class_whose_held_out_or_training_images_are_all_copies_is_refused_by_name(tmp_path, layout):
+    """Moving (or leaving out) every copy emptied a class from a side without a word: a split here tested no
+    image of it, and your own train/ trained on none of it (3 outputs, 2 classes learned)."""
+    from acquisition.errors import InputDataError
+    from pipeline.tasks import images_job
+    from tests.images_data import make_shapes_folder
+
+    def same_bytes(folder, source, count=None):  # every image of `folder` (or its first `count`) a copy of `source`
+        names = sorted(n for n in os.listdir(folder) if n[:3].isdigit())
+        for name in names[:count]:
+            if os.path.join(folder, name) != source:
+                shutil.copyfile(source, os.path.join(folder, name))
+    def first(folder):
+        return os.path.join(folder, sorted(n for n in os.listdir(folder) if n[:3].isdigit())[0])
+    data = str(tmp_path / "data")
+    if layout == "split here":
+        make_shapes_folder(data, per_class=8)
+        same_bytes(os.path.join(data, "circle"), first(os.path.join(data, "circle")))
+    else:  # your own train/ and test/; their training circles copies of a test circle, or of one another
+        make_shapes_folder(os.path.join(data, "train"), per_class=8)
+        make_shapes_folder(os.path.join(data, "test"), per_class=2, seed=1)
+        trained = os.path.join(data, "train", "circle")
+        same_bytes(trained, first(os.path.join(data, "test", "circle") if layout != "validation fraction" else trained))
+    flags = ["--validation-fraction", "0.3"] if layout == "validation fraction" else []
+    args = build_parser(images.TASK).parse_args(["--data-dir", data, "--model-dir", str(tmp_path / "model"), *flags])
+    os.makedirs(args.model_dir)
+    images_job._DATASETS.clear()
+    with pytest.raises(InputDataError) as refused:
+        images_job.validation_sides(args, images_job.load_dataset(args))
+    fragments = {"split here": ["the test split has no image of class 'circle' (8 images)",
+                                "7 of them links to or copies of another image", "more images that are not copies"],
+                 "validation fraction": ["the validation split has no image of class 'circle' (8 images)",
+                                         "7 of them links to or copies", "more images that are not copies"],
+                 "train and test folders": ["every training image of class 'circle' is a test image too",
+                                            "add images of it to train/"]}[layout]
+    assert all(fragment in str(refused.value) for fragment in fragments), str(refused.value)
+    assert "\n" not in str(refused.value)
 
 
 def test_init_from_a_run_that_trained_on_this_run_s_test_images_is_refused_by_path_link_or_copy(tmp_path):
