@@ -535,6 +535,19 @@ def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(t
     assert index.find(str(tmp_path / "absent.bmp")) is None
 
 
+def test_same_images_are_found_by_link_and_by_all_their_bytes_not_by_size_or_head(tmp_path):
+    from pipeline.validation.split import same_images
+    head = bytes(range(256)) * 16  # 4 KB alike in every file
+    paths = {name: tmp_path / f"{name}.gray" for name in ("a", "b", "copy-of-a", "tail-differs", "shorter")}
+    for name, tail in (("a", b"x" * 100), ("b", b"y" * 100), ("copy-of-a", b"x" * 100), ("tail-differs", b"x" * 99 + b"z"),
+                       ("shorter", b"x" * 99)):
+        paths[name].write_bytes(head + tail)
+    os.symlink(paths["b"], tmp_path / "link-to-b.gray")
+    files = [str(paths[n]) for n in ("a", "b", "copy-of-a", "tail-differs", "shorter")] + \
+        [str(tmp_path / "link-to-b.gray"), str(tmp_path / "absent.gray")]
+    assert same_images(files) == {str(paths["copy-of-a"]): str(paths["a"]), files[5]: str(paths["b"])}
+
+
 def test_links_and_copies_of_a_test_image_are_not_trained_on(tmp_path, caplog):
     """The split kept paths apart, not images: a link beside its target, or a train/ and test/ holding
     copies, trained on test images without a word. Your own train/ and test/: the training copy is left
