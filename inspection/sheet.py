@@ -1,14 +1,10 @@
 """What marks a contact sheet as inspect_input.py's: a PNG it may write over again, where any other file
 at that path is someone's to keep."""
+from acquisition.image_formats import png_text
 
 TITLE = "inspect_input.py contact sheet of a training batch"  # in the PNG's tEXt Title
 
 
 def is_contact_sheet(path):
     """Returns whether the file at `path` is a PNG that write_contact_sheet wrote (its Title says so)."""
-    from PIL import Image, UnidentifiedImageError
-    try:
-        with Image.open(path) as image:
-            return image.format == "PNG" and image.info.get("Title") == TITLE
-    except (OSError, UnidentifiedImageError, ValueError):
-        return False
+    return png_text(path, "Title") == TITLE

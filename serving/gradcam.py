@@ -16,6 +16,7 @@ import tensorflow as tf
 from tensorflow.python.util import deprecation
 
 from acquisition import storage
+from acquisition.image_formats import png_text
 from input_fns.decode import PIXELS_SIGNATURE
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES, softmax_logits
 from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
@@ -141,12 +142,7 @@ def source_digest(source):
 
 def heatmap_source(path):
     """Returns source_digest of the file the heatmap PNG at `path` explains, or None: not one of ours."""
-    from PIL import Image, UnidentifiedImageError
-    try:
-        with Image.open(path) as png:
-            return png.info.get(SOURCE_KEY) if png.format == "PNG" else None
-    except (OSError, UnidentifiedImageError, ValueError):
-        return None
+    return png_text(path, SOURCE_KEY)
 
 
 def _read(gradcam, path):
