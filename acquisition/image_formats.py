@@ -115,14 +115,3 @@ def _gif_problem(head, tail):
     if not tail.rstrip(b"\x00").endswith(b";"):
         return "is truncated (no GIF trailer)", False
     return None, False  # GIFs are palette images: TensorFlow decodes them as colour
-
-
-def png_text(path, key):
-    """Returns the text the PNG at `path` keeps under `key` (a tEXt chunk), or None: no such text, not a
-    PNG, or unreadable."""
-    from PIL import Image, UnidentifiedImageError  # (PIL only for the callers that ask)
-    try:
-        with Image.open(path) as image:
-            return image.info.get(key) if image.format == "PNG" else None
-    except (OSError, UnidentifiedImageError, ValueError):
-        return None

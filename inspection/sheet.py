@@ -1,6 +1,6 @@
 """What marks a contact sheet as inspect_input.py's: a PNG it may write over again, where any other file
 at that path is someone's to keep."""
-from acquisition.image_formats import png_text
+from acquisition.png_text import png_text
 
 TITLE = "inspect_input.py contact sheet of a training batch"  # in the PNG's tEXt Title
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 from tensorflow.python.util import deprecation
 
 from acquisition import storage
-from acquisition.image_formats import png_text
+from acquisition.png_text import png_text
 from input_fns.decode import PIXELS_SIGNATURE
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES, softmax_logits
 from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
