@@ -615,14 +615,16 @@ def _bytes(path):
         return f.read()
 
 
-def _images_validation(data, model_dir, *flags):
-    """Returns (the images job's dataset of `data`, its validation_sides) for a new run into `model_dir`."""
+def _images_validation(data, model_dir, *flags, resumed=False):
+    """Returns (the images job's dataset of `data`, its validation_sides) for a new run into `model_dir`
+    (`resumed`: a run resuming there, which reads the split the first one saved)."""
     from pipeline.tasks import images_job
     images_job._DATASETS.clear()
-    os.makedirs(model_dir)
+    os.makedirs(model_dir, exist_ok=resumed)
     args = build_parser(images.TASK).parse_args(["--data-dir", str(data), "--model-dir", str(model_dir),
                                                  "--validation-fraction", "0.3", *flags])
     dataset = images_job.load_dataset(args)
+    dataset.save_split()
     return dataset, images_job.validation_sides(args, dataset)
 
 
@@ -643,7 +645,10 @@ def test_a_validation_split_held_out_here_trains_every_copy_of_a_training_image(
     assert held and sorted(set(held_labels)) == [0, 1, 2]
     caplog.clear()
     _, again = _images_validation(data, tmp_path / "again")
-    assert again == sides  # drawn alike in each run: a resume validates on the same images
+    assert again == sides  # drawn alike in each run
+    resumed, on_resume = _images_validation(data, tmp_path / "model", resumed=True)
+    assert resumed.twins is None and on_resume == sides  # found again in the training split read back, alike
+    assert caplog.text.count("images are a link to or a copy of another (") == 2
 
 
 def test_a_held_out_copy_of_a_training_image_takes_its_group_to_training(tmp_path, caplog):
