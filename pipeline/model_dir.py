@@ -23,11 +23,21 @@ WARM_START_LOCK_FILE = ".warm_start.lock"
 LOCK_FILES = (LOCK_FILE, WARM_START_LOCK_FILE)
 KERAS_DIR = "keras"  # model_to_estimator's first checkpoint: the weights a new model dir starts from
 FIRST_WEIGHTS_RECORD = "first_weights.json"  # in keras/: what decided them (see first_weights)
-# What a kill leaves under a temporary name: TensorFlow's (checkpoint folders, files written then renamed,
-# model_to_estimator's first checkpoint in keras/) and ours (acquisition.storage.write_atomically's .tmp-*:
-# results, reports, TFLite files; exports; the best checkpoint's copy).
-LEFTOVERS = ("*_temp", "*_temp_*", "*.tmp[0-9a-f]*", "keras/*_temp", "keras/*_temp_*", "keras/*.tmp[0-9a-f]*",
-             "keras/*.tempstate*", "export/temp-*", ".tmp-*", "*/.tmp-*", "export/tflite/*/.tmp-*", "best/*.tmp")
+# What a kill leaves under a temporary name, by folder (a glob below the model dir; "" is the model dir itself)
+# and by the exact form of the name, so that a file of yours that only looks temporary (notes.tmp1,
+# photos_temp/) is never taken for one: TensorFlow's (a Saver's sharded save, files written then renamed, a
+# checkpoint's data before its rename, exports) and ours (acquisition.storage.write_atomically: results,
+# reports, TFLite files; the best checkpoint's copy).
+_SAVE_FOLDER = r".*ckpt(-\d+)?_temp(_[0-9a-f]+)?"  # <prefix>_temp/part-*: saver.py's _SHARDED_SUFFIX
+_RENAMED_FILE = r".+\.tmp[0-9a-f]{32}"  # file_io.atomic_write_string_to_file: name + ".tmp" + uuid4().hex
+_DATA_BEFORE_RENAME = r".+\.tempstate\d+"  # tensor_bundle: data + ".tempstate" + a random 64-bit number
+_OURS = r"\.tmp-.+-[a-z0-9_]{8}"  # storage.write_atomically: mkstemp's 8 characters, or 8 hex on a URL
+LEFTOVERS = {"": (_SAVE_FOLDER, _RENAMED_FILE, _DATA_BEFORE_RENAME, _OURS),
+             KERAS_DIR: (_SAVE_FOLDER, _RENAMED_FILE, _DATA_BEFORE_RENAME),
+             "*": (_OURS,),
+             "export": (r"temp-\d+",),  # the Estimator's export, before its rename to <timestamp>
+             "export/tflite/*": (_OURS,),
+             "best": (r".+\.tmp",)}  # pipeline.validation.best's copy
 _CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+)$")
 _CHECKPOINT_FILE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|meta|data-\d+-of-\d+)$")
 
@@ -228,12 +238,15 @@ def _recorded_origin(record):
 
 
 def remove_leftovers(model_dir):
-    """Removes what interrupted runs leave: half-written checkpoint folders (`*_temp`), files
-    TensorFlow writes under a temporary name (`*.tmp<hex>`, in keras/ too), export folders
-    (`export/temp-*`), temporary results, report and TFLite files, a best checkpoint's files cut
-    short while copied (`best/*.tmp`) and checkpoints whose save was cut short (see the functions
-    called); returns the paths removed."""
-    found = [path for pattern in LEFTOVERS for path in storage.glob(storage.join(model_dir, *pattern.split("/")))]
+    """Removes what interrupted runs leave (LEFTOVERS, each by the exact form of its name): half-written
+    checkpoint folders (`model.ckpt-N_temp`), files TensorFlow writes under a temporary name (`*.tmp<32 hex>`,
+    in keras/ too), export folders (`export/temp-<digits>`), temporary results, report and TFLite files, a
+    best checkpoint's files cut short while copied (`best/*.tmp`) and checkpoints whose save was cut short
+    (see the functions called); returns the paths removed."""
+    found = [storage.join(folder, name) for below, names in LEFTOVERS.items()
+             for folder in (storage.glob(storage.join(model_dir, *below.split("/"))) if below else [model_dir])
+             if storage.isdir(folder)
+             for name in storage.listdir(folder) if any(re.fullmatch(form, name) for form in names)]
     if storage.is_url(model_dir):  # exports cut short while being copied there (see serving.export)
         from serving.export import is_complete
         found += [path for path in storage.glob(storage.join(model_dir, "export", "[0-9]*")) if not is_complete(path)]

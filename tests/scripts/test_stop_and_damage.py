@@ -315,10 +315,11 @@ def test_leftovers_of_killed_runs_are_removed(two_checkpoints):
     (model_dir / "best" / "model.ckpt-10.index.tmp").write_bytes(b"x")
     # Files written under a temporary name, then renamed, deeper in the model dir: model_to_estimator's first
     # checkpoint and its state (TensorFlow's names), a TFLite file and an --eval-only report (ours).
-    temporary = [model_dir / "keras" / "checkpoint.tmp0123abcd", model_dir / "keras" / "keras.ckpt.index.tempstate1",
+    temporary = [model_dir / "keras" / ("checkpoint.tmp" + "0123abcd" * 4),
+                 model_dir / "keras" / "keras_model.ckpt.index.tempstate15646289524342867718",
                  model_dir / "keras" / "keras_model.ckpt_temp" / "part-00000-of-00001.data-00000-of-00001.tempstate7",
-                 model_dir / "export" / "tflite" / "1234567890" / ".tmp-float32.tflite-k2x9",
-                 model_dir / "eval_only" / ".tmp-report.json-u7w1"]
+                 model_dir / "export" / "tflite" / "1234567890" / ".tmp-float32.tflite-k2x9_a1b",
+                 model_dir / "eval_only" / ".tmp-report.json-u7w1q0z_"]
     for path in temporary:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
@@ -344,6 +345,27 @@ def stats(model_dir, *patterns):
     """Returns each file matching `patterns` in `model_dir` with its inode, size and modification time."""
     return {p.name: (p.stat().st_ino, p.stat().st_size, p.stat().st_mtime_ns)
             for pattern in patterns for p in model_dir.glob(pattern)}
+
+
+def test_only_names_of_the_exact_temporary_forms_are_leftovers_and_a_folder_s_own_files_stay(tmp_path):
+    """--model-dir on a folder of yours: `photos_temp/`, `paper.tmp1`, `.tmp-notes` looked like leftovers
+    (`*_temp`, `*.tmp[0-9a-f]*`, `.tmp-*`) and went, in a run that then failed on its data, too."""
+    from pipeline.model_dir import remove_leftovers
+    leftovers = ["model.ckpt-25_temp/part-00000-of-00001.data-00000-of-00001", "graph.pbtxt.tmp" + "9f" * 16,
+                 "keras/keras_model.ckpt_temp/part-00000-of-00001.index", "keras/checkpoint.tmp" + "0a" * 16,
+                 "keras/keras_model.ckpt.data-00000-of-00001.tempstate123", ".tmp-results.json-ab_9xyz0",
+                 "eval_only/.tmp-report.json-0123abcd", "export/temp-1732800000/saved_model.pb",
+                 "export/tflite/1732800000/.tmp-int8.tflite-q1w2e3r4", "best/model.ckpt-10.index.tmp"]
+    yours = ["photos_temp/cat.jpg", "my_temp_files/a.txt", "paper.tmp1", "notes.tmp", ".tmp-notes", ".tmpfile",
+             "export/temp-mine/b", "export/temperature.csv", "keras/weights_temp.h5", "draft.tempstate",
+             "eval_only/.tmp-report.json-1", "data.tmp" + "0" * 31, "export/tflite/1/.tmp-x"]
+    for name in leftovers + yours:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    removed = {os.path.relpath(p, tmp_path) for p in remove_leftovers(str(tmp_path))}
+    assert removed == {name.split("/part-")[0] if "_temp/" in name else
+                       os.path.dirname(name) if "/temp-" in name else name for name in leftovers}
+    assert all((tmp_path / name).read_bytes() == b"x" for name in yours)
 
 
 def test_a_first_checkpoint_cut_short_is_removed_and_whole_ones_without_the_checkpoint_file_are_kept(
