@@ -205,6 +205,10 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None)
         if unapplied:
             print(f"  note: {'; '.join(unapplied)}: these act when a run finishes, and this one finished with other "
                   "values; run again with --eval-only to apply them to its best checkpoint", flush=True)
+        if _unconvertible(results, settings):
+            print(f"  note: --tflite {','.join(settings.tflite)}: this run trained in bf16, whose bfloat16 tensors "
+                  "TFLite cannot hold, so no --eval-only converts it; train another --model-dir with --precision "
+                  "fp32 or bf16-amp to convert one", flush=True)
         print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results
 
@@ -239,7 +243,14 @@ def finishing_flags_not_applied(results, settings):
         return set(value) <= set(had[name]) if name == "tflite" else value == had[name]
     return [f"--{name.replace('_', '-')} {texts.get(name, str)(value)} (it finished with "
             f"{texts.get(name, str)(had[name])})" for name, value in asked.items()
-            if value not in ((), "none", None) and not applied(name, value)]
+            if value not in ((), "none", None) and not applied(name, value)
+            and not (name == "tflite" and _unconvertible(results, settings))]
+
+
+def _unconvertible(results, settings):
+    """Returns whether `settings` ask for --tflite of a run whose `results` say it trained in bf16 (see
+    training_record.check_convertible): no run of that model dir can convert it."""
+    return bool(getattr(settings, "tflite", ())) and results.get("precision") == "bf16"
 
 
 def flags_not_trained_with(results, settings):
