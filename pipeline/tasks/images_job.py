@@ -117,7 +117,7 @@ def _split_here(folders, args):
     and copies on its side (see split.same_images)."""
     files, labels = folders.scans["all"].good()
     twins = same_images(files)
-    warn_of_twins(twins, bool(args.group_by))
+    warn_of_twins(twins, bool(args.group_by), dict(zip(files, labels)), folders.class_names)
     entries = class_folders.split_files(files, labels, args.test_fraction, args.split_seed, args.group_by,
                                         class_names=folders.class_names, twins=twins)
     return {s: ([f for f, _ in entries[s]], [label for _, label in entries[s]]) for s in class_folders.SPLITS}, twins
@@ -360,7 +360,7 @@ def validation_sides(args, data):
             twins = {f: twin for f, twin in data.twins.items() if f in training}
         else:
             twins = same_images(data.splits["train"][0])
-            warn_of_twins(twins, bool(args.group_by))
+            warn_of_twins(twins, bool(args.group_by), dict(zip(*data.splits["train"])), data.class_names)
     return split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by,
                                 data.class_names, test_files=data.splits["test"][0], twins=twins)
 

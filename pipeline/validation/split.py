@@ -56,15 +56,24 @@ def _head(path, size=4096):
         return None
 
 
-def warn_of_twins(twins, grouped):
+def warn_of_twins(twins, grouped, label_of, class_names):
     """Says in one line, when there are any, that `twins` (see same_images) each go to the side of the image
-    they are (and, when `grouped` by --group-by, with their groups)."""
-    if twins:
-        copy, original = min(twins.items())
-        log.warning("%d image%s a link to or a copy of another (%s is %s): each goes to the side of the image it "
-                    "is%s, so that no test or validation figure counts an image the model trained on", len(twins),
-                    " is" if len(twins) == 1 else "s are", image_checks.shown_path(copy),
-                    image_checks.shown_path(original), ", with its --group-by group" if grouped else "")
+    they are (and, when `grouped` by --group-by, with their groups), and names a pair under two classes
+    (`label_of`: {file: label}, of `class_names`): one image taught as both."""
+    if not twins:
+        return
+    copy, original = min(twins.items())
+    crossed = sorted((f, twin) for f, twin in twins.items() if label_of[f] != label_of[twin])
+    across = ""
+    if crossed:
+        f, twin = crossed[0]
+        across = (f"; {len(crossed)} of them in another class folder than the image they are ({image_checks.shown_path(f)} "
+                  f"in {class_names[label_of[f]]!r} is {image_checks.shown_path(twin)} in "
+                  f"{class_names[label_of[twin]]!r}): the model learns that image as both; keep it in one class folder")
+    log.warning("%d image%s a link to or a copy of another (%s is %s): each goes to the side of the image it "
+                "is%s, so that no test or validation figure counts an image the model trained on%s", len(twins),
+                " is" if len(twins) == 1 else "s are", image_checks.shown_path(copy),
+                image_checks.shown_path(original), ", with its --group-by group" if grouped else "", across)
 
 
 def split_off_validation(settings, files, labels, read_validation_dir, seed, group_pattern, class_names,

@@ -628,6 +628,20 @@ def _images_validation(data, model_dir, *flags, resumed=False):
     return dataset, images_job.validation_sides(args, dataset)
 
 
+def test_an_image_in_two_class_folders_is_named_with_both_classes(tmp_path, caplog):
+    """Trained as both labels without a word: a copy, or a link, of one class's image in another's folder."""
+    from tests.images_data import make_shapes_folder
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=6)
+    circle = sorted(n for n in os.listdir(os.path.join(data, "circle")) if n[:3].isdigit())[0]
+    copy = os.path.join(data, "square", "zz-circle" + os.path.splitext(circle)[1])
+    shutil.copyfile(os.path.join(data, "circle", circle), copy)
+    dataset, _ = _images_validation(data, tmp_path / "model")
+    assert f"1 of them in another class folder than the image they are ({copy} in 'square' is " \
+           f"{os.path.join(data, 'circle', circle)} in 'circle'): the model learns that image as both" in caplog.text
+    side = {f: s for s in ("train", "test") for f in dataset.splits[s][0]}
+    assert side[copy] == side[os.path.join(data, "circle", circle)]
+
+
 def test_a_validation_split_held_out_here_trains_every_copy_of_a_training_image(tmp_path, caplog):
     """A copy drawn to validation scored the model on an image it trained on, and flattered the best model."""
     from tests.images_data import make_shapes_folder
