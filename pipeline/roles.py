@@ -234,7 +234,10 @@ def _check_report_only(setup):
 
 def _finished_results(setup, stopped_because=None):
     model_dir = setup.settings.model_dir
-    results = finished_results(model_dir, setup.start_step, setup.max_steps, setup.settings, stopped_because)
+    recipe_differs = training_record.recipe_not_trained_with(setup.record.segments, setup.start_step,
+                                                             training_record.recipe_of(setup.settings))
+    results = finished_results(model_dir, setup.start_step, setup.max_steps, setup.settings, stopped_because,
+                               recipe_differs)
     if results is not None and not hparams.recorded(model_dir):  # a kill between results.json and this record
         hparams.write_hparams(model_dir, results)
     return results

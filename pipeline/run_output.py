@@ -182,10 +182,11 @@ def _describe_ema(ema):
             f"loss {raw['loss']:.4f}")
 
 
-def finished_results(model_dir, step, max_steps, settings, stopped_because=None):
+def finished_results(model_dir, step, max_steps, settings, stopped_because=None, recipe_differs=()):
     """Returns the results of the run that finished at `step` in `model_dir` (re-printed, with a note of
-    the model flags in `settings` it was not trained with), or None; with `stopped_because`, only when
-    they say it stopped early for that reason."""
+    the model flags in `settings` it was not trained with, and of `recipe_differs`: the recipe's, see
+    training_record.recipe_not_trained_with), or None; with `stopped_because`, only when they say it
+    stopped early for that reason."""
     try:
         results = results_lib.read_results(model_dir)
     except (OSError, ValueError):
@@ -197,7 +198,7 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None)
     with reader_may_leave(os.path.join(model_dir, results_lib.RESULTS_FILE)):
         print(f"{results['task']}: already finished at global step {step} (on {results.get('finished_at')}){past}; "
               "nothing to do. Its results:", flush=True)
-        differing = flags_not_trained_with(results, settings)
+        differing = flags_not_trained_with(results, settings) + list(recipe_differs)
         if differing:
             print(f"  note: it was trained with {', '.join(differing)}: these results are not of this command's "
                   "flags; pass another --model-dir to train with them", flush=True)

@@ -308,6 +308,15 @@ def _flag(dest):
     return f"--{dest.replace('_', '-')}"
 
 
+def recipe_not_trained_with(segments, start_step, recipe):
+    """Returns ['--augment flip=horizontal (not none)', ...]: each of RECIPE_FLAGS whose value in `recipe`
+    (recipe_of's) is not the one the steps before `start_step` last trained with ([] with none on record)."""
+    earlier = [s for s in trained_before(segments, start_step) if s.recipe is not None]
+    theirs = earlier[-1].recipe if earlier else {}
+    return [f"{flag} {theirs[flag]} (not {recipe[flag]})" for flag in map(_flag, RECIPE_FLAGS)
+            if flag in recipe and flag in theirs and theirs[flag] != recipe[flag]]
+
+
 def check_same_recipe(segments, start_step, recipe, model_dir):
     """Raises FlagError (exit 2) when the steps before `start_step` trained under another value of one of
     RECIPE_FLAGS than `recipe` (recipe_of's) gives, naming them: results.json would describe the whole run by
