@@ -160,3 +160,16 @@ def test_the_referral_threshold_is_chosen_on_the_validation_split_and_applied_to
                                    validation=(validation[0], np.full(200, 3)))
     assert no_positives["referral"]["at_specificity_validation"]["undefined"] == \
         "the validation split has no positive images"
+
+
+def test_the_plots_of_class_names_in_a_script_the_font_lacks_say_nothing_on_stderr(recwarn):
+    """Class folders named in Japanese: matplotlib's font has no such glyphs, and each plot put 4 warnings on
+    stderr in every run (the names are right in report.json and report.md; the plots show boxes)."""
+    from reporting.files import plot_pngs
+    rng = np.random.default_rng(0)
+    names = ["blue_日本", "赤", "green"]
+    labels = np.repeat(np.arange(3), 20)
+    probabilities = rng.dirichlet(np.ones(3), size=60)
+    pngs = plot_pngs(clinical_report(probabilities, labels, names, resamples=10), probabilities, labels)
+    assert pngs and all(png.startswith(b"\x89PNG") for png in pngs.values())
+    assert not [w for w in recwarn if "Glyph" in str(w.message)], [str(w.message) for w in recwarn]
