@@ -93,6 +93,7 @@ def _load(args):
     elif folders.presplit:
         splits, duplicates = _without_test_duplicates({s: folders.scans[s].good() for s in class_folders.SPLITS},
                                                        folders.class_names)
+        _warn_of_groups_on_both_sides(splits, args.group_by)
     else:
         splits, twins = _split_here(folders, args)
     _warn_of_unread_folders(folders.unread_folders, getattr(args, "validation_dir", None))
@@ -141,6 +142,21 @@ def _without_test_duplicates(splits, class_names):
                 image_checks.shown_path(trained), image_checks.shown_path(tested),
                 "it" if len(left_out) == 1 else "them")
     return {**splits, "train": ([f for f, _ in kept], [label for _, label in kept])}, sorted(left_out)
+
+
+def _warn_of_groups_on_both_sides(splits, group_pattern):
+    """Says in one line when your own train/ and test/ (`splits`) hold files of one --group-by group (a
+    patient): the folders are used as they are, so the test figures count a group the model trained on."""
+    if not group_pattern:
+        return
+    groups = {side: {class_folders.group_of(f, group_pattern) for f in splits[side][0]} - {None}
+              for side in class_folders.SPLITS}
+    shared = sorted(groups["train"] & groups["test"])
+    if shared:
+        log.warning("%d --group-by group%s in both train/ and test/ (%s): your folders are used as they are, so the "
+                    "test figures count %s the model trained on; move %s files into one of them",
+                    len(shared), " is" if len(shared) == 1 else "s are", ", ".join(shared[:3]) + (", ..." if len(shared) > 3 else ""),
+                    "a group" if len(shared) == 1 else "groups", "its" if len(shared) == 1 else "each one's")
 
 
 def _check_every_class_trained(training, kept, shared, class_names):

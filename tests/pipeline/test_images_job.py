@@ -214,3 +214,23 @@ def test_the_planned_steps_of_a_resume_at_another_batch_count_the_earlier_steps_
     assert images_job.planned_steps(resumed) == 50
     assert images_job.planned_steps(ScheduledRate(1e-3, 100 * 32, images_per_step=32)) == 100
     assert images_job.planned_steps(1e-3) is None  # a fixed rate (a network built outside a run)
+
+
+def test_your_own_train_and_test_holding_one_group_are_named_in_a_warning(tmp_path, caplog):
+    """--group-by keeps a patient on one side of a split made here; your own folders are used as they are,
+    and a patient in both trained on what it was tested on without a word."""
+    from PIL import Image
+    data = tmp_path / "data"
+    for side, patients in (("train", ("p01", "p02", "p03")), ("test", ("p03", "p04"))):
+        for label in ("a", "b"):
+            for patient in patients:
+                (data / side / label).mkdir(parents=True, exist_ok=True)
+                Image.new("L", (8, 8), color=int(patient[1:]) * 20 + (5 if label == "b" else 0) +
+                          (100 if side == "test" else 0)).save(data / side / label / f"{patient}-1.png")
+    images_job._DATASETS.clear()
+    images_job.load_dataset(args_for(str(data), str(tmp_path / "model"), "--group-by", r"^(p\d+)-"))
+    assert "1 --group-by group is in both train/ and test/ (p03): your folders are used as they are" in caplog.text
+    caplog.clear()
+    images_job._DATASETS.clear()
+    images_job.load_dataset(args_for(str(data), str(tmp_path / "other")))  # no groups asked for: none named
+    assert "--group-by" not in caplog.text
