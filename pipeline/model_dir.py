@@ -55,10 +55,13 @@ def locked(model_dir):
 
     Raises UsageError naming the running process when another run holds it. A
     lock left by a process that died is taken over (the kernel releases it). On a
-    URL the lock is a locks.Lease, taken over once its owner stops renewing it.
+    URL the lock is a locks.Lease, taken over once its owner stops renewing it. A
+    run that fails having written nothing but its lock into a local folder that was
+    there before (yours: --eval-only of an empty one, say) takes its lock file away.
     """
     path = storage.join(model_dir, LOCK_FILE)
     lease = locks.Lease(path) if storage.is_url(model_dir) else None
+    before = None if lease or os.path.lexists(path) or not os.path.isdir(model_dir) else set(os.listdir(model_dir))
     try:
         held = lease.acquire() if lease else _acquire_in(model_dir, path)
     except locks.LockHeld as e:
@@ -68,8 +71,16 @@ def locked(model_dir):
                          "another --model-dir") from None
     try:
         yield
+    except BaseException:
+        if before is not None and set(os.listdir(model_dir)) - before <= {LOCK_FILE}:
+            locks.release_and_remove(held, path)
+            held = None
+        raise
     finally:
-        lease.release() if lease else locks.release(held)
+        if lease:
+            lease.release()
+        elif held is not None:
+            locks.release(held)
 
 
 def _acquire_in(model_dir, path):
@@ -134,11 +145,11 @@ def _removed_if_empty(model_dir):
 
 
 def _left_empty(model_dir):
-    """Returns whether `model_dir` holds its run lock and nothing but lock files, the first weights, and what a
-    run writes before its first checkpoint: its training record and TensorBoard's first event files (a cluster
-    whose tasks never met, a port in use)."""
+    """Returns whether `model_dir` holds nothing but lock files (its run lock, or none: see locked), the first
+    weights, and what a run writes before its first checkpoint: its training record and TensorBoard's first
+    event files (a cluster whose tasks never met, a port in use)."""
     names = set(os.listdir(model_dir))
-    return LOCK_FILE in names and names - _written_first(names) <= {*LOCK_FILES, KERAS_DIR}
+    return names - _written_first(names) <= {*LOCK_FILES, KERAS_DIR}
 
 
 def _written_first(names):

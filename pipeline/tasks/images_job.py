@@ -88,6 +88,7 @@ def _load(args):
     channels_reason = ("--channels" if args.channels else "the model dir's split" if (saved or {}).get("channels")
                        else "every image is gray" if folders.gray else "some images are in colour; a GIF counts as one")
     duplicates = [os.path.join(args.data_dir, f) for f in (saved or {}).get("duplicates_left_out", [])]
+    twins = None
     if saved:
         splits = _splits_from_lists(folders, args.data_dir, args.model_dir, duplicates)
     elif folders.presplit:
@@ -108,8 +109,7 @@ def _load(args):
               "channels_reason": channels_reason,
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
               "skipped_file_problems": problems, "duplicates_left_out": duplicates}
-    return Dataset(folders.class_names, channels, splits, report, pending,
-                   twins if not saved and not folders.presplit else None)
+    return Dataset(folders.class_names, channels, splits, report, pending, twins)
 
 
 def _split_here(folders, args):
@@ -153,10 +153,11 @@ def _warn_of_groups_on_both_sides(splits, group_pattern):
               for side in class_folders.SPLITS}
     shared = sorted(groups["train"] & groups["test"])
     if shared:
-        log.warning("%d --group-by group%s in both train/ and test/ (%s): your folders are used as they are, so the "
-                    "test figures count %s the model trained on; move %s files into one of them",
-                    len(shared), " is" if len(shared) == 1 else "s are", ", ".join(shared[:3]) + (", ..." if len(shared) > 3 else ""),
-                    "a group" if len(shared) == 1 else "groups", "its" if len(shared) == 1 else "each one's")
+        one = len(shared) == 1
+        log.warning("%d --group-by group%s in both train/ and test/ (%s%s): your folders are used as they are, so "
+                    "the test figures count %s the model trained on; move %s files into one of them", len(shared),
+                    " is" if one else "s are", ", ".join(shared[:3]), ", ..." if len(shared) > 3 else "",
+                    "a group" if one else "groups", "its" if one else "each one's")
 
 
 def _check_every_class_trained(training, kept, shared, class_names):
@@ -370,7 +371,7 @@ def validation_sides(args, data):
     twins = None
     if args.validation_fraction and not args.validation_dir:
         # (A --validation-dir holding training images is refused. The OCT job's split, by patient, is not searched
-        # for copies: it would read thousands of its 83,484 scans whose size a training scan shares, at each start.)
+        # for copies: it would read the first 4 KB of most of its 83,484 scans, and some whole, at each start.)
         training = set(data.splits["train"][0])
         if data.twins is not None:  # (found as this run split its data; said then)
             twins = {f: twin for f, twin in data.twins.items() if f in training}

@@ -1,6 +1,7 @@
 """The images job's split in the model dir: written once, reused on resume, and guarded."""
 import json
 import os
+import shutil
 
 import pytest
 
@@ -234,3 +235,29 @@ def test_your_own_train_and_test_holding_one_group_are_named_in_a_warning(tmp_pa
     images_job._DATASETS.clear()
     images_job.load_dataset(args_for(str(data), str(tmp_path / "other")))  # no groups asked for: none named
     assert "--group-by" not in caplog.text
+
+
+def test_a_run_that_fails_in_a_folder_of_yours_leaves_it_as_it_was(tmp_path):
+    """Its lock file stayed behind: in an empty folder given to --eval-only, in one holding your notes. A folder
+    the run made goes (test_bad_inputs), and a model dir's lock stays for its next run."""
+    from acquisition.errors import InputDataError
+    from pipeline.errors import UsageError
+    from pipeline.model_dir import LOCK_FILE
+    from pipeline.roles import run
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=6)
+    empty, notes = tmp_path / "empty", tmp_path / "notes"
+    empty.mkdir()
+    notes.mkdir()
+    (notes / "plan.txt").write_text("mine")
+    with pytest.raises(UsageError, match="--eval-only needs a trained model dir"):
+        run(TASK, args_for(data, str(empty), "--eval-only"))
+    assert os.listdir(empty) == []
+    one_class = tmp_path / "one-class"
+    shutil.copytree(os.path.join(data, "circle"), one_class / "circle")
+    with pytest.raises(InputDataError, match="holds 1 class folder"):
+        run(TASK, args_for(str(one_class), str(notes)))
+    assert os.listdir(notes) == ["plan.txt"] and (notes / "plan.txt").read_text() == "mine"
+    (notes / LOCK_FILE).write_text("")  # a run's model dir: its lock is there before, and stays
+    with pytest.raises(InputDataError, match="holds 1 class folder"):
+        run(TASK, args_for(str(one_class), str(notes)))
+    assert sorted(os.listdir(notes)) == sorted([LOCK_FILE, "plan.txt"])

@@ -260,7 +260,7 @@ def test_ds_store_files_are_not_images(oct_sample, tmp_path):
 
 def test_a_run_that_fails_on_its_data_leaves_no_folder_it_made(tmp_path):
     """A new model dir (and the parents made for it) goes when the run stops on its data with nothing in it;
-    a folder that was there stays, and so does a model dir holding anything but its lock."""
+    a folder that was there stays as it was (without the run's lock file)."""
     data = tmp_path / "pictures"
     for name in ("a", "b"):
         (data / name).mkdir(parents=True)
@@ -277,5 +277,5 @@ def test_a_run_that_fails_on_its_data_leaves_no_folder_it_made(tmp_path):
         assert result.returncode == 1
         assert_clean_failure(result, "broken.png has no PNG header")
     assert sorted(os.listdir(tmp_path)) == ["kept", "pictures", "there"]
-    assert os.listdir(tmp_path / "there") == [LOCK_FILE]  # made by the user: emptied of nothing of theirs
-    assert sorted(os.listdir(tmp_path / "kept")) == sorted([LOCK_FILE, "notes.txt"])
+    assert os.listdir(tmp_path / "there") == []  # made by the user: as it was, the run's lock file gone too
+    assert os.listdir(tmp_path / "kept") == ["notes.txt"]
