@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from pipeline.flags import build_parser
-from pipeline.model_dir import LOCK_FILE, LOCK_FILES
+from pipeline.model_dir import LOCK_FILES
 from pipeline.roles import run
 from pipeline.tasks.fashion import TASK as FASHION
 from tests.bad_data import fashion_copy, idx_with_wrong_magic, idx_with_mismatched_counts, idx_truncated, data_dir_is_a_file, oct_copy, oct_unknown_class, oct_empty_class, oct_no_images, oct_and_records_manifest, oct_only_val, oct_with
