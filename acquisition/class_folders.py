@@ -185,10 +185,11 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("
     `class_names` (by label) the classes.
 
     With the regex `group_by` (see group_of), files of one group are kept on one
-    side, and so are the files `twins` ({file: the file of `files` it is the same image
-    as}) pairs, with their groups; groups are drawn in a seeded order and go to test while
-    their largest class still needs test images. Raises InputDataError when a file
-    matches no group, or when a class ends with no training or no test image.
+    side; groups are drawn in a seeded order and go to test while their largest class
+    still needs test images. The files `twins` ({file: the file of `files` it is the same
+    image as}) pairs go to train with their groups: no held-out figure counts an image
+    twice, or one trained on. Raises InputDataError when a file matches no group, or
+    when a class ends with no training or no test image.
     """
     if not group_by and not twins:
         return _stratified_split(files, labels, test_fraction, seed, held_out, class_names)
@@ -201,12 +202,14 @@ def split_files(files, labels, test_fraction, seed=0, group_by=None, held_out=("
     wanted = {c: max(least, round(n * test_fraction)) for c, n in per_class.items()}
     order = sorted(groups)
     random.Random(seed).shuffle(order)
+    copied = {keys[f] for pair in (twins or {}).items() for f in pair}
     taken, split = collections.Counter(), {"train": [], "test": []}
     for key in order:
         members = groups[key]
         counts = collections.Counter(label for _, label in members)
         main = max(counts, key=lambda c: (counts[c], -c))
-        side = "test" if taken[main] + counts[main] <= max(wanted[main], 1) and wanted[main] > 0 else "train"
+        side = "test" if key not in copied and taken[main] + counts[main] <= max(wanted[main], 1) and \
+            wanted[main] > 0 else "train"
         if side == "test":
             taken.update(counts)
         split[side] += members
@@ -268,8 +271,8 @@ def _checked(split, per_class, test_fraction, group_by, held_out, class_names, t
                                  "on; add images of it, or move its folder out of the data dir")
         label_of = {f: lab for part in SPLITS for f, lab in split[part]}
         copies = sorted(f for f, twin in (twins or {}).items() if label in (label_of.get(f), label_of.get(twin)))
-        kept_together = f", {len(copies)} of them links to or copies of another image, each kept on its side " \
-            f"(e.g. {copies[0]})" if copies else ""
+        kept_together = f", {len(copies)} of them links to or copies of another image, which train (e.g. " \
+            f"{copies[0]})" if copies else ""
         raise InputDataError(f"the {name if side == 'test' else side} split has no image of {named} "
                              f"({per_class[label]} images) with {flag} {test_fraction}"
                              f"{' and --group-by' if group_by else ''}{kept_together}; give that class more images "

@@ -115,7 +115,7 @@ def _load(args):
 def _split_here(folders, args):
     """Returns ({'train': (files, labels), 'test': (files, labels)}, the images' twins): --test-fraction of each
     class of the class folders' good images drawn to test (seeded, grouped by --group-by), an image's links
-    and copies on its side (see split.same_images)."""
+    and copies trained with it (see split.same_images)."""
     files, labels = folders.scans["all"].good()
     twins = same_images(files)
     warn_of_twins(twins, bool(args.group_by), dict(zip(files, labels)), folders.class_names)

@@ -15,8 +15,8 @@ log = logging.getLogger(__name__)
 def held_out_share(files, labels, fraction, seed, group_pattern, class_names=None, twins=None):
     """Returns {'train': (files, labels), 'validation': (files, labels)}: `fraction` of each class of
     (`files`, `labels`) drawn with `seed`, grouped by `group_pattern` (a regular expression whose first
-    group names an image's group; None: every image its own), each pair of `twins` (see same_images) on
-    one side; `class_names` name the classes in errors."""
+    group names an image's group; None: every image its own), each pair of `twins` (see same_images) in
+    training; `class_names` name the classes in errors."""
     sides = class_folders.split_files(files, labels, fraction, seed, group_pattern,
                                       held_out=("validation", "--validation-fraction"), class_names=class_names,
                                       twins=twins)
@@ -57,9 +57,9 @@ def _head(path, size=4096):
 
 
 def warn_of_twins(twins, grouped, label_of, class_names):
-    """Says in one line, when there are any, that `twins` (see same_images) each go to the side of the image
-    they are (and, when `grouped` by --group-by, with their groups), and names a pair under two classes
-    (`label_of`: {file: label}, of `class_names`): one image taught as both."""
+    """Says in one line, when there are any, that `twins` (see same_images) train with the image they are
+    (and, when `grouped` by --group-by, with their groups), and names a pair under two classes (`label_of`:
+    {file: label}, of `class_names`): one image taught as both."""
     if not twins:
         return
     copy, original = min(twins.items())
@@ -70,8 +70,8 @@ def warn_of_twins(twins, grouped, label_of, class_names):
         across = (f"; {len(crossed)} of them in another class folder than the image they are ({image_checks.shown_path(f)} "
                   f"in {class_names[label_of[f]]!r} is {image_checks.shown_path(twin)} in "
                   f"{class_names[label_of[twin]]!r}): the model learns that image as both; keep it in one class folder")
-    log.warning("%d image%s a link to or a copy of another (%s is %s): each goes to the side of the image it "
-                "is%s, so that no test or validation figure counts an image the model trained on%s", len(twins),
+    log.warning("%d image%s a link to or a copy of another (%s is %s): each trains with the image it is%s, so "
+                "that no test or validation figure counts an image twice or one the model trained on%s", len(twins),
                 " is" if len(twins) == 1 else "s are", image_checks.shown_path(copy),
                 image_checks.shown_path(original), ", with its --group-by group" if grouped else "", across)
 
@@ -80,7 +80,7 @@ def split_off_validation(settings, files, labels, read_validation_dir, seed, gro
                          test_files=(), twins=None):
     """Returns {'train': (files, labels), 'validation': (files, labels)} of the training (`files`,
     `labels`, of `class_names`): `read_validation_dir(folder)`'s (files, labels) with --validation-dir,
-    else --validation-fraction of them (see held_out_share, `twins` kept on one side); None with neither.
+    else --validation-fraction of them (see held_out_share, `twins` kept in training); None with neither.
     Raises FlagError when --validation-dir holds training or `test_files` images."""
     if settings.validation_dir:
         check_validation_dir_flags(settings)

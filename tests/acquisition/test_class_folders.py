@@ -162,19 +162,19 @@ def test_group_by_keeps_each_group_on_one_side():
         class_folders.split_files(files, labels, 0.25, group_by=r"(x)?patient")
 
 
-def test_twins_go_to_one_side_with_their_groups_and_each_class_keeps_its_test_share():
-    """An image's links and copies (`twins`) are split with it, chains and groups joined: patient 1's copy of
-    patient 2's scan, and patient 2's of patient 3's, put all three patients on one side."""
+def test_twins_train_with_their_groups_and_each_class_keeps_its_test_share():
+    """An image's links and copies (`twins`) train with it, chains and groups joined: patient 1's copy of
+    patient 2's scan, and patient 2's of patient 3's, put all three patients in training."""
     files = [f"/d/{c}/{c}-patient{p}-{i}.png" for c in ("a", "b") for p in range(10) for i in range(2)]
     labels = [0 if "/a/" in f else 1 for f in files]
     twins = {"/d/a/a-patient1-0.png": "/d/a/a-patient2-1.png", "/d/a/a-patient2-0.png": "/d/a/a-patient3-0.png"}
     for seed in range(8):
         grouped = class_folders.split_files(files, labels, 0.3, seed, group_by=r"-(patient\d+)-", twins=twins)
         side_of = {f: side for side in grouped for f, _ in grouped[side]}
-        assert len({side_of[f] for f in files if re.search(r"-patient[123]-", f)}) == 1
+        assert {side_of[f] for f in files if re.search(r"-patient[123]-", f)} == {"train"}
         plain = class_folders.split_files(files, labels, 0.3, seed, twins=twins)
         side_of = {f: side for side in plain for f, _ in plain[side]}
-        assert all(side_of[f] == side_of[twin] for f, twin in twins.items())
+        assert all(side_of[f] == side_of[twin] == "train" for f, twin in twins.items())
         assert sorted(f for f, _ in plain["train"] + plain["test"]) == sorted(files)
         assert collections.Counter(label for _, label in plain["test"]) == {0: 6, 1: 6}  # round(20 x 0.3) each
 
