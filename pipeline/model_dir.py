@@ -37,6 +37,8 @@ LEFTOVERS = {"": (_SAVE_FOLDER, _RENAMED_FILE, _DATA_BEFORE_RENAME, _OURS),
              "*": (_OURS,),
              "export": (r"temp-\d+",),  # the Estimator's export, before its rename to <timestamp>
              "export/tflite/*": (_OURS,),
+             "eval_only/export": (r"temp-\d+",),  # an --eval-only run's (evaluation_report.EVAL_ONLY_DIR)
+             "eval_only/export/tflite/*": (_OURS,),
              "best": (r".+\.tmp",)}  # pipeline.validation.best's copy
 _CHECKPOINT = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d+-of-\d+)$")
 _CHECKPOINT_FILE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|meta|data-\d+-of-\d+)$")

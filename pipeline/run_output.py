@@ -182,10 +182,12 @@ def _describe_ema(ema):
             f"loss {raw['loss']:.4f}")
 
 
-def finished_results(model_dir, step, max_steps, settings, stopped_because=None, recipe_differs=()):
+def finished_results(model_dir, step, max_steps, settings, stopped_because=None, recipe_differs=(),
+                     unconvertible=False):
     """Returns the results of the run that finished at `step` in `model_dir` (re-printed, with a note of
     the model flags in `settings` it was not trained with, and of `recipe_differs`: the recipe's, see
-    training_record.recipe_not_trained_with), or None; with `stopped_because`, only when they say it
+    training_record.recipe_not_trained_with; `unconvertible`: an --eval-only run would refuse --tflite, see
+    training_record.eval_only_cannot_convert), or None; with `stopped_because`, only when they say it
     stopped early for that reason."""
     try:
         results = results_lib.read_results(model_dir)
@@ -202,23 +204,25 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None,
         if differing:
             print(f"  note: it was trained with {', '.join(differing)}: these results are not of this command's "
                   "flags; pass another --model-dir to train with them", flush=True)
-        unapplied = finishing_flags_not_applied(results, settings)
+        tflite_refused = unconvertible and bool(getattr(settings, "tflite", ()))
+        unapplied = finishing_flags_not_applied(results, settings, convertible=not tflite_refused)
         if unapplied:
             print(f"  note: {'; '.join(unapplied)}: these act when a run finishes, and this one finished with other "
                   "values; run again with --eval-only to apply them to its best checkpoint", flush=True)
-        if _unconvertible(results, settings):
-            print(f"  note: --tflite {','.join(settings.tflite)}: this run trained in bf16, whose bfloat16 tensors "
-                  "TFLite cannot hold, so no --eval-only converts it; train another --model-dir with --precision "
-                  "fp32 or bf16-amp to convert one", flush=True)
+        if tflite_refused:
+            print(f"  note: --tflite {','.join(settings.tflite)}: the model its --eval-only would convert trained in "
+                  "bf16, whose bfloat16 tensors TFLite cannot hold, so no --eval-only converts it; train another "
+                  "--model-dir with --precision fp32 or bf16-amp to convert one", flush=True)
         print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
     return results
 
 
-def finishing_flags_not_applied(results, settings):
+def finishing_flags_not_applied(results, settings, convertible=True):
     """Returns ['--tta flip=horizontal (it finished with none)', ...]: the flags that act when a run finishes
     (--tta, --calibrate, --tflite, --positive-classes and --at-specificity: the test report and the exports)
     given in `settings` with other values than the finished run's `results` record. The two whose defaults
-    are values (the referral decision's) count only when the command line gives them."""
+    are values (the referral decision's) count only when the command line gives them; --tflite only when
+    the run is `convertible` (an --eval-only run could apply it)."""
     clinical = results.get("clinical") or {}
     referral = clinical.get("referral") or {}
     had = {"tta": tuple(results.get("tta") or ()),
@@ -245,13 +249,7 @@ def finishing_flags_not_applied(results, settings):
     return [f"--{name.replace('_', '-')} {texts.get(name, str)(value)} (it finished with "
             f"{texts.get(name, str)(had[name])})" for name, value in asked.items()
             if value not in ((), "none", None) and not applied(name, value)
-            and not (name == "tflite" and _unconvertible(results, settings))]
-
-
-def _unconvertible(results, settings):
-    """Returns whether `settings` ask for --tflite of a run whose `results` say it trained in bf16 (see
-    training_record.check_convertible): no run of that model dir can convert it."""
-    return bool(getattr(settings, "tflite", ())) and results.get("precision") == "bf16"
+            and (convertible or name != "tflite")]
 
 
 def flags_not_trained_with(results, settings):

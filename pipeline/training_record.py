@@ -266,12 +266,7 @@ def check_convertible(segments, start_step, tflite, model_dir, eval_only, best_s
     in many lines of its own (a run in bf16 with --tflite is refused up front). The export converted is the
     best model's when validation kept one (`best_step`, validation.json's: a resumed run's own graph can
     only replace it), else the newest run's (--eval-only; a training run's own is made by this run's graph)."""
-    trained = trained_before(segments, start_step)
-    if best_step is not None:
-        exported = [s for s in trained if s.start_step < best_step][-1:]
-    else:
-        exported = trained[-1:] if eval_only else []
-    if not tflite or not exported or exported[0].precision != "bf16":
+    if not tflite or not _exports_bf16(segments, start_step, eval_only, best_step):
         return
     if best_step is None:
         raise FlagError(f"--tflite: the export in {model_dir} was trained with --precision bf16, whose bfloat16 "
@@ -280,6 +275,22 @@ def check_convertible(segments, start_step, tflite, model_dir, eval_only, best_s
     raise FlagError(f"--tflite: the best model validation kept in {model_dir} (step {best_step}) was trained with "
                     "--precision bf16, whose bfloat16 tensors TFLite cannot hold; drop --tflite, or pass another "
                     "--model-dir")
+
+
+def eval_only_cannot_convert(segments, start_step, best_step=None):
+    """Returns whether an --eval-only run with --tflite would be refused (check_convertible): the export it
+    converts, the best's (`best_step`) or else the newest run's, was trained in bf16."""
+    return _exports_bf16(segments, start_step, True, best_step)
+
+
+def _exports_bf16(segments, start_step, eval_only, best_step):
+    """Returns whether the export check_convertible would convert was trained under the bf16 Keras policy."""
+    trained = trained_before(segments, start_step)
+    if best_step is not None:
+        exported = [s for s in trained if s.start_step < best_step][-1:]
+    else:
+        exported = trained[-1:] if eval_only else []
+    return bool(exported) and exported[0].precision == "bf16"
 
 
 # The flags that decide what training does to the weights beyond the graph (which --model, --image-size and

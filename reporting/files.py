@@ -169,7 +169,7 @@ def markdown(report, title="Test evaluation"):
 def _png(figure):
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # class names in a script the font lacks (CJK): boxes, not 4 lines on stderr
-        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from (current )?font", category=UserWarning)
         figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     return buffer.getvalue()
 

@@ -111,7 +111,8 @@ def check_same_split(listed_path, files):
     raise UsageError(f"the validation split is not the one {listed_path} lists ({len(listed)} images then, {len(now)} "
                      f"now: {len(gone)} gone, {len(new)} new; {example}): the run's evaluations and its best model "
                      "would compare two validation sets; restore the data dir's files and pass the validation flags "
-                     "it was trained with (--validation-fraction, --validation-dir), or pass another --model-dir")
+                     "it was trained with (--validation-fraction, --validation-dir), or pass another --model-dir (a "
+                     "version before 2026-11-28 drew another split where images have links or copies)")
 
 
 def _check_same_files(listed, now, listed_path):

@@ -68,7 +68,7 @@ def test_a_finished_run_notes_the_finishing_flags_it_did_not_apply_and_what_it_f
         "--tflite float16 (it finished with float32,int8)"]
     # trained in bf16: --eval-only would refuse the conversion (training_record.check_convertible), so it is not
     # one of the flags it could apply
-    assert finishing_flags_not_applied({**results, "precision": "bf16"}, asked(tflite=("float16",))) == []
+    assert finishing_flags_not_applied(results, asked(tflite=("float16",)), convertible=False) == []
     assert finishing_flags_not_applied(results, asked(tta=("identity", "flip"))) == []
     assert finishing_flags_not_applied(results, asked(tta=("identity",) + CROP_VIEWS, calibrate="temperature")) == \
         ["--tta crops (it finished with flip=horizontal)", "--calibrate temperature (it finished with none)"]
@@ -136,11 +136,14 @@ def test_a_finished_run_asked_again_with_other_flags_refuses_or_notes_them(tmp_p
            "results are not of this command's flags" in capsys.readouterr().out
     assert (tmp_path / "model" / "results.json").read_bytes() == written
     # a run trained in bf16: --eval-only would refuse --tflite, so the note does not send you there
-    (tmp_path / "model" / "results.json").write_text(json.dumps({**json.loads(written), "precision": "bf16"}))
-    run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common, "--tflite", "float32"))
+    bf16 = common[:-2] + ["--precision", "bf16"]
+    run(TASK, args_for(data, str(tmp_path / "bf16"), "--model", "small_cnn", *bf16))
+    capsys.readouterr()
+    run(TASK, args_for(data, str(tmp_path / "bf16"), "--model", "small_cnn", *common[:-2], "--tflite", "float32"))
     printed = capsys.readouterr().out
-    assert "note: --tflite float32: this run trained in bf16, whose bfloat16 tensors TFLite cannot hold, so no " \
-           "--eval-only converts it" in printed and "--eval-only to apply" not in printed
+    assert "note: --tflite float32: the model its --eval-only would convert trained in bf16, whose bfloat16 " \
+           "tensors TFLite cannot hold, so no --eval-only converts it" in printed
+    assert "--eval-only to apply" not in printed
 
 
 @pytest.mark.parametrize("flags, weights, trainable", [

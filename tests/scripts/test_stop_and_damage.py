@@ -355,7 +355,8 @@ def test_only_names_of_the_exact_temporary_forms_are_leftovers_and_a_folder_s_ow
                  "keras/keras_model.ckpt_temp/part-00000-of-00001.index", "keras/checkpoint.tmp" + "0a" * 16,
                  "keras/keras_model.ckpt.data-00000-of-00001.tempstate123", ".tmp-results.json-ab_9xyz0",
                  "eval_only/.tmp-report.json-0123abcd", "export/temp-1732800000/saved_model.pb",
-                 "export/tflite/1732800000/.tmp-int8.tflite-q1w2e3r4", "best/model.ckpt-10.index.tmp"]
+                 "export/tflite/1732800000/.tmp-int8.tflite-q1w2e3r4", "best/model.ckpt-10.index.tmp",
+                 "eval_only/export/temp-1732800001/saved_model.pb"]
     yours = ["photos_temp/cat.jpg", "my_temp_files/a.txt", "paper.tmp1", "notes.tmp", ".tmp-notes", ".tmpfile",
              "export/temp-mine/b", "export/temperature.csv", "keras/weights_temp.h5", "draft.tempstate",
              "eval_only/.tmp-report.json-1", "data.tmp" + "0" * 31, "export/tflite/1/.tmp-x"]
