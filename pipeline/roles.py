@@ -237,9 +237,11 @@ def _finished_results(setup, stopped_because=None):
     model_dir = setup.settings.model_dir
     recipe_differs = training_record.recipe_not_trained_with(setup.record.segments, setup.start_step,
                                                              training_record.recipe_of(setup.settings))
-    best = read_record(model_dir)["best"]
-    unconvertible = training_record.eval_only_cannot_convert(setup.record.segments, setup.start_step,
-                                                             best["step"] if best else None)
+    unconvertible = False
+    if setup.settings.tflite:  # (the validation record is read only for the note it decides)
+        best = read_record(model_dir)["best"]
+        unconvertible = training_record.eval_only_cannot_convert(setup.record.segments, setup.start_step,
+                                                                 best["step"] if best else None)
     results = finished_results(model_dir, setup.start_step, setup.max_steps, setup.settings, stopped_because,
                                recipe_differs, unconvertible)
     if results is not None and not hparams.recorded(model_dir):  # a kill between results.json and this record

@@ -322,10 +322,16 @@ def _flag(dest):
 def recipe_not_trained_with(segments, start_step, recipe):
     """Returns ['--augment flip=horizontal (not none)', ...]: each of RECIPE_FLAGS whose value in `recipe`
     (recipe_of's) is not the one the steps before `start_step` last trained with ([] with none on record)."""
-    earlier = [s for s in trained_before(segments, start_step) if s.recipe is not None]
-    theirs = earlier[-1].recipe if earlier else {}
+    theirs = _recipe_trained_before(segments, start_step) or {}
     return [f"{flag} {theirs[flag]} (not {recipe[flag]})" for flag in map(_flag, RECIPE_FLAGS)
             if flag in recipe and flag in theirs and theirs[flag] != recipe[flag]]
+
+
+def _recipe_trained_before(segments, start_step):
+    """Returns the recipe (recipe_of's) the steps before `start_step` last trained with, or None: none on
+    record (no steps, or an earlier version's)."""
+    earlier = [s for s in trained_before(segments, start_step) if s.recipe is not None]
+    return earlier[-1].recipe if earlier and start_step else None
 
 
 def check_same_recipe(segments, start_step, recipe, model_dir):
@@ -333,10 +339,9 @@ def check_same_recipe(segments, start_step, recipe, model_dir):
     RECIPE_FLAGS than `recipe` (recipe_of's) gives, naming them: results.json would describe the whole run by
     this one. Returns one line naming the RATE_FLAGS that changed, or None. Steps of an earlier version (no
     recipe on record) are taken on trust."""
-    earlier = [s for s in trained_before(segments, start_step) if s.recipe is not None]
-    if not earlier or not start_step:
+    theirs = _recipe_trained_before(segments, start_step)
+    if theirs is None:
         return None
-    theirs = earlier[-1].recipe
     differ = [flag for flag in recipe if flag in theirs and theirs[flag] != recipe[flag]]
     refused = [flag for flag in differ if flag in {_flag(dest) for dest in RECIPE_FLAGS}]
 

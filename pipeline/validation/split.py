@@ -27,7 +27,7 @@ def held_out_share(files, labels, fraction, seed, group_pattern, class_names=Non
 def same_images(files):
     """Returns {file: the first file of `files` it is the same image as} for each file of `files` that is a
     link to or a copy of an earlier one: the same real path, or the same bytes (local files; read whole
-    only where two share their size and first 4 KB, so 83,484 scans cost a few seconds)."""
+    only where two share their size and first 4 KB: 83,484 files whose sizes collide took 9-12 s)."""
     twins, first = {}, {}
     for f in files:
         same = first.setdefault(_real(f), f)
