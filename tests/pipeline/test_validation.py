@@ -518,21 +518,28 @@ def test_a_resume_validates_on_the_images_its_model_dir_lists_or_is_refused(tmp_
         run(images.TASK, args("--max-steps", "6"))
 
 
-def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(tmp_path):
-    """Fixed-size formats (BMP, .gray): one set of digests per size, and a file of the same size but
-    other bytes is no copy."""
+def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(tmp_path, monkeypatch):
+    """Fixed-size formats (BMP, .gray): a file of the same size but other bytes is no copy, and only the
+    files whose first 4 KB are a file's asked about are read whole (every file of its size was)."""
     from pipeline.validation.split import _ContentIndex
     listed = []
     for i in range(50):
         listed.append(tmp_path / f"v{i}.bmp")
         listed[-1].write_bytes(bytes([i]) * 64)
+    (tmp_path / "v7-again.bmp").write_bytes(bytes([7]) * 64)
+    listed.append(tmp_path / "v7-again.bmp")
+    read_whole = []
+    digest_of = _ContentIndex.digest_of
+    monkeypatch.setattr(_ContentIndex, "digest_of", staticmethod(lambda p: read_whole.append(p) or digest_of(p)))
     index = _ContentIndex([str(p) for p in listed])
     (tmp_path / "copy.bmp").write_bytes(bytes([7]) * 64)
     (tmp_path / "other.bmp").write_bytes(bytes([200]) * 64)
     (tmp_path / "longer.bmp").write_bytes(bytes([7]) * 65)
-    assert index.find(str(tmp_path / "copy.bmp")) == str(tmp_path / "v7.bmp")
+    assert index.find(str(tmp_path / "copy.bmp")) == str(tmp_path / "v7.bmp")  # the first of the list's two
+    assert sorted(read_whole) == sorted(str(tmp_path / n) for n in ("v7.bmp", "v7-again.bmp", "copy.bmp"))
     assert index.find(str(tmp_path / "other.bmp")) is None and index.find(str(tmp_path / "longer.bmp")) is None
     assert index.find(str(tmp_path / "absent.bmp")) is None
+    assert len(read_whole) == 3
 
 
 def test_same_images_are_found_by_link_and_by_all_their_bytes_not_by_size_or_head(tmp_path):
