@@ -29,7 +29,8 @@ from pipeline.training_hooks import build_training_hooks, stop_hook
 from pipeline.validation import agreed_stop
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.validation.cadence import Pacing, cadence_for
-from pipeline.validation.listener import build_validation
+from pipeline.validation.early_stopping import early_stopping_of
+from pipeline.validation.listener import build_validation, stopped_early
 from pipeline.validation.record import read_record
 from reporting import hparams
 from serving.export import export_model
@@ -66,7 +67,7 @@ def run_local(task, settings, cluster, stop):
     with model_dir_lib.locked(settings.model_dir):
         model_dir_lib.remove_leftovers(settings.model_dir)
         setup = prepare(task, settings, None, local_plan(settings), check_checkpoint=True)
-        finished = _already_finished(setup)
+        finished = _already_finished(setup) or _finished_early(setup)
         if finished:
             return finished
         pacing = _pacing(setup)
@@ -221,6 +222,16 @@ def _already_finished(setup):
     if finished is None:
         _check_report_only(setup)
     return finished
+
+
+def _finished_early(setup):
+    """Returns the results of a run that stopped early at its newest checkpoint, under this run's rule too, and
+    finished its report (re-printed, before any header: there is nothing to train), or None."""
+    settings = setup.settings
+    if settings.eval_only or setup.data.validation_input_fn is None:
+        return None
+    because = stopped_early(read_record(settings.model_dir), setup.start_step, early_stopping_of(settings))
+    return _finished_results(setup, because) if because else None
 
 
 def _check_report_only(setup):

@@ -8,7 +8,7 @@ from pipeline.flag_types import names_text
 from pipeline.flags.tta import tta_text
 from pipeline.stdout import silence_stdout
 from pipeline.training_record import describe_trainable_layers, trainable_layers_of
-from pipeline.validation.early_stopping import EarlyStopping
+from pipeline.validation.early_stopping import early_stopping_of
 
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def _describe_training(setup, scaling, resume):
 
 
 def _describe_early_stop(args):
-    return EarlyStopping(args.stop_at_accuracy, args.patience, args.min_delta).describe()
+    return early_stopping_of(args).describe()
 
 
 def _describe_images(steps, num_train_examples):

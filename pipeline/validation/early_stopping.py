@@ -60,3 +60,8 @@ class EarlyStopping:
             return f"validation accuracy reached --stop-at-accuracy {self.stop_at_accuracy:g}"
         return (f"{self.patience} evaluations without a rise in validation accuracy above {self.min_delta:g} "
                 "(--patience, --min-delta)")
+
+
+def early_stopping_of(settings):
+    """Returns the EarlyStopping rule `settings` ask for (--stop-at-accuracy, --patience, --min-delta)."""
+    return EarlyStopping(settings.stop_at_accuracy, settings.patience, settings.min_delta)

@@ -10,7 +10,7 @@ from acquisition import faults, storage
 from hooks.scores import ScoreCollectorHook
 from pipeline.metrics import CROSS_ENTROPY
 from pipeline.validation.best import BestKeeper
-from pipeline.validation.early_stopping import EarlyStopping
+from pipeline.validation.early_stopping import EarlyStopping, early_stopping_of
 from pipeline.validation.record import better, read_record, write_record
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,10 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         self._model_dir, self._keeper, self.early_stopping = model_dir, keeper, early_stopping
         self._stop_requested = stop_requested
         self.record = read_record(model_dir)
-        # Evaluations past the newest checkpoint belong to checkpoints a failed run lost.
-        evaluations = self.record["evaluations"] = [e for e in self.record["evaluations"] if e["step"] <= start_step]
+        evaluations = self.record["evaluations"] = _evaluations_up_to(self.record, start_step)
         self._last_step = evaluations[-1]["step"] if evaluations else 0
         # A run that stopped early at its newest checkpoint, then was killed before it finished its report.
-        self.stopped_because = early_stopping.reason(evaluations) if self._last_step == start_step else None
+        self.stopped_because = stopped_early(self.record, start_step, early_stopping)
         self.seconds = 0.0
 
     @property
@@ -112,6 +111,19 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
                  best["step"], " (new best, exported)" if improved and best.get("export_dir") else "")
 
 
+def _evaluations_up_to(record, step):
+    # Evaluations past the newest checkpoint belong to checkpoints a failed run lost.
+    return [e for e in record["evaluations"] if e["step"] <= step]
+
+
+def stopped_early(record, step, early_stopping):
+    """Returns why the validation `record`'s evaluations stop training at global `step` under the rule
+    `early_stopping` ('target_accuracy', 'patience'), or None: not unless `step` (the newest checkpoint's)
+    was evaluated last."""
+    evaluations = _evaluations_up_to(record, step)
+    return early_stopping.reason(evaluations) if evaluations and evaluations[-1]["step"] == step else None
+
+
 def build_validation(setup, estimator, pacing, stop_requested, export=None, scores_made_with=None):
     """Returns the ValidationListener of `setup` (a RunSetup with a validation split) evaluating when
     `pacing` (a Pacing of the cadence) allows until `stop_requested()`: the best kept in <model dir>/best
@@ -121,5 +133,4 @@ def build_validation(setup, estimator, pacing, stop_requested, export=None, scor
     return ValidationListener(
         estimator, setup.data.validation_input_fn, pacing, settings.model_dir, setup.start_step,
         BestKeeper(settings.model_dir, export, scores_made_with),
-        EarlyStopping(settings.stop_at_accuracy, settings.patience, settings.min_delta),
-        stop_requested=stop_requested)
+        early_stopping_of(settings), stop_requested=stop_requested)

@@ -63,7 +63,7 @@ def test_a_run_that_stopped_early_and_was_killed_before_its_report_trains_no_fur
 
 
 
-def test_a_real_flat_run_stops_after_patience_evaluations(fashion_data_dir, tmp_path, caplog):
+def test_a_real_flat_run_stops_after_patience_evaluations(fashion_data_dir, tmp_path, caplog, capsys):
     # The run: a rate too small to move accuracy, validated often; it ran all its evaluations.
     def train(*flags):
         return run(fashion.TASK, build_parser(fashion.TASK).parse_args([
@@ -86,6 +86,13 @@ def test_a_real_flat_run_stops_after_patience_evaluations(fashion_data_dir, tmp_
     assert results["stopped_because"] == "patience" and results["global_step"] == 15
     assert results["early_stopping"] == {"monitor": "validation_accuracy", "stop_at_accuracy": None, "patience": 2,
                                          "min_delta": 0.0}
+    # The same command again: its results, and no header of steps to train (it printed "... to global step 3000"
+    # and built the Estimator before it said so)
+    capsys.readouterr()
+    again = train("--max-steps", "3000", "--patience", "2", "--warm-up-steps", "10")
+    printed = capsys.readouterr().out
+    assert again["global_step"] == 15 and printed.startswith("fashion: already finished at global step 15 (on ")
+    assert "to global step 3000" not in printed and "stopped: patience" in printed
 
 
 def test_early_stopping_with_nothing_to_watch_is_refused_before_training(fashion_data_dir, tmp_path, capsys):
