@@ -53,6 +53,11 @@ class FolderScan:
         """Returns the number of files the pipeline reads."""
         return len(self.files) - len(self.problems)
 
+    def with_problems(self, problems):
+        """Returns this scan with those of its files that `problems` ({absolute path: problem}) names bad too."""
+        named = {f: problems[os.path.abspath(f)] for f in self.files if os.path.abspath(f) in problems}
+        return dataclasses.replace(self, problems={**self.problems, **named}) if named else self
+
     def good(self):
         """Returns (files, labels) without the bad files, in sorted (evaluation) order."""
         kept = [(f, l) for f, l in zip(self.files, self.labels) if f not in self.problems]

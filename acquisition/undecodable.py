@@ -1,7 +1,7 @@
 """The image files TensorFlow's decoder refuses though their headers read well (a PNG whose data fails
 its checksum, a JPEG cut short and closed again): found by decoding every image, which only a run
 that has already failed on one pays for; the headers are all that is read before training
-(image_formats)."""
+(image_formats). A run that met such files remembers them (undecodable_record)."""
 import re
 
 import tensorflow as tf
@@ -58,3 +58,4 @@ def _words(session, decoded, contents, path):
     except OSError as e:
         return e.strerror or str(e)
     return "it decodes when read alone"
+

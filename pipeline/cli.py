@@ -263,8 +263,28 @@ def _undecodable_image(error, args):
     first = min(found)
     more = f" (and {len(found) - 1} more: {', '.join(sorted(found)[1:4])}{', ...' if len(found) > 4 else ''})" \
         if len(found) > 1 else ""
-    return (f"{shown_path(first)} cannot be decoded ({found[first]}), though its header reads well{more}; replace it "
-            "with a readable copy and run the same command again to resume, or remove it and pass another --model-dir")
+    named = f"{shown_path(first)} cannot be decoded ({found[first]}), though its header reads well{more}"
+    record = _remember_undecodable(getattr(job, "model_dir", None), found)
+    if record is None:
+        return f"{named}; replace it with a readable copy and run the same command again"
+    if getattr(job, "on_bad_image", None) == "skip":
+        return (f"{named}; the model dir remembers it ({record}): run the same command to resume without it "
+                "(--on-bad-image skip), or replace it with a readable copy first")
+    return (f"{named}; the model dir remembers it ({record}): replace or remove it, or pass --on-bad-image skip to "
+            "leave it out, and run the same command to resume")
+
+
+def _remember_undecodable(model_dir, found):
+    """Returns the path of `model_dir`'s record of the undecodable images, `found` added to it (see
+    acquisition.undecodable_record), or None where there is no model dir to keep it or it cannot be written."""
+    from acquisition import storage, undecodable_record
+    from pipeline.tasks import UNDECODABLE_FILES
+    if not model_dir or not storage.isdir(model_dir):
+        return None
+    try:
+        return undecodable_record.remember(storage.join(model_dir, UNDECODABLE_FILES), found)
+    except OSError:
+        return None
 
 
 def _undecodable_files(folders, cause):

@@ -119,13 +119,14 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     # An evaluation counts no epochs and reads no validation split, but a report fitted on a validation split
     # other than training's would fit on images the model trained on.
     validates = not settings.eval_only or evaluation_report.uses_validation(settings)
+    undecodable = data.report.get("undecodable_left_out", ())
     training_record.check_same_data(record, trained_on, settings.model_dir, training=validates,
-                                    skipped=data.report.get("skipped_files", ()))
+                                    skipped=data.report.get("skipped_files", ()), undecodable=undecodable)
     if check_checkpoint:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
     start_step = model_dir_lib.latest_global_step(settings.model_dir)
     if start_step and validates:
-        check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files)
+        check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files, set(undecodable))
     training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
                                        settings.model_dir, settings.precision, settings.tflite)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),

@@ -8,7 +8,7 @@ when the arguments are known good. Nothing outside this package names a task.
 import dataclasses
 from typing import Callable, Optional, Sequence
 
-from acquisition import storage
+from acquisition import storage, undecodable_record
 from acquisition.files import write_text_atomically
 from input_fns import FEATURE_KEY, FILE_KEY  # noqa: F401 (the jobs' feature keys: the models' input, the file names)
 from pipeline import init_from
@@ -17,6 +17,8 @@ AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translat
 # The benchmark's --input-only variant every task has: its own training input.
 DEFAULT_INPUT_VARIANTS = ("pipeline",)
 VALIDATION_FILES = "validation_files.txt"  # in the model dir: a folder dataset's validation split, one path a line
+# In the model dir: the images a run met that TensorFlow could not decode though their headers read well.
+UNDECODABLE_FILES = "undecodable_images.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +114,21 @@ def write_validation_files(model_dir, files):
     if not storage.isdir(model_dir):
         return None
     return write_text_atomically(storage.join(model_dir, VALIDATION_FILES), "".join(name + "\n" for name in files))
+
+
+def trained_validation_list(model_dir):
+    """Returns the path of `model_dir`'s validation list (VALIDATION_FILES) once the model dir has a checkpoint:
+    a resume holds out the images it lists, as they were drawn; None before (a new run draws its split)."""
+    if not model_dir or not storage.isfile(storage.join(model_dir, "checkpoint")):
+        return None
+    return storage.join(model_dir, VALIDATION_FILES)
+
+
+def undecodable_left_out(model_dir):
+    """Returns {absolute path: problem} of the images a run of `model_dir` could not decode though their headers
+    read well, as they were then or gone since (see acquisition.undecodable_record): bad files from now on;
+    {} without a model dir."""
+    return undecodable_record.remembered(storage.join(model_dir, UNDECODABLE_FILES)) if model_dir else {}
 
 
 def backbone_weights(weights, init_from):

@@ -20,9 +20,11 @@ from models.backbones import build_image_classifier
 from models.scratch import moving_statistics_momentum
 from pipeline.errors import FlagError
 from pipeline.initial_weights import check_same_classes
-from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, \
+    trained_validation_list, undecodable_left_out, write_validation_files
 from pipeline.training_record import layers_on_record
-from pipeline.validation.split import same_images, shared_images, split_off_validation, warn_of_twins
+from pipeline.validation.split import listed_validation, same_images, shared_images, split_off_validation, \
+    warn_of_twins
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,10 @@ def load_dataset(args):
 
 def _load(args):
     folders = class_folders.scan_class_folders(args.data_dir, args.channels)
+    left_out = undecodable_left_out(args.model_dir)
+    if left_out:
+        folders = dataclasses.replace(folders, scans={s: scan.with_problems(left_out)
+                                                      for s, scan in folders.scans.items()})
     image_checks.check_bad_files(folders.scans.values(), args.on_bad_image)
     problems = {f: p for scan in folders.scans.values() for f, p in scan.problems.items()}
     if folders.presplit and "test_fraction" in getattr(args, "explicit_flags", ()):
@@ -90,7 +96,7 @@ def _load(args):
     duplicates = [os.path.join(args.data_dir, f) for f in (saved or {}).get("duplicates_left_out", [])]
     twins = None
     if saved:
-        splits = _splits_from_lists(folders, args.data_dir, args.model_dir, duplicates)
+        splits = _splits_from_lists(folders, args.data_dir, args.model_dir, duplicates, left_out)
     elif folders.presplit:
         splits, duplicates = _without_test_duplicates({s: folders.scans[s].good() for s in class_folders.SPLITS},
                                                        folders.class_names)
@@ -108,7 +114,8 @@ def _load(args):
               "split_dir": storage.absolute(split_dir), "channels": channels,
               "channels_reason": channels_reason,
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
-              "skipped_file_problems": problems, "duplicates_left_out": duplicates}
+              "skipped_file_problems": problems, "duplicates_left_out": duplicates,
+              "undecodable_left_out": sorted(left_out)}
     return Dataset(folders.class_names, channels, splits, report, pending, twins)
 
 
@@ -255,16 +262,18 @@ def _with_flag(flag, value):
     return f"without {flag}" if value is None else f"with {flag}={value}"
 
 
-def _splits_from_lists(folders, data_dir, model_dir, duplicates=()):
-    """Returns the splits listed in the model dir, minus files now skipped as bad: paths under `data_dir` as
-    given now (relative or not), as the scan names them (read_split checked that it is the same folder).
-    `duplicates`, the training copies of test images the split left out, are not new images."""
+def _splits_from_lists(folders, data_dir, model_dir, duplicates=(), undecodable=()):
+    """Returns the splits listed in the model dir, minus files now skipped as bad and the `undecodable` ones
+    (absolute paths: see undecodable_left_out) gone since: paths under `data_dir` as given now (relative or not),
+    as the scan names them (read_split checked that it is the same folder). `duplicates`, the training copies
+    of test images the split left out, are not new images."""
     label_of = {f: label for scan in folders.scans.values() for f, label in zip(*scan.good())}
     bad = {f for scan in folders.scans.values() for f in scan.problems}
     splits, listed = {}, set(duplicates)
     for split in class_folders.SPLITS:
         path = storage.join(model_dir, SPLIT_DIR, f"{split}.txt")
-        files = [f for f in class_folders.read_split_list(path, data_dir) if f not in bad]
+        files = [f for f in class_folders.read_split_list(path, data_dir)
+                 if f not in bad and os.path.abspath(f) not in undecodable]
         gone = [f for f in files if f not in label_of]
         if gone:
             raise InputDataError(f"{gone[0]}, listed in {path}, is no longer an image of the data dir"
@@ -367,9 +376,10 @@ def validation_sides(args, data):
     stratified, grouped by --group-by, a training image's links and copies kept in training); None with
     neither (see pipeline.validation.split)."""
     def read_dir(folder):
-        return _validation_dir(folder, data.class_names, data.channels, args.on_bad_image)
-    twins = None
-    if args.validation_fraction and not args.validation_dir:
+        return _validation_dir(folder, data.class_names, data.channels, args.on_bad_image,
+                               undecodable_left_out(args.model_dir))
+    twins, listed = None, listed_validation(trained_validation_list(args.model_dir))
+    if args.validation_fraction and not args.validation_dir and listed is None:
         # (A --validation-dir holding training images is refused. The OCT job's split, by patient, is not searched
         # for copies: it would read the first 4 KB of most of its 83,484 scans, and some whole, at each start.)
         training = set(data.splits["train"][0])
@@ -379,15 +389,16 @@ def validation_sides(args, data):
             twins = same_images(data.splits["train"][0])
             warn_of_twins(twins, bool(args.group_by), dict(zip(*data.splits["train"])), data.class_names)
     return split_off_validation(args, *data.splits["train"], read_dir, args.split_seed, args.group_by,
-                                data.class_names, test_files=data.splits["test"][0], twins=twins)
+                                data.class_names, test_files=data.splits["test"][0], twins=twins, listed=listed)
 
 
-def _validation_dir(folder, class_names, channels, on_bad_image):
-    """Returns (files, labels) of the class folders in `folder`, labelled by the training classes."""
+def _validation_dir(folder, class_names, channels, on_bad_image, undecodable):
+    """Returns (files, labels) of the class folders in `folder`, labelled by the training classes; the
+    `undecodable` ones (see undecodable_left_out) count as bad files."""
     scan = class_folders.scan_class_folders(folder, channels).scans
     if "all" not in scan:
         raise FlagError(f"--validation-dir {folder} holds train and test folders; pass a folder of class folders")
-    found = scan["all"]
+    found = scan["all"].with_problems(undecodable)
     unknown = sorted(set(found.class_names) - set(class_names))
     if unknown:
         raise InputDataError(f"--validation-dir {folder} has class folder(s) {', '.join(unknown)} that training "

@@ -12,9 +12,10 @@ from acquisition.errors import InputDataError
 from input_fns import baselines, decode, flip_views, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
 from pipeline.errors import FlagError, UsageError
-from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, write_validation_files
+from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, \
+    trained_validation_list, undecodable_left_out, write_validation_files
 from pipeline.tasks.oct_dataset import DEFAULT_DATA_DIR, FORBIDDEN_FLIPS, PATIENT_PATTERN, TRAIN_EXAMPLES
-from pipeline.validation.split import split_off_validation
+from pipeline.validation.split import listed_validation, split_off_validation
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 968}
@@ -117,18 +118,21 @@ def _cache_report(args):
 def _folder_data(args, batch_size, size, serving):
     """Returns TaskData over the JPEG folders: test/, and train/ less the validation split (by patient)."""
     root = dataset_root(args.data_dir)
+    left_out = undecodable_left_out(args.model_dir)
     scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
-                                             CHANNELS)
+                                             CHANNELS).with_problems(left_out)
              for split in ("train", "test")}
     image_checks.check_bad_files(scans.values(), args.on_bad_image)
     # A patient's scans all on one side: near-duplicate B-scans of one eye would inflate validation accuracy.
     train = scans["train"].good()
-    held_out = split_off_validation(args, *train, _read_validation_dir(args), VALIDATION_SEED, PATIENT_PATTERN,
-                                    retinal_oct.CLASS_NAMES, test_files=scans["test"].good()[0])
+    held_out = split_off_validation(args, *train, _read_validation_dir(args, left_out), VALIDATION_SEED,
+                                    PATIENT_PATTERN, retinal_oct.CLASS_NAMES, test_files=scans["test"].good()[0],
+                                    listed=listed_validation(trained_validation_list(args.model_dir)))
     cache_key = {"pattern": retinal_oct.split_pattern(root, "train"), "files_fingerprint": scans["train"].fingerprint,
                  "skipped": scans["train"].bad_files}
     report = {"data_root": root, "skipped_files": scans["train"].bad_files + scans["test"].bad_files,
-              "skipped_file_problems": {**scans["train"].problems, **scans["test"].problems}, **_cache_report(args)}
+              "skipped_file_problems": {**scans["train"].problems, **scans["test"].problems},
+              "undecodable_left_out": sorted(left_out), **_cache_report(args)}
     if held_out:
         train = held_out["train"]
         cache_key["validation"] = [args.validation_fraction, VALIDATION_SEED, args.validation_dir]
@@ -165,12 +169,12 @@ def _folder_data(args, batch_size, size, serving):
                     train_input_at=train_input_at)
 
 
-def _read_validation_dir(args):
-    """Returns a function of --validation-dir giving its scans' (files, labels), bad files handled as
-    --on-bad-image says."""
+def _read_validation_dir(args, undecodable):
+    """Returns a function of --validation-dir giving its scans' (files, labels), bad files (the `undecodable`
+    ones too: see undecodable_left_out) handled as --on-bad-image says."""
     def read(folder):
         scan = image_checks.scan_folder(os.path.join(folder, "*", retinal_oct.IMAGE_PATTERN),
-                                        retinal_oct.CLASS_NAMES, CHANNELS)
+                                        retinal_oct.CLASS_NAMES, CHANNELS).with_problems(undecodable)
         image_checks.check_bad_files([scan], args.on_bad_image)
         return scan.good()
     return read

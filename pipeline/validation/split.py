@@ -76,11 +76,12 @@ def warn_of_twins(twins, grouped, label_of, class_names):
 
 
 def split_off_validation(settings, files, labels, read_validation_dir, seed, group_pattern, class_names,
-                         test_files=(), twins=None):
+                         test_files=(), twins=None, listed=None):
     """Returns {'train': (files, labels), 'validation': (files, labels)} of the training (`files`,
     `labels`, of `class_names`): `read_validation_dir(folder)`'s (files, labels) with --validation-dir,
-    else --validation-fraction of them (see held_out_share, `twins` kept in training); None with neither.
-    Raises FlagError when --validation-dir holds training or `test_files` images."""
+    else --validation-fraction of them: those `listed` (a trained model dir's list: see listed_validation), or
+    drawn (see held_out_share, `twins` kept in training); None with neither. Raises FlagError when
+    --validation-dir holds training or `test_files` images."""
     if settings.validation_dir:
         check_validation_dir_flags(settings)
         validation = read_validation_dir(settings.validation_dir)
@@ -88,20 +89,59 @@ def split_off_validation(settings, files, labels, read_validation_dir, seed, gro
         return {"train": (files, labels), "validation": validation}
     if not settings.validation_fraction:
         return None
+    if listed is not None:
+        return _listed_apart(files, labels, listed)
     return held_out_share(files, labels, settings.validation_fraction, seed, group_pattern, class_names, twins)
 
 
-def check_same_split(listed_path, files):
+def listed_validation(listed_path):
+    """Returns the files the validation list at `listed_path` names, one a line, or None without one (or
+    without a path)."""
+    if listed_path is None or not storage.isfile(listed_path):
+        return None
+    return storage.read_text(listed_path).splitlines()
+
+
+def _listed_apart(files, labels, listed):
+    """Returns {'train': ..., 'validation': ...} of (`files`, `labels`): the files `listed` names held out, by
+    path, or by class folder and name where none is at its listed path (a data dir moved); any listed file
+    not among `files` is left to check_same_split. A resume takes its split as it was drawn: a change of the
+    draw, or an image left out since (see pipeline.tasks.undecodable_left_out), moves no other image."""
+    paths = set(map(_absolute, listed))
+    held = [_absolute(f) in paths for f in files]
+    if not any(held):
+        names = set(map(_name, listed))
+        held = [_name(f) in names for f in files]
+    sides = {"train": ([], []), "validation": ([], [])}
+    for f, label, out in zip(files, labels, held):
+        side = sides["validation" if out else "train"]
+        side[0].append(f)
+        side[1].append(label)
+    return sides
+
+
+def _name(path):
+    """Returns the class folder and file name of `path`: how a split list names a file wherever the data dir is."""
+    return os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
+
+
+def _absolute(path):
+    return storage.absolute(path)
+
+
+def check_same_split(listed_path, files, left_out=()):
     """Raises UsageError when the validation split's `files` are not the ones the model dir's list at
-    `listed_path` names (each by its class folder and file name, however the data dir is spelled; and
-    by its size where the listed file is still there, see _check_same_files): its evaluations, and the
-    best model chosen among them, would compare two validation sets. Nothing is checked without a list
-    (a new run, or one that validated on shards) or without `files`."""
+    `listed_path` names, but for those `left_out` (absolute paths of images a run could not decode: see
+    pipeline.tasks.undecodable_left_out); each by its class folder and file name, however the data dir is
+    spelled, and by its size where the listed file is still there (see _check_same_files): its evaluations,
+    and the best model chosen among them, would compare two validation sets. Nothing is checked without a
+    list (a new run, or one that validated on shards) or without `files`."""
     if files is None or not storage.isfile(listed_path):
         return
     def named(paths):
-        return {os.path.join(os.path.basename(os.path.dirname(p)), os.path.basename(p)): p for p in paths}
-    listed, now = named(storage.read_text(listed_path).splitlines()), named(files)
+        return {_name(p): p for p in paths}
+    listed = named(p for p in storage.read_text(listed_path).splitlines() if _absolute(p) not in left_out)
+    now = named(files)
     if listed.keys() == now.keys():
         _check_same_files(listed, now, listed_path)
         return
@@ -110,8 +150,7 @@ def check_same_split(listed_path, files):
     raise UsageError(f"the validation split is not the one {listed_path} lists ({len(listed)} images then, {len(now)} "
                      f"now: {len(gone)} gone, {len(new)} new; {example}): the run's evaluations and its best model "
                      "would compare two validation sets; restore the data dir's files and pass the validation flags "
-                     "it was trained with (--validation-fraction, --validation-dir), or pass another --model-dir (a "
-                     "version before 2026-11-28 drew another split where images have links or copies)")
+                     "it was trained with (--validation-fraction, --validation-dir), or pass another --model-dir")
 
 
 def _check_same_files(listed, now, listed_path):

@@ -98,6 +98,15 @@ def test_a_resume_on_other_data_is_refused(tmp_path):
     with pytest.raises(UsageError, match=r"real data of 801 training images: .*; pass the --data-dir") as refused:
         progress.check_same_data(record, progress.describe_data(False, 801), model_dir, skipped=["/d/a/1.png"])
     assert "skipped" not in str(refused.value) and not isinstance(refused.value, FlagError)  # the data: exit 1
+    # images a run of the model dir could not decode, which no step trained on: as many fewer go on, more do not
+    undecodable = ["/d/a/1.png", "/d/b/2.png"]
+    progress.check_same_data(record, progress.describe_data(False, 798), model_dir, undecodable=undecodable)
+    for refused_count in (797, 801):
+        with pytest.raises(UsageError, match=f"real data of {refused_count} training images"):
+            progress.check_same_data(record, progress.describe_data(False, refused_count), model_dir,
+                                     undecodable=undecodable)
+    with pytest.raises(FlagError, match="this run's is generated data of 799"):
+        progress.check_same_data(record, progress.describe_data(True, 799), model_dir, undecodable=undecodable)
     # an evaluation counts no epochs: another validation split (or test data beside it) is its business
     progress.check_same_data(record, progress.describe_data(False, 720), model_dir, training=False)
     with pytest.raises(UsageError, match="this run's is generated data of 800"):

@@ -542,6 +542,28 @@ def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(t
     assert len(read_whole) == 3
 
 
+def test_a_resume_holds_out_the_listed_validation_images_by_path_or_by_name_where_the_data_dir_moved():
+    """A trained model dir's list, not a new draw: the split its evaluations were made on, whatever the draw
+    does now; a listed image gone (left out since) moves no other."""
+    import types
+    from pipeline.validation.split import split_off_validation
+    files = [f"/new/data/{c}/{i}.png" for c in ("a", "b") for i in range(6)]
+    labels = [0] * 6 + [1] * 6
+    settings = types.SimpleNamespace(validation_dir=None, validation_fraction=0.25)
+
+    def sides(listed):
+        split = split_off_validation(settings, files, labels, None, 0, None, ("a", "b"), listed=listed)
+        return split["validation"], split["train"]
+    listed = ["/new/data/a/4.png", "/new/data/b/0.png", "/new/data/b/5.png", "/new/data/a/gone.png"]
+    (validation, validation_labels), (train, _) = sides(listed)
+    assert validation == ["/new/data/a/4.png", "/new/data/b/0.png", "/new/data/b/5.png"] and validation_labels == [0, 1, 1]
+    assert sorted(train + validation) == sorted(files)
+    drawn = split_off_validation(settings, files, labels, None, 0, None, ("a", "b"))["validation"][0]
+    assert drawn != validation  # (the draw holds out others: the list is what was read)
+    moved = [p.replace("/new/", "/old/") for p in listed]
+    assert sides(moved)[0][0] == validation
+
+
 def test_same_images_are_found_by_link_and_by_all_their_bytes_not_by_size_or_head(tmp_path):
     from pipeline.validation.split import same_images
     head = bytes(range(256)) * 16  # 4 KB alike in every file

@@ -114,6 +114,7 @@ def test_images_whose_headers_read_but_whose_data_is_damaged_are_named_in_one_li
     """A PNG whose data fails its checksum and a JPEG cut short and closed again pass the header checks; the
     decoder refuses them mid-run, and the run names them (it decodes every image to find them)."""
     from pipeline.cli import train_main
+    from pipeline.tasks import images_job
     from pipeline.tasks.images import TASK
     data = make_shapes_folder(str(tmp_path / "data"), per_class=10)
     png, jpeg = (os.path.join(data, folder, name) for folder, name in (("circle", "001.png"), ("square", "000.jpg")))
@@ -129,14 +130,59 @@ def test_images_whose_headers_read_but_whose_data_is_damaged_are_named_in_one_li
     assert train_main(TASK, argv) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
+    record = tmp_path / "m" / "undecodable_images.json"
     assert re.fullmatch(rf".*: error: {re.escape(bad_png)} cannot be decoded \(Invalid PNG data, size \d+\), though its "
-                        rf"header reads well \(and 1 more: {re.escape(bad_jpeg)}\); replace it with a readable copy and "
-                        "run the same command again to resume, or remove it and pass another --model-dir",
-                        err.strip().splitlines()[-1]), err[-2000:]
+                        rf"header reads well \(and 1 more: {re.escape(bad_jpeg)}\); the model dir remembers it "
+                        rf"\({re.escape(str(record))}\): replace or remove it, or pass --on-bad-image skip to leave it "
+                        "out, and run the same command to resume", err.strip().splitlines()[-1]), err[-2000:]
+    assert sorted(json.loads(record.read_text())["files"]) == [bad_png, bad_jpeg]
+    # The same command again: refused before training, naming the file, with no image decoded to find it
+    images_job._DATASETS.clear()  # (a process scans a data dir once: this is another run)
+    assert train_main(TASK, argv) == 1
+    err = capsys.readouterr().err
+    assert "decoding the" not in err and err.strip().splitlines()[-1].endswith(
+        f"{bad_png} cannot be decoded (Invalid PNG data, size {os.path.getsize(bad_png)}), though its header reads well "
+        f"(a run of this model dir met it: {record}); replace or remove it (and 1 more bad files), or pass "
+        "--on-bad-image=skip to leave such files out"), err[-2000:]
     for bad, readable in ((bad_png, png), (bad_jpeg, jpeg)):
         open(bad, "wb").write(open(readable, "rb").read())
+    images_job._DATASETS.clear()
     assert train_main(TASK, argv) == 0, capsys.readouterr().err[-2000:]
     assert json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] == 3
+
+
+def test_an_image_found_undecodable_days_into_a_run_is_left_out_by_its_resume_under_on_bad_image_skip(tmp_path,
+                                                                                                        capsys):
+    """A run that meets an image TensorFlow cannot decode (damaged since it started) need not start over: the
+    model dir remembers it, and the same command with --on-bad-image skip resumes without it. Its split stays as
+    it was (the validation images listed, none moved: drawn again without the image, they were others), and its
+    epochs go on over the images left. Before, the resume met the image again, and one without it was refused."""
+    from pipeline.cli import train_main
+    from pipeline.tasks import images_job
+    from pipeline.tasks.images import TASK
+    data = make_shapes_folder(str(tmp_path / "data"), per_class=12)
+    model_dir = tmp_path / "m"
+    argv = ["--data-dir", data, "--model-dir", str(model_dir), *SMALL, "--validation-fraction", "0.25",
+            "--eval-every-steps", "2", "--bootstrap-resamples", "10"]
+    assert train_main(TASK, [*argv, "--max-steps", "2"]) == 0, capsys.readouterr().err[-2000:]
+    validation = (model_dir / "validation_files.txt").read_text()
+    trained = [os.path.join(data, line) for line in (model_dir / "split" / "train.txt").read_text().splitlines()]
+    bad = next(f for f in trained if f.endswith(".png") and f not in validation)
+    damaged = bytearray(open(bad, "rb").read())
+    start = damaged.find(b"IDAT") + 8
+    damaged[start:start + 20] = bytes(b ^ 0x55 for b in damaged[start:start + 20])
+    open(bad, "wb").write(bytes(damaged))
+    images_job._DATASETS.clear()  # (a process scans a data dir once: each call here is another run)
+    assert train_main(TASK, [*argv, "--max-steps", "8"]) == 1
+    assert "the model dir remembers it" in capsys.readouterr().err.strip().splitlines()[-1]
+    images_job._DATASETS.clear()
+    assert train_main(TASK, [*argv, "--max-steps", "8", "--on-bad-image", "skip"]) == 0
+    err = capsys.readouterr().err
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["global_step"] == 8 and results["skipped_files"] == [bad], err[-2000:]
+    assert (model_dir / "validation_files.txt").read_text() == validation
+    assert "1 fewer than this model dir's run counted its epochs on" in err
+    assert "decoding the" not in err  # (the record named it: no image decoded to find it)
 
 
 def test_a_class_folder_added_or_removed_since_the_split_is_named_in_one_line(tmp_path, capsys, monkeypatch):

@@ -1,0 +1,25 @@
+"""The record of the images a run could not decode: what its later runs count as bad files."""
+import os
+
+from acquisition import undecodable_record
+
+
+def test_a_remembered_image_stays_bad_until_it_is_replaced_and_a_removed_one_stays_left_out(tmp_path):
+    record = str(tmp_path / "m" / "undecodable_images.json")
+    os.makedirs(os.path.dirname(record))
+    images = {name: tmp_path / f"{name}.jpg" for name in ("cut", "flipped", "removed")}
+    for image in images.values():
+        image.write_bytes(b"\xff\xd8" + b"x" * 100)
+    assert undecodable_record.remembered(record) == {}  # no record: nothing
+    undecodable_record.remember(record, {str(images["cut"]): "Invalid JPEG data", str(images["flipped"]): None})
+    undecodable_record.remember(record, {str(images["removed"]): "Invalid JPEG data"})  # added to, not replaced
+    assert sorted(undecodable_record.remembered(record)) == sorted(map(str, images.values()))
+    images["flipped"].write_bytes(b"\xff\xd8" + b"y" * 101)  # replaced with another file: read again
+    os.remove(images["removed"])  # gone: still no image to train on
+    remembered = undecodable_record.remembered(record)
+    assert sorted(remembered) == [str(images["cut"]), str(images["removed"])]
+    assert remembered[str(images["cut"])].startswith("cannot be decoded (Invalid JPEG data), though its header reads "
+                                                     f"well (a run of this model dir met it: {record})")
+    with open(record, "w") as f:
+        f.write("{not json")
+    assert undecodable_record.remembered(record) == {}  # damaged: the next run that meets them finds them again
