@@ -183,6 +183,11 @@ def test_an_image_found_undecodable_days_into_a_run_is_left_out_by_its_resume_un
     assert (model_dir / "validation_files.txt").read_text() == validation
     assert "1 fewer than this model dir's run counted its epochs on" in err
     assert "decoding the" not in err  # (the record named it: no image decoded to find it)
+    # Removed instead: the split lists it, and it is no image gone astray (it was refused as one)
+    os.remove(bad)
+    images_job._DATASETS.clear()
+    assert train_main(TASK, [*argv, "--max-steps", "10"]) == 0, capsys.readouterr().err[-2000:]
+    assert json.loads((model_dir / "results.json").read_text())["global_step"] == 10
 
 
 def test_a_class_folder_added_or_removed_since_the_split_is_named_in_one_line(tmp_path, capsys, monkeypatch):
