@@ -246,58 +246,21 @@ def _file_failure_in(message, args):
 
 def _undecodable_image(error, args):
     """Returns the one line for an image TensorFlow could not decode mid-run (its headers had read well),
-    naming it: every image of the run's folders is decoded to find it (a stop signal or a failure of that
-    search gives the line without the name)."""
+    naming it: every image of the run's folders is decoded to find it, and the model dir remembers it (see
+    pipeline.undecodable; a stop signal or a failure of that search gives the line without the name)."""
+    from pipeline import undecodable
     cause = op_error_line(error)
     unnamed = (f"an image could not be decoded ({cause}), though its header reads well; find and replace it, then "
                "run the same command again")
     job = args[-1] if isinstance(args, tuple) else args  # a tool's: its own flags and its job's
     try:
         with stop_at_once():
-            found = _undecodable_files([getattr(job, "data_dir", None), getattr(job, "validation_dir", None)], cause)
+            found, record = undecodable.find_and_remember(job, cause)
     except (KeyboardInterrupt, Interrupted, Exception):  # noqa: BLE001 - the search only names the file
         return unnamed
     if not found:
         return unnamed
-    from acquisition.image_checks import shown_path
-    first = min(found)
-    more = f" (and {len(found) - 1} more: {', '.join(sorted(found)[1:4])}{', ...' if len(found) > 4 else ''})" \
-        if len(found) > 1 else ""
-    named = f"{shown_path(first)} cannot be decoded ({found[first]}), though its header reads well{more}"
-    record = _remember_undecodable(getattr(job, "model_dir", None), found)
-    if record is None:
-        return f"{named}; replace it with a readable copy and run the same command again"
-    if getattr(job, "on_bad_image", None) == "skip":
-        return (f"{named}; the model dir remembers it ({record}): run the same command to resume without it "
-                "(--on-bad-image skip), or replace it with a readable copy first")
-    return (f"{named}; the model dir remembers it ({record}): replace or remove it, or pass --on-bad-image skip to "
-            "leave it out, and run the same command to resume")
-
-
-def _remember_undecodable(model_dir, found):
-    """Returns the path of `model_dir`'s record of the undecodable images, `found` added to it (see
-    acquisition.undecodable_record), or None where there is no model dir to keep it or it cannot be written."""
-    from acquisition import storage, undecodable_record
-    from pipeline.tasks import UNDECODABLE_FILES
-    if not model_dir or not storage.isdir(model_dir):
-        return None
-    try:
-        return undecodable_record.remember(storage.join(model_dir, UNDECODABLE_FILES), found)
-    except OSError:
-        return None
-
-
-def _undecodable_files(folders, cause):
-    """Returns {file: TensorFlow's words} of the images below `folders` that TensorFlow cannot decode though
-    their headers read well (files whose headers are bad are left out as --on-bad-image skip leaves them)."""
-    from acquisition import undecodable
-    from acquisition.image_formats import check_image
-    files = undecodable.image_files(folders)
-    if not files:
-        return {}
-    print(f"an image could not be decoded ({cause}): decoding the {len(files):,} images of the data dir to name it",
-          file=sys.stderr, flush=True)
-    return {f: words for f, words in undecodable.undecodable_images(files).items() if not check_image(f).problem}
+    return undecodable.failure_line(found, record, getattr(job, "on_bad_image", None))
 
 
 _DAMAGED_RECORD = ("truncated record", "corrupted record", "Read less bytes than requested")

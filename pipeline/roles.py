@@ -13,7 +13,7 @@ from hooks.loss_watch import DivergenceError
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
 from models.optimizers import precision
 from pipeline import determinism, ema as ema_lib, evaluation_report, initial_weights, model_dir as model_dir_lib, \
-    training_record
+    training_record, undecodable
 from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
     wait_for_chief_checkpoint, watch_evaluator, watch_parameter_server, watch_trainer
 from pipeline.errors import FlagError, TrainingError, UsageError
@@ -58,8 +58,12 @@ def run(task, args):
                             "(no TF_CONFIG, no --cluster slurm)")
         role = ROLES[cluster.task_type] if cluster is not None else run_local
         ema_lib.check(settings, role in (run_local, run_chief))  # the roles that write the model dir read it
-        with StopSignals() as stop, precision(settings.precision), determinism.turned_on(settings):
-            return role(task, settings, cluster, stop)
+
+        def attempt():
+            with StopSignals() as stop, precision(settings.precision), determinism.turned_on(settings):
+                return role(task, settings, cluster, stop)
+        # (A cluster task fails instead, its peers with it, and the relaunch its scheduler makes leaves them out.)
+        return undecodable.resumed_without_undecodable(attempt, settings) if cluster is None else attempt()
 
 
 def run_local(task, settings, cluster, stop):

@@ -125,7 +125,7 @@ def check_same_data(record, data, model_dir, training=True, skipped=(), undecoda
     sample against the full dataset, say). Without `training` (--eval-only) only the kind of data must
     match: an evaluation counts no epochs. `skipped`, the files --on-bad-image skip leaves out now, are
     named as a cause when there are fewer training images. Up to len(`undecodable`) fewer are the images
-    a run of the model dir could not decode (see pipeline.tasks.undecodable_left_out), which no step trained
+    a run of the model dir could not decode (see pipeline.undecodable.left_out), which no step trained
     on: said in one line. Records of earlier versions, which kept no validation fraction, are compared by
     their images alone."""
     then = record.data

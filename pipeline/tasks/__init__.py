@@ -8,7 +8,7 @@ when the arguments are known good. Nothing outside this package names a task.
 import dataclasses
 from typing import Callable, Optional, Sequence
 
-from acquisition import storage, undecodable_record
+from acquisition import storage
 from acquisition.files import write_text_atomically
 from input_fns import FEATURE_KEY, FILE_KEY  # noqa: F401 (the jobs' feature keys: the models' input, the file names)
 from pipeline import init_from
@@ -17,8 +17,6 @@ AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translat
 # The benchmark's --input-only variant every task has: its own training input.
 DEFAULT_INPUT_VARIANTS = ("pipeline",)
 VALIDATION_FILES = "validation_files.txt"  # in the model dir: a folder dataset's validation split, one path a line
-# In the model dir: the images a run met that TensorFlow could not decode though their headers read well.
-UNDECODABLE_FILES = "undecodable_images.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,13 +120,6 @@ def trained_validation_list(model_dir):
     if not model_dir or not storage.isfile(storage.join(model_dir, "checkpoint")):
         return None
     return storage.join(model_dir, VALIDATION_FILES)
-
-
-def undecodable_left_out(model_dir):
-    """Returns {absolute path: problem} of the images a run of `model_dir` could not decode though their headers
-    read well, as they were then or gone since (see acquisition.undecodable_record): bad files from now on;
-    {} without a model dir."""
-    return undecodable_record.remembered(storage.join(model_dir, UNDECODABLE_FILES)) if model_dir else {}
 
 
 def backbone_weights(weights, init_from):

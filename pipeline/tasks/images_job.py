@@ -18,10 +18,11 @@ from acquisition.files import write_json_atomically, write_text_atomically
 from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
 from models.scratch import moving_statistics_momentum
+from pipeline import undecodable
 from pipeline.errors import FlagError
 from pipeline.initial_weights import check_same_classes
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, \
-    trained_validation_list, undecodable_left_out, write_validation_files
+    trained_validation_list, write_validation_files
 from pipeline.training_record import layers_on_record
 from pipeline.validation.split import listed_validation, same_images, shared_images, split_off_validation, \
     warn_of_twins
@@ -69,7 +70,7 @@ def load_dataset(args):
         raise FlagError("pass --data-dir with a folder of class folders (DIR/<class>/<image>, or "
                          "DIR/{train,test}/<class>/<image>), or --synthetic")
     key = (storage.absolute(args.data_dir), args.channels, args.test_fraction, args.split_seed, args.group_by,
-           args.on_bad_image, storage.absolute(args.model_dir))
+           args.on_bad_image, storage.absolute(args.model_dir), frozenset(undecodable.left_out(args.model_dir)))
     if key not in _DATASETS:
         _DATASETS[key] = _load(args)
     return _DATASETS[key]
@@ -77,7 +78,7 @@ def load_dataset(args):
 
 def _load(args):
     folders = class_folders.scan_class_folders(args.data_dir, args.channels)
-    left_out = undecodable_left_out(args.model_dir)
+    left_out = undecodable.left_out(args.model_dir)
     if left_out:
         folders = dataclasses.replace(folders, scans={s: scan.with_problems(left_out)
                                                       for s, scan in folders.scans.items()})
@@ -264,7 +265,7 @@ def _with_flag(flag, value):
 
 def _splits_from_lists(folders, data_dir, model_dir, duplicates=(), undecodable=()):
     """Returns the splits listed in the model dir, minus files now skipped as bad and the `undecodable` ones
-    (absolute paths: see undecodable_left_out) gone since: paths under `data_dir` as given now (relative or not),
+    (absolute paths: see pipeline.undecodable.left_out) gone since: paths under `data_dir` as given now (relative or not),
     as the scan names them (read_split checked that it is the same folder). `duplicates`, the training copies
     of test images the split left out, are not new images."""
     label_of = {f: label for scan in folders.scans.values() for f, label in zip(*scan.good())}
@@ -377,7 +378,7 @@ def validation_sides(args, data):
     neither (see pipeline.validation.split)."""
     def read_dir(folder):
         return _validation_dir(folder, data.class_names, data.channels, args.on_bad_image,
-                               undecodable_left_out(args.model_dir))
+                               undecodable.left_out(args.model_dir))
     twins, listed = None, listed_validation(trained_validation_list(args.model_dir))
     if args.validation_fraction and not args.validation_dir and listed is None:
         # (A --validation-dir holding training images is refused. The OCT job's split, by patient, is not searched
@@ -394,7 +395,7 @@ def validation_sides(args, data):
 
 def _validation_dir(folder, class_names, channels, on_bad_image, undecodable):
     """Returns (files, labels) of the class folders in `folder`, labelled by the training classes; the
-    `undecodable` ones (see undecodable_left_out) count as bad files."""
+    `undecodable` ones (see pipeline.undecodable.left_out) count as bad files."""
     scan = class_folders.scan_class_folders(folder, channels).scans
     if "all" not in scan:
         raise FlagError(f"--validation-dir {folder} holds train and test folders; pass a folder of class folders")

@@ -11,9 +11,10 @@ from acquisition import image_checks, retinal_oct, shards, storage
 from acquisition.errors import InputDataError
 from input_fns import baselines, decode, flip_views, image_folder, image_list, records, synthetic
 from models.backbones import build_image_classifier
+from pipeline import undecodable
 from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, \
-    trained_validation_list, undecodable_left_out, write_validation_files
+    trained_validation_list, write_validation_files
 from pipeline.tasks.oct_dataset import DEFAULT_DATA_DIR, FORBIDDEN_FLIPS, PATIENT_PATTERN, TRAIN_EXAMPLES
 from pipeline.validation.split import listed_validation, split_off_validation
 
@@ -118,7 +119,7 @@ def _cache_report(args):
 def _folder_data(args, batch_size, size, serving):
     """Returns TaskData over the JPEG folders: test/, and train/ less the validation split (by patient)."""
     root = dataset_root(args.data_dir)
-    left_out = undecodable_left_out(args.model_dir)
+    left_out = undecodable.left_out(args.model_dir)
     scans = {split: image_checks.scan_folder(retinal_oct.split_pattern(root, split), retinal_oct.CLASS_NAMES,
                                              CHANNELS).with_problems(left_out)
              for split in ("train", "test")}
@@ -171,7 +172,7 @@ def _folder_data(args, batch_size, size, serving):
 
 def _read_validation_dir(args, undecodable):
     """Returns a function of --validation-dir giving its scans' (files, labels), bad files (the `undecodable`
-    ones too: see undecodable_left_out) handled as --on-bad-image says."""
+    ones too: see pipeline.undecodable.left_out) handled as --on-bad-image says."""
     def read(folder):
         scan = image_checks.scan_folder(os.path.join(folder, "*", retinal_oct.IMAGE_PATTERN),
                                         retinal_oct.CLASS_NAMES, CHANNELS).with_problems(undecodable)

@@ -106,7 +106,7 @@ def _listed_apart(files, labels, listed):
     """Returns {'train': ..., 'validation': ...} of (`files`, `labels`): the files `listed` names held out, by
     path, or by class folder and name where none is at its listed path (a data dir moved); any listed file
     not among `files` is left to check_same_split. A resume takes its split as it was drawn: a change of the
-    draw, or an image left out since (see pipeline.tasks.undecodable_left_out), moves no other image."""
+    draw, or an image left out since (see pipeline.undecodable.left_out), moves no other image."""
     paths = set(map(_absolute, listed))
     held = [_absolute(f) in paths for f in files]
     if not any(held):
@@ -132,7 +132,7 @@ def _absolute(path):
 def check_same_split(listed_path, files, left_out=()):
     """Raises UsageError when the validation split's `files` are not the ones the model dir's list at
     `listed_path` names, but for those `left_out` (absolute paths of images a run could not decode: see
-    pipeline.tasks.undecodable_left_out); each by its class folder and file name, however the data dir is
+    pipeline.undecodable.left_out); each by its class folder and file name, however the data dir is
     spelled, and by its size where the listed file is still there (see _check_same_files): its evaluations,
     and the best model chosen among them, would compare two validation sets. Nothing is checked without a
     list (a new run, or one that validated on shards) or without `files`."""

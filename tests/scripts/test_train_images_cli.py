@@ -151,12 +151,13 @@ def test_images_whose_headers_read_but_whose_data_is_damaged_are_named_in_one_li
     assert json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] == 3
 
 
-def test_an_image_found_undecodable_days_into_a_run_is_left_out_by_its_resume_under_on_bad_image_skip(tmp_path,
-                                                                                                        capsys):
-    """A run that meets an image TensorFlow cannot decode (damaged since it started) need not start over: the
-    model dir remembers it, and the same command with --on-bad-image skip resumes without it. Its split stays as
-    it was (the validation images listed, none moved: drawn again without the image, they were others), and its
-    epochs go on over the images left. Before, the resume met the image again, and one without it was refused."""
+def test_an_image_found_undecodable_days_into_a_run_is_left_out_and_the_run_goes_on_under_on_bad_image_skip(
+        tmp_path, capsys):
+    """A run that meets an image TensorFlow cannot decode (damaged since it started) need not start over. Under
+    --on-bad-image skip the same command remembers it in the model dir and resumes without it; under 'fail' it
+    stops naming it, and the next run is told before training. The split stays as it was (the validation images
+    listed, none moved: drawn again without the image, they were others), and its epochs go on over the images
+    left. Before, a run met the image again at each resume, and one without it was refused."""
     from pipeline.cli import train_main
     from pipeline.tasks import images_job
     from pipeline.tasks.images import TASK
@@ -164,30 +165,48 @@ def test_an_image_found_undecodable_days_into_a_run_is_left_out_by_its_resume_un
     model_dir = tmp_path / "m"
     argv = ["--data-dir", data, "--model-dir", str(model_dir), *SMALL, "--validation-fraction", "0.25",
             "--eval-every-steps", "2", "--bootstrap-resamples", "10"]
-    assert train_main(TASK, [*argv, "--max-steps", "2"]) == 0, capsys.readouterr().err[-2000:]
+
+    def damage(png):  # (its header reads well; its data fails the checksum)
+        damaged = bytearray(open(png, "rb").read())
+        start = damaged.find(b"IDAT") + 8
+        damaged[start:start + 20] = bytes(b ^ 0x55 for b in damaged[start:start + 20])
+        open(png, "wb").write(bytes(damaged))
+
+    def train(*flags):
+        images_job._DATASETS.clear()  # (a process scans a data dir once: each call here is another run)
+        code = train_main(TASK, [*argv, *flags])
+        return code, capsys.readouterr().err
+    assert train("--max-steps", "2")[0] == 0
     validation = (model_dir / "validation_files.txt").read_text()
     trained = [os.path.join(data, line) for line in (model_dir / "split" / "train.txt").read_text().splitlines()]
-    bad = next(f for f in trained if f.endswith(".png") and f not in validation)
-    damaged = bytearray(open(bad, "rb").read())
-    start = damaged.find(b"IDAT") + 8
-    damaged[start:start + 20] = bytes(b ^ 0x55 for b in damaged[start:start + 20])
-    open(bad, "wb").write(bytes(damaged))
-    images_job._DATASETS.clear()  # (a process scans a data dir once: each call here is another run)
-    assert train_main(TASK, [*argv, "--max-steps", "8"]) == 1
-    assert "the model dir remembers it" in capsys.readouterr().err.strip().splitlines()[-1]
-    images_job._DATASETS.clear()
-    assert train_main(TASK, [*argv, "--max-steps", "8", "--on-bad-image", "skip"]) == 0
-    err = capsys.readouterr().err
-    results = json.loads((model_dir / "results.json").read_text())
-    assert results["global_step"] == 8 and results["skipped_files"] == [bad], err[-2000:]
-    assert (model_dir / "validation_files.txt").read_text() == validation
+    first, second = [f for f in trained if f.endswith(".png") and f not in validation][:2]
+    damage(first)
+    code, err = train("--max-steps", "8", "--on-bad-image", "skip")
+    assert code == 0, err[-3000:]
+    assert f"{first} cannot be decoded (Invalid PNG data, size {os.path.getsize(first)}), though its header reads " \
+           f"well: left out (--on-bad-image skip; {model_dir / 'undecodable_images.json'} remembers it), resuming " \
+           "from the newest checkpoint without it" in err
     assert "1 fewer than this model dir's run counted its epochs on" in err
-    assert "decoding the" not in err  # (the record named it: no image decoded to find it)
-    # Removed instead: the split lists it, and it is no image gone astray (it was refused as one)
-    os.remove(bad)
-    images_job._DATASETS.clear()
-    assert train_main(TASK, [*argv, "--max-steps", "10"]) == 0, capsys.readouterr().err[-2000:]
-    assert json.loads((model_dir / "results.json").read_text())["global_step"] == 10
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["global_step"] == 8 and results["skipped_files"] == [first]
+    assert (model_dir / "validation_files.txt").read_text() == validation
+    # Removed instead: the split lists it, and it is no image gone astray (that was refused)
+    os.remove(first)
+    code, err = train("--max-steps", "10")
+    assert code == 0 and json.loads((model_dir / "results.json").read_text())["global_step"] == 10, err[-2000:]
+    # Under 'fail': named, and remembered for the next run, which is told before training (no image decoded)
+    damage(second)
+    code, err = train("--max-steps", "14")
+    assert code == 1 and "the model dir remembers it" in err.strip().splitlines()[-1], err[-2000:]
+    code, err = train("--max-steps", "14")
+    assert code == 1 and "decoding the" not in err and err.strip().splitlines()[-1].endswith(
+        f"{second} cannot be decoded (Invalid PNG data, size {os.path.getsize(second)}), though its header reads well "
+        f"(a run of this model dir met it: {model_dir / 'undecodable_images.json'}); replace or remove it, or pass "
+        "--on-bad-image=skip to leave such files out"), err[-2000:]
+    os.remove(second)
+    code, err = train("--max-steps", "14")
+    assert code == 0 and json.loads((model_dir / "results.json").read_text())["global_step"] == 14, err[-2000:]
+    assert (model_dir / "validation_files.txt").read_text() == validation
 
 
 def test_a_class_folder_added_or_removed_since_the_split_is_named_in_one_line(tmp_path, capsys, monkeypatch):
