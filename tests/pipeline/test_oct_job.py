@@ -1,8 +1,9 @@
-"""The OCT job's prepared shards: the scans decoded as training decodes them, in the manifest's order."""
+"""The OCT job: its prepared shards (the scans decoded as training decodes them, in the manifest's order), its cache, and a resume's validation list and undecodable scans."""
 import os
 import shutil
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from acquisition import retinal_oct
@@ -72,3 +73,43 @@ def test_one_cache_for_every_spelling_of_the_data_dir(oct_tree, tmp_path, monkey
                                               "--validation-fraction", "0"])
         oct_job.prepare_data(args, 4).train_input_fn()  # names its cache file (and writes what it holds)
     assert len(glob.glob(str(tmp_path / "cache" / "images-*.json"))) == 1
+
+
+def test_a_trained_model_dir_holds_out_its_listed_scans_and_leaves_out_the_scans_it_could_not_decode(oct_tree, tmp_path):
+    """The OCT job's side of a resume after an undecodable scan (the images job's is run whole in
+    test_train_images_cli): the model dir's record makes the scan a bad file, and its validation list, not a new
+    draw, says which scans are held out."""
+    from acquisition import undecodable_record
+    from acquisition.errors import InputDataError
+    from pipeline.flags import build_parser
+    from pipeline.tasks.oct import TASK
+    from pipeline.undecodable import RECORD_FILE
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+
+    def prepare(*flags):
+        return oct_job.prepare_data(build_parser(TASK).parse_args(
+            ["--data-dir", os.path.dirname(oct_tree), "--model-dir", str(model_dir), "--image-size", "32", *flags]), 4)
+    drawn = prepare()
+    trained = [f for f in retinal_oct_files(oct_tree, "train") if f not in drawn.validation_files]
+    listed = sorted(drawn.validation_files)[1:] + [trained[0]]  # not the draw's: a list of an earlier version's
+    (model_dir / "validation_files.txt").write_text("".join(f + "\n" for f in listed))
+    assert sorted(prepare().validation_files) == sorted(drawn.validation_files)  # no checkpoint: drawn
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    resumed = prepare()
+    assert sorted(resumed.validation_files) == sorted(listed)
+    assert resumed.num_train_examples == drawn.num_train_examples
+    undecodable_record.remember(str(model_dir / RECORD_FILE), {trained[1]: "Invalid JPEG data"})
+    with pytest.raises(InputDataError, match=f"^{trained[1]} cannot be decoded \\(Invalid JPEG data\\), though its header "
+                                             "reads well \\(a run of this model dir met it: "):
+        prepare()
+    skipped = prepare("--on-bad-image", "skip")
+    assert skipped.report["skipped_files"] == [trained[1]] and skipped.report["undecodable_left_out"] == [trained[1]]
+    assert skipped.num_train_examples == drawn.num_train_examples - 1
+    assert sorted(skipped.validation_files) == sorted(listed)
+
+
+def retinal_oct_files(tree, split):
+    """Returns the scans of `split` in the OCT2017 `tree`, sorted."""
+    import glob
+    return sorted(glob.glob(os.path.join(tree, split, "*", "*.jpeg")))
