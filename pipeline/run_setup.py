@@ -13,7 +13,7 @@ import tensorflow as tf
 from acquisition import storage
 from models.learning_rate import ScheduledRate
 from pipeline import batching, determinism, estimator as estimator_lib, evaluation_report, initial_weights, \
-    ema as ema_lib, model_dir as model_dir_lib, training_record, tta
+    ema as ema_lib, model_dir as model_dir_lib, training_record, tta, undecodable
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
@@ -119,14 +119,15 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     # An evaluation counts no epochs and reads no validation split, but a report fitted on a validation split
     # other than training's would fit on images the model trained on.
     validates = not settings.eval_only or evaluation_report.uses_validation(settings)
-    undecodable = data.report.get("undecodable_left_out", ())
     training_record.check_same_data(record, trained_on, settings.model_dir, training=validates,
-                                    skipped=data.report.get("skipped_files", ()), undecodable=undecodable)
+                                    skipped=data.report.get("skipped_files", ()),
+                                    undecodable=data.report.get("undecodable_left_out", ()))
     if check_checkpoint:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
     start_step = model_dir_lib.latest_global_step(settings.model_dir)
     if start_step and validates:
-        check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files, set(undecodable))
+        check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files,
+                         undecodable.left_out(settings.model_dir))
     training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
                                        settings.model_dir, settings.precision, settings.tflite)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),

@@ -124,9 +124,9 @@ def check_same_data(record, data, model_dir, training=True, skipped=(), undecoda
     data, another share held out for validation, or another number of training images (the shipped
     sample against the full dataset, say). Without `training` (--eval-only) only the kind of data must
     match: an evaluation counts no epochs. `skipped`, the files --on-bad-image skip leaves out now, are
-    named as a cause when there are fewer training images. Up to len(`undecodable`) fewer are the images
-    a run of the model dir could not decode (see pipeline.undecodable.left_out), which no step trained
-    on: said in one line. Records of earlier versions, which kept no validation fraction, are compared by
+    named as a cause when there are fewer training images. Up to len(`undecodable`) fewer are the training
+    images a run of the model dir could not decode (see pipeline.undecodable.left_out_of_training): said in
+    one line. Records of earlier versions, which kept no validation fraction, are compared by
     their images alone."""
     then = record.data
     if then is None or not record.segments or all(then[key] == value for key, value in data.items() if key in then):
@@ -135,8 +135,7 @@ def check_same_data(record, data, model_dir, training=True, skipped=(), undecoda
     if 0 < fewer <= len(undecodable) and all(then[key] == value for key, value in data.items()
                                              if key in then and key != "train_examples"):
         log.warning("training on %d images, %d fewer than this model dir's run counted its epochs on: %s TensorFlow "
-                    "could not decode, which no step trained on, left out", data["train_examples"], fewer,
-                    "the image" if fewer == 1 else "images")
+                    "could not decode left out", data["train_examples"], fewer, "the image" if fewer == 1 else "images")
         return
     if not training and then["synthetic"] == data["synthetic"]:
         return

@@ -23,6 +23,15 @@ def left_out(model_dir):
     return undecodable_record.remembered(storage.join(model_dir, RECORD_FILE)) if model_dir else {}
 
 
+def left_out_of_training(left_out_files, training, validation_listed):
+    """Returns, sorted, the absolute paths of `left_out_files` (see left_out) among `training` (the paths of the
+    images the split gave training, its validation share included) that `validation_listed` (the validation
+    list's paths, or None) does not hold out: the images a resume trains on fewer than the model dir's epochs
+    were counted on (see training_record.check_same_data)."""
+    held = set(map(os.path.abspath, validation_listed or ()))
+    return sorted({f for f in map(os.path.abspath, training) if f in left_out_files and f not in held})
+
+
 def find_and_remember(job, cause):
     """Returns ({file: TensorFlow's words} of the images below `job`'s --data-dir and --validation-dir that it
     cannot decode though their headers read well, the path of the model dir's record they were added to, or

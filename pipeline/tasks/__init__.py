@@ -106,12 +106,13 @@ class Task:
 
 
 def write_validation_files(model_dir, files):
-    """Writes `files`, one path per line, to <model dir>/validation_files.txt (atomically: a cluster's
+    """Writes `files`, one absolute path per line, to <model dir>/validation_files.txt (atomically: a cluster's
     workers may each write the same list); returns its path, or None when there is no such folder (a
     tool that reads a job's input, such as inspect_input.py, with no run's model dir)."""
     if not storage.isdir(model_dir):
         return None
-    return write_text_atomically(storage.join(model_dir, VALIDATION_FILES), "".join(name + "\n" for name in files))
+    return write_text_atomically(storage.join(model_dir, VALIDATION_FILES),
+                                 "".join(storage.absolute(name) + "\n" for name in files))
 
 
 def trained_validation_list(model_dir):

@@ -116,7 +116,7 @@ def _load(args):
               "channels_reason": channels_reason,
               "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
               "skipped_file_problems": problems, "duplicates_left_out": duplicates,
-              "undecodable_left_out": sorted(left_out)}
+              "undecodable_left_out": _trained_left_out(args, left_out) if saved else []}
     return Dataset(folders.class_names, channels, splits, report, pending, twins)
 
 
@@ -261,6 +261,14 @@ def _check_same_classes(saved, class_names, args):
 
 def _with_flag(flag, value):
     return f"without {flag}" if value is None else f"with {flag}={value}"
+
+
+def _trained_left_out(args, left_out):
+    """Returns the images of the model dir's training split (its validation share not) that a run could not
+    decode (`left_out`: see pipeline.undecodable.left_out)."""
+    listed = class_folders.read_split_list(storage.join(args.model_dir, SPLIT_DIR, "train.txt"), args.data_dir)
+    return undecodable.left_out_of_training(left_out, listed,
+                                            listed_validation(trained_validation_list(args.model_dir)))
 
 
 def _splits_from_lists(folders, data_dir, model_dir, duplicates=(), undecodable=()):

@@ -1,6 +1,7 @@
 """The retinal OCT job's data and model: OCT2017's JPEG folders (or shards prepared from them,
 or synthetic scans) and the VGG16 transfer model. Its command line: oct.py."""
 import collections
+import fnmatch
 import logging
 import math
 import os
@@ -126,14 +127,17 @@ def _folder_data(args, batch_size, size, serving):
     image_checks.check_bad_files(scans.values(), args.on_bad_image)
     # A patient's scans all on one side: near-duplicate B-scans of one eye would inflate validation accuracy.
     train = scans["train"].good()
+    listed = listed_validation(trained_validation_list(args.model_dir))
     held_out = split_off_validation(args, *train, _read_validation_dir(args, left_out), VALIDATION_SEED,
                                     PATIENT_PATTERN, retinal_oct.CLASS_NAMES, test_files=scans["test"].good()[0],
-                                    listed=listed_validation(trained_validation_list(args.model_dir)))
+                                    listed=listed)
     cache_key = {"pattern": retinal_oct.split_pattern(root, "train"), "files_fingerprint": scans["train"].fingerprint,
                  "skipped": scans["train"].bad_files}
     report = {"data_root": root, "skipped_files": scans["train"].bad_files + scans["test"].bad_files,
               "skipped_file_problems": {**scans["train"].problems, **scans["test"].problems},
-              "undecodable_left_out": sorted(left_out), **_cache_report(args)}
+              "undecodable_left_out": undecodable.left_out_of_training(
+                  left_out, [f for f in left_out if fnmatch.fnmatch(f, os.path.abspath(
+                      retinal_oct.split_pattern(root, "train")))], listed), **_cache_report(args)}
     if held_out:
         train = held_out["train"]
         cache_key["validation"] = [args.validation_fraction, VALIDATION_SEED, args.validation_dir]

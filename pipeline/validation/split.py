@@ -89,8 +89,9 @@ def split_off_validation(settings, files, labels, read_validation_dir, seed, gro
         return {"train": (files, labels), "validation": validation}
     if not settings.validation_fraction:
         return None
-    if listed is not None:
-        return _listed_apart(files, labels, listed)
+    held = _listed_apart(files, labels, listed) if listed is not None else None
+    if held is not None:
+        return held
     return held_out_share(files, labels, settings.validation_fraction, seed, group_pattern, class_names, twins)
 
 
@@ -104,14 +105,19 @@ def listed_validation(listed_path):
 
 def _listed_apart(files, labels, listed):
     """Returns {'train': ..., 'validation': ...} of (`files`, `labels`): the files `listed` names held out, by
-    path, or by class folder and name where none is at its listed path (a data dir moved); any listed file
-    not among `files` is left to check_same_split. A resume takes its split as it was drawn: a change of the
-    draw, or an image left out since (see pipeline.undecodable.left_out), moves no other image."""
+    absolute path, or by class folder and file name where none is at its listed path (an OCT data dir moved, or
+    a list of relative paths read from another working directory); None where those names are ambiguous (two
+    classes' subfolders of one name hold files of one name), for the caller to draw the split again. Any
+    listed file not among `files` is left to check_same_split. A resume takes its split as it was drawn: a
+    change of the draw, or an image left out since (see pipeline.undecodable.left_out), moves no other."""
     paths = set(map(_absolute, listed))
     held = [_absolute(f) in paths for f in files]
     if not any(held):
-        names = set(map(_name, listed))
-        held = [_name(f) in names for f in files]
+        names = collections.Counter(map(_name, files))
+        wanted = collections.Counter(map(_name, listed))
+        if any(count > 1 for count in wanted.values()) or any(names[name] > 1 for name in wanted):
+            return None
+        held = [_name(f) in wanted for f in files]
     sides = {"train": ([], []), "validation": ([], [])}
     for f, label, out in zip(files, labels, held):
         side = sides["validation" if out else "train"]

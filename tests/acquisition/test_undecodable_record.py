@@ -1,4 +1,5 @@
 """The record of the images a run could not decode: what its later runs count as bad files."""
+import json
 import os
 
 from acquisition import undecodable_record
@@ -14,7 +15,9 @@ def test_a_remembered_image_stays_bad_until_it_is_replaced_and_a_removed_one_sta
     undecodable_record.remember(record, {str(images["cut"]): "Invalid JPEG data", str(images["flipped"]): None})
     undecodable_record.remember(record, {str(images["removed"]): "Invalid JPEG data"})  # added to, not replaced
     assert sorted(undecodable_record.remembered(record)) == sorted(map(str, images.values()))
-    images["flipped"].write_bytes(b"\xff\xd8" + b"y" * 101)  # replaced with another file: read again
+    stat = os.stat(images["flipped"])
+    images["flipped"].write_bytes(b"\xff\xd8" + b"y" * 100)  # replaced: read again, even at its size and time
+    os.utime(images["flipped"], ns=(stat.st_atime_ns, stat.st_mtime_ns))
     os.remove(images["removed"])  # gone: still no image to train on
     remembered = undecodable_record.remembered(record)
     assert sorted(remembered) == [str(images["cut"]), str(images["removed"])]
@@ -23,3 +26,6 @@ def test_a_remembered_image_stays_bad_until_it_is_replaced_and_a_removed_one_sta
     with open(record, "w") as f:
         f.write("{not json")
     assert undecodable_record.remembered(record) == {}  # damaged: the next run that meets them finds them again
+    with open(record, "w") as f:  # entries of another form, and a path through a file: no traceback
+        f.write(json.dumps({"files": {str(images["cut"]): 5, str(images["cut"] / "x"): {"size": 1}}}))
+    assert list(undecodable_record.remembered(record)) == [str(images["cut"] / "x")]

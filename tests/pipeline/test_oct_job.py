@@ -99,14 +99,19 @@ def test_a_trained_model_dir_holds_out_its_listed_scans_and_leaves_out_the_scans
     resumed = prepare()
     assert sorted(resumed.validation_files) == sorted(listed)
     assert resumed.num_train_examples == drawn.num_train_examples
-    undecodable_record.remember(str(model_dir / RECORD_FILE), {trained[1]: "Invalid JPEG data"})
-    with pytest.raises(InputDataError, match=f"^{trained[1]} cannot be decoded \\(Invalid JPEG data\\), though its header "
-                                             "reads well \\(a run of this model dir met it: "):
+    tested = retinal_oct_files(oct_tree, "test")[0]
+    undecodable_record.remember(str(model_dir / RECORD_FILE), {trained[1]: "Invalid JPEG data",
+                                                                tested: "Invalid JPEG data", listed[0]: None})
+    first = min(trained[1], tested, listed[0])
+    with pytest.raises(InputDataError, match=f"^{first} cannot be decoded .*, though its header reads well \\(a run "
+                                             "of this model dir met it: .*\\(and 2 more bad files\\)"):
         prepare()
     skipped = prepare("--on-bad-image", "skip")
-    assert skipped.report["skipped_files"] == [trained[1]] and skipped.report["undecodable_left_out"] == [trained[1]]
+    assert sorted(skipped.report["skipped_files"]) == sorted([trained[1], tested, listed[0]])
+    # only a training scan counts as one fewer to train on (a test or validation one excused losing another)
+    assert skipped.report["undecodable_left_out"] == [trained[1]]
     assert skipped.num_train_examples == drawn.num_train_examples - 1
-    assert sorted(skipped.validation_files) == sorted(listed)
+    assert sorted(skipped.validation_files) == sorted(listed[1:])
 
 
 def retinal_oct_files(tree, split):

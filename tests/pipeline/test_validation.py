@@ -562,6 +562,11 @@ def test_a_resume_holds_out_the_listed_validation_images_by_path_or_by_name_wher
     assert drawn != validation  # (the draw holds out others: the list is what was read)
     moved = [p.replace("/new/", "/old/") for p in listed]
     assert sides(moved)[0][0] == validation
+    # Names that two classes' subfolders share cannot tell the images apart: drawn again, as before the list was
+    # read (a list of relative paths, read from another working directory, held out one image of each class)
+    files[:] = [f"/new/data/{c}/sub/{i}.png" for c in ("a", "b") for i in range(6)]
+    drawn = split_off_validation(settings, files, labels, None, 0, None, ("a", "b"))["validation"][0]
+    assert sides(["data/a/sub/1.png", "data/b/sub/4.png"])[0][0] == drawn
 
 
 def test_same_images_are_found_by_link_and_by_all_their_bytes_not_by_size_or_head(tmp_path):
