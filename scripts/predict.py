@@ -53,16 +53,17 @@ def predict(args):
                         "pass --model the export (or its model dir) to explain")
     from serving.predict import classify_files, load_predictor  # imports TensorFlow: once the arguments are good
     predictor = load_predictor(args.model)
+    gradcam = _gradcam(args) if args.explain else None  # (--explain-class checked before any image is classified)
     if args.tta:  # the mean over views of each image (serving.tta)
         from serving.tta import with_views
         predictor = with_views(predictor, args.tta)
-    results = classify_files(predictor, args.images, args.batch_size)
+    results = classify_files(predictor, args.images, args.batch_size, left_out_folder=args.explain)
     if args.tta:  # named in each answer, as results.json names them
         results = ({**r, "tta": list(args.tta)} if "error" not in r else r for r in results)
-    if args.explain:
+    if gradcam is not None:
         results = list(results)  # the heatmaps follow the predictions
         try:
-            _explain(args, results)
+            _explain(args, gradcam, results)
         except BaseException:  # a full disk, a stop: the predictions made are printed, not lost with the heatmaps
             _print(results, args.json)
             raise
@@ -85,13 +86,20 @@ def _print(results, as_json):
     return failed
 
 
-def _explain(args, results):
+def _gradcam(args):
+    """Returns the GradCam of --model; raises FlagError for an --explain-class it has not."""
     from pipeline.errors import FlagError
-    from serving.gradcam import GradCam, explain_files
+    from serving.gradcam import GradCam
     gradcam = GradCam(args.model)
     if args.explain_class is not None and args.explain_class not in gradcam.class_names:
+        gradcam.close()
         raise FlagError(f"--explain-class {args.explain_class} is not a class of this model; "
                         f"its classes are {', '.join(gradcam.class_names)}")
+    return gradcam
+
+
+def _explain(args, gradcam, results):
+    from serving.gradcam import explain_files
     class_index = None if args.explain_class is None else gradcam.class_names.index(args.explain_class)
     explain_files(gradcam, results, args.explain, class_index)
     gradcam.close()

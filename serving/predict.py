@@ -158,16 +158,17 @@ def _image_problem(path, predictor):
             f"holding {_pixels_words(predictor.pixels_shape)}")
 
 
-def image_paths(paths):
+def image_paths(paths, left_out_folder=None):
     """Yields the files to classify: each path that is not a folder as given, and the image files
     (see image_formats.is_image_name) and raw pixel files (is_pixels_name) below each folder, walked
-    recursively in sorted order, linked folders included (each folder once). Raises InputDataError,
+    recursively in sorted order, linked folders included (each folder once), `left_out_folder` not
+    (the heatmaps' folder: a rerun classified the heatmaps it had written). Raises InputDataError,
     after the folders before it, for a folder that holds none."""
     for path in paths:
         if not storage.isdir(path):
             yield path
             continue
-        found, seen = 0, {os.path.realpath(path)}
+        found, seen = 0, {os.path.realpath(path)} | ({os.path.realpath(left_out_folder)} if left_out_folder else set())
         for parent, dirs, names in storage.walk(path, follow_links=True):
             dirs[:] = _unseen(parent, dirs, seen)
             for name in sorted(names):
@@ -202,8 +203,8 @@ def _batches(iterable, size):
         yield batch
 
 
-def classify_files(predictor, paths, batch_size=BATCH_SIZE, progress_every_secs=10.0, log=None):
-    """Yields one dict per file of image_paths(paths), in order, `batch_size` files at a time:
+def classify_files(predictor, paths, batch_size=BATCH_SIZE, progress_every_secs=10.0, log=None, left_out_folder=None):
+    """Yields one dict per file of image_paths(paths, left_out_folder), in order, `batch_size` files at a time:
     {'file', 'class', 'probabilities': {name: p}} or {'file', 'error'}.
 
     Files whose headers show they cannot be decoded get their problem as the error;
@@ -213,7 +214,7 @@ def classify_files(predictor, paths, batch_size=BATCH_SIZE, progress_every_secs=
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     start = last = time.monotonic()
     done = 0
-    for batch in _batches(image_paths(paths), batch_size):
+    for batch in _batches(image_paths(paths, left_out_folder), batch_size):
         yield from _classify_batch(predictor, batch)
         done += len(batch)
         if time.monotonic() - last >= progress_every_secs:

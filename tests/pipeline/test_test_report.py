@@ -173,6 +173,24 @@ def test_predict_refuses_an_unknown_explained_class(oct_run, tmp_path):
                     "--explain-class", "AMD", test_files[0])
     assert result.returncode == 2
     assert "--explain-class AMD is not a class of this model" in assert_clean_failure(result)
+    assert result.stdout == ""  # refused before any image is classified (it printed every answer first)
+
+
+def test_heatmaps_written_into_the_folder_classified_are_not_classified_by_the_next_run(oct_run, tmp_path):
+    """A rerun of predict.py --explain DIR/heat DIR classified its own heatmaps, and wrote heatmaps of them."""
+    import shutil
+    results, _, test_files = oct_run
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for f in test_files[:2]:
+        shutil.copy(f, folder)
+    for _ in range(2):
+        result = script("predict.py", "--model", results["export_dir"], "--json", "--explain", str(folder / "heat"),
+                        str(folder))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert sorted(json.loads(line)["file"] for line in result.stdout.splitlines()) == \
+            sorted(str(folder / os.path.basename(f)) for f in test_files[:2])
+    assert len(os.listdir(folder / "heat")) == 2
 
 
 def test_two_sets_of_images_written_in_one_second_both_reach_tensorboard(tmp_path):
