@@ -108,7 +108,14 @@ def find_runs(folders):
         if unfinished:
             log.warning("left out %d run%s of %s with no %s yet (unfinished, or stopped): %s", len(unfinished),
                         "" if len(unfinished) == 1 else "s", folder, RESULTS_FILE, ", ".join(unfinished))
-        runs.extend((posixpath.join(folder, name), _read(posixpath.join(folder, name))) for name in inside)
+        read = {name: _read(posixpath.join(folder, name), strict=False) for name in inside}
+        others = [name for name in inside if read[name] is None]
+        if len(others) == len(inside):
+            _read(posixpath.join(folder, inside[0]))  # (raises, naming it)
+        if others:  # a benchmark's output beside the runs, say: its results.json is another kind
+            log.warning("left out %d folder%s of %s whose %s is not a run's results (a benchmark's, say): %s",
+                        len(others), "" if len(others) == 1 else "s", folder, RESULTS_FILE, ", ".join(others))
+        runs.extend((posixpath.join(folder, name), read[name]) for name in inside if read[name] is not None)
     return runs
 
 
@@ -122,7 +129,9 @@ def _listdir(folder):
         raise RunsError(f"{folder} does not exist: pass the model dir of a finished run") from None
 
 
-def _read(folder):
+def _read(folder, strict=True):
+    """Returns the run results in `folder`; raises RunsError for a file that is not JSON, and for JSON that is
+    not a run's results unless not `strict` (then None)."""
     path = posixpath.join(folder, RESULTS_FILE)
     try:
         with tf.io.gfile.GFile(path) as f:
@@ -131,6 +140,8 @@ def _read(folder):
         raise RunsError(f"{path} is not valid JSON ({e}): the run that wrote it did not finish; "
                         "leave it out or run it again") from None
     if not isinstance(results, dict) or "task" not in results:
+        if not strict:
+            return None
         kind = type(results).__name__ if not isinstance(results, dict) else "object without a task"
         raise RunsError(f"{path} holds a JSON {kind}, not a run's results: leave it out")
     return results

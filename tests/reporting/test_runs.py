@@ -5,6 +5,7 @@ import glob
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -105,6 +106,15 @@ def test_a_results_file_given_itself_is_its_run_and_one_holding_no_object_is_nam
     (tmp_path / "list" / "results.json").write_text("{}")  # it made a blank row
     with pytest.raises(RunsError, match="results.json holds a JSON object without a task, not a run's results"):
         compare.find_runs([str(tmp_path / "list")])
+    # In a folder of runs, a benchmark's output beside them is left out with a warning (it failed the whole table);
+    # a folder of such alone is still named
+    (tmp_path / "runs").mkdir()
+    shutil.copytree(tmp_path / "run", tmp_path / "runs" / "run")
+    shutil.copytree(tmp_path / "list", tmp_path / "runs" / "bench")
+    assert compare.find_runs([str(tmp_path / "runs")]) == [(str(tmp_path / "runs" / "run"), {"task": "fashion"})]
+    shutil.rmtree(tmp_path / "runs" / "run")
+    with pytest.raises(RunsError, match="bench/results.json holds a JSON object without a task"):
+        compare.find_runs([str(tmp_path / "runs")])
     (tmp_path / "afile").write_text("")  # it said the file did not exist
     with pytest.raises(RunsError, match=r"afile is a file, not a model dir: pass the model dir of a finished run"):
         compare.find_runs([str(tmp_path / "afile")])
