@@ -60,7 +60,8 @@ def walk_images(folder):
 
 def _class_dirs(folder):
     if storage.is_url(folder):
-        return sorted(n for n in storage.listdir(folder) if not n.startswith(".") and storage.isdir(storage.join(folder, n)))
+        return sorted(n for n in storage.listdir(folder)
+                      if not n.startswith(".") and storage.isdir(storage.join(folder, n)))
     return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
 
 
@@ -83,12 +84,20 @@ def _scan(folder, class_names, channels, workers):
     return FolderScan(files, labels, problems, tuple(class_names), digest.hexdigest()), gray, ignored
 
 
-def scan_class_folders(data_dir, channels=None, workers=4):
-    """Returns the ClassFolders of `data_dir`, each image checked for decoding to `channels`
-    (1, 3 or None: its own).
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A data dir's class folders as its folders name them, before any image is read."""
+    class_names: Tuple[str, ...]
+    folders: Dict[str, str]  # 'train' and 'test' (a split dir), or 'all': the folders holding the class folders
+    unread_folders: Tuple[str, ...]  # a split dir's val/ or validation/, which its layout does not read
 
-    Raises InputDataError when the dir is missing, has fewer than 2 class folders,
-    a class without images, or a test class unknown to training.
+
+def read_layout(data_dir):
+    """Returns the Layout of `data_dir` from its folders' names alone (no image is read, no TensorFlow imported:
+    a wrong --data-dir is answered at once).
+
+    Raises InputDataError when the dir is missing, has fewer than 2 class folders, or a test class unknown to
+    training.
     """
     if not storage.isdir(data_dir):
         raise InputDataError(f"no folder {data_dir}; pass --data-dir with a folder of class folders "
@@ -97,49 +106,66 @@ def scan_class_folders(data_dir, channels=None, workers=4):
     presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
     if not presplit:
         _check_not_split_folders(data_dir, top)
-    if presplit:
-        class_names = tuple(_class_dirs(storage.join(data_dir, top["train"])))
-        test_classes = set(_class_dirs(storage.join(data_dir, top["test"])))
-        extra = sorted(test_classes - set(class_names))
-        if extra:
-            raise InputDataError(f"{os.path.join(data_dir, top['test'])} has class folder(s) {', '.join(extra)} "
-                                 "that train does not; every test class needs training images")
-        absent = [n for n in class_names if n not in test_classes]
-        if absent:
-            raise InputDataError(f"{os.path.join(data_dir, top['test'])} has no folder for class(es) "
-                                 f"{', '.join(repr(n) for n in absent)}, which train has; add its test images in "
-                                 "one, or take the class out of train")
-        folders = {s: storage.join(data_dir, top[s]) for s in SPLITS}
-        unread = tuple(storage.join(data_dir, top[s]) for s in sorted(set(top) - set(SPLITS)))
-    else:
-        class_names, folders, unread = tuple(top.values()), {"all": data_dir}, ()
-    broken = next((n for n in class_names if has_line_break(n)), None)
+    layout = _split_layout(data_dir, top) if presplit else Layout(tuple(top.values()), {"all": data_dir}, ())
+    broken = next((n for n in layout.class_names if has_line_break(n)), None)
     if broken is not None:
-        raise InputDataError(f"class folder {shown_path(storage.join(folders.get('train', data_dir), broken))} has "
-                             "a line break in its name, which the export's list of class names cannot hold; "
-                             "rename it")
-    if len(class_names) < 2:
-        folder = folders.get("train", data_dir)
-        loose = sum(1 for name in storage.listdir(folder) if is_image_name(name))
-        if loose and not class_names and presplit:
-            raise InputDataError(f"{folder} holds {loose} image(s) and no class folders; train/ and test/ each "
-                                 "need one folder of images per class (train/<class>/<image>)")
-        if loose and not class_names:
-            parent = os.path.dirname(storage.absolute(folder).rstrip("/"))
-            raise InputDataError(f"{folder} holds {loose} image(s) and no class folders: it looks like one class's "
-                                 f"folder; pass --data-dir {parent}, whose every folder is a class, if that is the "
-                                 "dataset")
-        raise InputDataError(f"{folder} holds {len(class_names)} class folder(s); "
-                             "a classifier needs at least 2 (one folder of images per class)")
+        where = storage.join(layout.folders.get("train", data_dir), broken)
+        raise InputDataError(f"class folder {shown_path(where)} has a line break in its name, which the export's "
+                             "list of class names cannot hold; rename it")
+    if len(layout.class_names) < 2:
+        raise _too_few_classes(layout.folders.get("train", data_dir), layout.class_names, presplit)
+    return layout
+
+
+def _split_layout(data_dir, top):
+    """Returns the Layout of `data_dir`, split into train and test folders (`top`: {lowercased: name})."""
+    class_names = tuple(_class_dirs(storage.join(data_dir, top["train"])))
+    test_classes = set(_class_dirs(storage.join(data_dir, top["test"])))
+    extra = sorted(test_classes - set(class_names))
+    if extra:
+        raise InputDataError(f"{os.path.join(data_dir, top['test'])} has class folder(s) {', '.join(extra)} "
+                             "that train does not; every test class needs training images")
+    absent = [n for n in class_names if n not in test_classes]
+    if absent:
+        raise InputDataError(f"{os.path.join(data_dir, top['test'])} has no folder for class(es) "
+                             f"{', '.join(repr(n) for n in absent)}, which train has; add its test images in "
+                             "one, or take the class out of train")
+    return Layout(class_names, {s: storage.join(data_dir, top[s]) for s in SPLITS},
+                  tuple(storage.join(data_dir, top[s]) for s in sorted(set(top) - set(SPLITS))))
+
+
+def _too_few_classes(folder, class_names, presplit):
+    """Returns the InputDataError for `folder`, holding fewer than 2 `class_names`: where its loose images are a
+    class's, says which folder to pass."""
+    loose = sum(1 for name in storage.listdir(folder) if is_image_name(name))
+    if loose and not class_names and presplit:
+        return InputDataError(f"{folder} holds {loose} image(s) and no class folders; train/ and test/ each "
+                              "need one folder of images per class (train/<class>/<image>)")
+    if loose and not class_names:
+        parent = os.path.dirname(storage.absolute(folder).rstrip("/"))
+        return InputDataError(f"{folder} holds {loose} image(s) and no class folders: it looks like one class's "
+                              f"folder; pass --data-dir {parent}, whose every folder is a class, if that is the "
+                              "dataset")
+    return InputDataError(f"{folder} holds {len(class_names)} class folder(s); "
+                          "a classifier needs at least 2 (one folder of images per class)")
+
+
+def scan_class_folders(data_dir, channels=None, workers=4):
+    """Returns the ClassFolders of `data_dir` (see read_layout), each image checked for decoding to `channels`
+    (1, 3 or None: its own).
+
+    Raises InputDataError as read_layout does, and for a class without images.
+    """
+    layout = read_layout(data_dir)
     scans, gray, ignored = {}, True, 0
-    for split, folder in folders.items():
-        scans[split], split_gray, split_ignored = _scan(folder, class_names, channels, workers)
+    for split, folder in layout.folders.items():
+        scans[split], split_gray, split_ignored = _scan(folder, layout.class_names, channels, workers)
         gray, ignored = gray and split_gray, ignored + split_ignored
         empty = [n for n, c in scans[split].class_counts().items() if c == 0]
         if empty:
             raise InputDataError(f"no readable images of class {', '.join(repr(n) for n in empty)} in {folder} "
                                  "(JPEG, PNG, BMP or GIF); add some or remove the folder")
-    return ClassFolders(data_dir, class_names, scans, gray, ignored, unread)
+    return ClassFolders(data_dir, layout.class_names, scans, gray, ignored, layout.unread_folders)
 
 
 def _check_not_split_folders(data_dir, top):

@@ -9,7 +9,6 @@ import os
 import struct
 from typing import Dict, List, Tuple
 
-import tensorflow as tf
 
 from acquisition import storage
 from acquisition.errors import InputDataError
@@ -23,6 +22,7 @@ _DECODABLE_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC9, 0xCA})  # sequential and pro
 
 def matching_files(file_pattern):
     """Returns the sorted files matching `file_pattern`; raises InputDataError if there are none."""
+    import tensorflow as tf  # noqa: PLC0415 - the folder checks before training import none (see class_folders)
     files = sorted(tf.io.gfile.glob(file_pattern))
     if not files:
         raise InputDataError(f"no files match the pattern {file_pattern}")

@@ -12,6 +12,7 @@ from acquisition import storage
 from acquisition.files import write_text_atomically
 from input_fns import FEATURE_KEY, FILE_KEY  # noqa: F401 (the jobs' feature keys: the models' input, the file names)
 from pipeline import init_from
+from pipeline.errors import FlagError
 # --augment's values for a transform named alone ('flip': the task's safe flip), unless a task says otherwise.
 AUGMENT_DEFAULTS = {"flip": "horizontal", "rotate": 10.0, "zoom": 0.1, "translate": 0.1, "contrast": 0.2}
 # The benchmark's --input-only variant every task has: its own training input.
@@ -127,3 +128,11 @@ def backbone_weights(weights, init_from):
     """Returns the weights a backbone is built with: 'none' with an --init-from folder, whose checkpoint then
     sets every weight (pipeline.initial_weights: nothing to download), else `weights` (--weights)."""
     return "none" if init_from else weights
+
+
+def check_data_dir_given(settings):
+    """Raises FlagError when `settings` name neither a --data-dir nor --synthetic (the images job's data has no
+    default)."""
+    if not settings.data_dir and not settings.synthetic:
+        raise FlagError("pass --data-dir with a folder of class folders (DIR/<class>/<image>, or "
+                        "DIR/{train,test}/<class>/<image>), or --synthetic")

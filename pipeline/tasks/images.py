@@ -4,11 +4,11 @@ import argparse
 import os
 import re
 
-from acquisition import storage
+from acquisition import class_folders, storage
 from models import BACKBONES, SCRATCH_MODELS
 from pipeline.errors import FlagError
 from pipeline.flag_types import RecordedStore, int_in_range, open_fraction
-from pipeline.tasks import Task
+from pipeline.tasks import Task, check_data_dir_given
 
 MAX_IMAGE_SIZE = 2048
 
@@ -63,17 +63,23 @@ def add_flags(parser):
 
 
 def check_flags(settings):
-    """Raises FlagError for ImageNet weights of a network trained from scratch, a --data-dir on this machine
-    that is no folder, or a --model-dir inside it (see check_model_dir_outside_data_dir); a data dir at a URL
-    is read later, by the job."""
+    """Raises FlagError for ImageNet weights of a network trained from scratch, no --data-dir (nor --synthetic),
+    a --data-dir on this machine that is no folder, or a --model-dir inside it (see
+    check_model_dir_outside_data_dir); InputDataError for such a data dir whose folders cannot be a dataset (see
+    class_folders.read_layout: no image is read). A data dir at a URL is read later, by the job."""
     if settings.model in SCRATCH_MODELS and settings.weights == "imagenet":
         raise FlagError(f"--model {settings.model} is trained from scratch and has no ImageNet weights; pass "
                         "--weights none, or a no-top .h5 PATH of its own")
+    check_data_dir_given(settings)
     data_dir = settings.data_dir
-    if data_dir and not settings.synthetic and not storage.is_url(data_dir) and not os.path.isdir(data_dir):
+    if settings.synthetic:
+        return
+    if not storage.is_url(data_dir) and not os.path.isdir(data_dir):
         raise FlagError(f"--data-dir {data_dir}: no such folder; pass a folder of class folders "
                         "(DIR/<class>/<image>)")
     check_model_dir_outside_data_dir(settings)
+    if not storage.is_url(data_dir):
+        class_folders.read_layout(data_dir)
 
 
 def check_model_dir_outside_data_dir(settings):

@@ -22,7 +22,7 @@ from pipeline import undecodable
 from pipeline.errors import FlagError
 from pipeline.initial_weights import check_same_classes
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, \
-    trained_validation_list, write_validation_files
+    check_data_dir_given, trained_validation_list, write_validation_files
 from pipeline.training_record import layers_on_record
 from pipeline.validation.split import listed_validation, same_images, shared_images, split_off_validation, \
     warn_of_twins
@@ -66,9 +66,7 @@ _DATASETS = {}  # prepare_data and build_model read the folder once between them
 
 def load_dataset(args):
     """Returns the Dataset of args.data_dir (scanned once per process for the same flags)."""
-    if not args.data_dir:
-        raise FlagError("pass --data-dir with a folder of class folders (DIR/<class>/<image>, or "
-                         "DIR/{train,test}/<class>/<image>), or --synthetic")
+    check_data_dir_given(args)
     key = (storage.absolute(args.data_dir), args.channels, args.test_fraction, args.split_seed, args.group_by,
            args.on_bad_image, storage.absolute(args.model_dir), frozenset(undecodable.left_out(args.model_dir)))
     if key not in _DATASETS:

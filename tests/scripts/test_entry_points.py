@@ -86,6 +86,7 @@ def test_a_misspelt_flag_is_one_line_naming_the_nearest(script, argv, typo, mean
      "--model small_resnet is trained from scratch and has no ImageNet weights; pass --weights none"),
     ("train_fashion.py", ["--init-from", "{tmp}/absent"], "--init-from {tmp}/absent: no such folder"),
     ("train_oct.py", ["--init-from", "{tmp}/model/"], "is this run's own --model-dir"),
+    ("train_images.py", [], "pass --data-dir with a folder of class folders"),
 ])
 def test_flags_refused_whatever_the_data_answer_without_importing_tensorflow(script, argv, words, tmp_path):
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -94,6 +95,27 @@ def test_flags_refused_whatever_the_data_answer_without_importing_tensorflow(scr
     assert refused.stderr.endswith("exit=2 tensorflow_imported=False\n"), refused.stderr[-2000:]
     (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]
     assert line.startswith(f"{script}: error: ") and words.format(tmp=tmp_path) in line, line
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("folders, data_dir, words", [
+    (["cats"], "", "holds 1 class folder(s); a classifier needs at least 2"),
+    ([], "cats", "holds 2 image(s) and no class folders: it looks like one class's folder; pass --data-dir {tmp}"),
+    (["train/cats", "train/dogs", "test/cats"], "", "has no folder for class(es) 'dogs', which train has"),
+    (["train/cats", "val/cats"], "", "holds the split folders train, val"),
+])
+def test_a_data_dir_whose_folders_cannot_be_a_dataset_answers_without_importing_tensorflow(folders, data_dir, words,
+                                                                                            tmp_path):
+    data = tmp_path / "data"
+    for folder in folders + ["cats"] * (not folders):
+        (data / folder).mkdir(parents=True)
+    if not folders:
+        for name in ("a.png", "b.png"):
+            (data / "cats" / name).write_bytes(b"")
+    refused = probe("train_images.py", "--data-dir", str(data / data_dir), "--model-dir", str(tmp_path / "model"))
+    assert refused.stderr.endswith("exit=1 tensorflow_imported=False\n"), refused.stderr[-2000:]
+    (line,) = [l for l in refused.stderr.splitlines()[:-1] if l]
+    assert line.startswith("train_images.py: error: ") and words.format(tmp=data) in line, line
     assert not (tmp_path / "model").exists()
 
 
