@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from inspection import sheet
 from pipeline.signals import Interrupted
+from reporting.fonts import class_labels
 
 
 def inspect_batches(input_fn, num_batches, num_classes, input_context=None, log=None, progress_every_secs=10.0):
@@ -88,9 +89,13 @@ def write_contact_sheet(images, labels, class_names, path, columns=8, max_images
     """Writes up to `max_images` images of a batch in a grid, each titled with its class; returns `path`."""
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    settings, titles = class_labels(class_names)
+    with matplotlib.rc_context(settings):
+        return _contact_sheet(images[:max_images], labels[:max_images], titles, path, columns)
 
-    images, labels = images[:max_images], labels[:max_images]
+
+def _contact_sheet(images, labels, titles, path, columns):
+    import matplotlib.pyplot as plt
     rows = max(1, -(-len(images) // columns))
     figure, axes = plt.subplots(rows, columns, figsize=(columns * 1.6, rows * 1.8), squeeze=False)
     for ax in axes.flat:
@@ -99,7 +104,7 @@ def write_contact_sheet(images, labels, class_names, path, columns=8, max_images
         image = np.asarray(image, np.float32)
         ax.imshow(image[..., 0] if image.shape[-1] == 1 else image / max(1.0, image.max()), cmap="gray",
                   vmin=0, vmax=255 if image.max() > 1 else 1)
-        ax.set_title(class_names[int(label)], fontsize=8)
+        ax.set_title(titles[int(label)], fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=80, metadata={"Title": sheet.TITLE})
     plt.close(figure)

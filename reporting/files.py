@@ -11,6 +11,7 @@ import numpy as np
 from acquisition import storage
 from reporting import calibration
 from reporting.clinical import roc_points
+from reporting.fonts import class_labels
 
 REPORT_JSON, REPORT_MD, SCORES_CSV = "report.json", "report.md", "test_scores.csv"
 CONFUSION_PNG, ROC_PNG, RELIABILITY_PNG = "confusion_matrix.png", "roc_curves.png", "reliability_diagram.png"
@@ -163,7 +164,18 @@ def markdown(report, title="Test evaluation"):
               "| | " + " | ".join(report["class_names"]) + " |", "|---|" + "---:|" * len(report["class_names"])]
     lines += [f"| {name} | " + " | ".join(str(v) for v in row) + " |"
               for name, row in zip(report["class_names"], report["confusion_matrix"])]
+    lines += _labels_in_plots(report["class_names"])
     return "\n".join(lines) + "\n"
+
+
+def _labels_in_plots(names):
+    """Returns the report's lines naming the classes the plots label by their index (no installed font draws
+    their names: see fonts.class_labels); none when every name is drawn."""
+    _, labels = class_labels(names)
+    by_index = [f"{label} = {name}" for name, label in zip(names, labels) if label != name]
+    if not by_index:
+        return []
+    return ["", f"The plots label by index the classes no installed font here can draw: {', '.join(by_index)}."]
 
 
 def _png(figure):
@@ -175,12 +187,19 @@ def _png(figure):
 
 
 def plot_pngs(report, probabilities, labels):
-    """Returns {file name: PNG bytes} of the confusion matrix and the ROC curves (one class
-    against the rest for each class with positives and negatives, and the referral decision)."""
+    """Returns {file name: PNG bytes} of the confusion matrix, the ROC curves (one class against the rest for
+    each class with positives and negatives, and the referral decision) and the reliability diagrams; a class
+    name no installed font can draw is labelled by its index (see fonts.class_labels)."""
     import matplotlib
     matplotlib.use("Agg")
+    settings, names = class_labels(report["class_names"])
+    with matplotlib.rc_context(settings):
+        return _plot_pngs(report, names, probabilities, labels)
+
+
+def _plot_pngs(report, names, probabilities, labels):
     from matplotlib import pyplot as plt
-    names, matrix = report["class_names"], np.asarray(report["confusion_matrix"])
+    matrix = np.asarray(report["confusion_matrix"])
     pngs = {}
     figure, axes = plt.subplots(figsize=(1.2 * len(names) + 2, 1.2 * len(names) + 1.5))
     shares = matrix / np.maximum(matrix.sum(1, keepdims=True), 1)
@@ -196,12 +215,12 @@ def plot_pngs(report, probabilities, labels):
 
     figure, axes = plt.subplots(figsize=(5.5, 5))
     probabilities, labels = np.asarray(probabilities), np.asarray(labels)
-    curves = [(name, probabilities[:, i], labels == i, report["per_class"][name]["auc"])
-              for i, name in enumerate(names)]
+    curves = [(label, probabilities[:, i], labels == i, report["per_class"][name]["auc"])
+              for i, (name, label) in enumerate(zip(report["class_names"], names))]
     referral = report.get("referral")
     if referral:
-        index = [names.index(n) for n in referral["positive_classes"]]
-        curves.append(("referral: " + "+".join(referral["positive_classes"]), probabilities[:, index].sum(1),
+        index = [report["class_names"].index(n) for n in referral["positive_classes"]]
+        curves.append(("referral: " + "+".join(names[i] for i in index), probabilities[:, index].sum(1),
                        np.isin(labels, index), referral["auc"]))
     for name, scores, truth, auc in curves:
         if auc is not None and auc["value"] is not None:
@@ -214,14 +233,14 @@ def plot_pngs(report, probabilities, labels):
     axes.legend(loc="lower right", fontsize="small")
     pngs[ROC_PNG] = _png(figure)
     plt.close(figure)
-    pngs[RELIABILITY_PNG] = reliability_png(report, probabilities, labels)
+    pngs[RELIABILITY_PNG] = _reliability_png(report, names, probabilities, labels)
     return pngs
 
 
-def reliability_png(report, probabilities, labels):
+def _reliability_png(report, names, probabilities, labels):
     """Returns the PNG of the reliability diagrams: the most probable class's accuracy against its
     mean probability per bin (the report's points), and each class's rate against its mean probability,
-    one against the rest."""
+    one against the rest, labelled `names` (see fonts.class_labels)."""
     from matplotlib import pyplot as plt
     figures = report["calibration"]
     figure, (top, per_class) = plt.subplots(1, 2, figsize=(10, 5))
@@ -236,11 +255,11 @@ def reliability_png(report, probabilities, labels):
     top.set_xlabel("mean highest probability in the bin")
     top.set_ylabel("accuracy in the bin")
     top.set_title(f"Most probable class, {len(points)} equal-count bins", fontsize="medium")
-    for i, name in enumerate(report["class_names"]):
+    for i, (name, label) in enumerate(zip(report["class_names"], names)):
         scores, outcomes = calibration.one_against_rest(probabilities, labels, i)
         points = calibration.reliability(scores, outcomes, figures["bins"]["requested"])
         per_class.plot([p["score"] for p in points], [p["observed"] for p in points], marker=".",
-                       label=f"{name} (ECE {figures['per_class'][name]['ece']['value']:.3f})")
+                       label=f"{label} (ECE {figures['per_class'][name]['ece']['value']:.3f})")
     per_class.set_xlabel("mean probability of the class in the bin")
     per_class.set_ylabel("share of the bin's images of the class")
     per_class.set_title("Each class against the rest", fontsize="medium")
