@@ -155,13 +155,13 @@ def _refuse_untimed_flags(parser, task, task_args, run_loop):
 
 def _check_output(parser, folder):
     """Makes the output folder before anything is measured, so that a sweep never ends unable to write:
-    exit 2 for a file or a folder holding an earlier benchmark's results (they would be overwritten and its
-    plots left beside the new report), exit 1 for one that cannot be made or written."""
+    exit 2 for a file or a folder holding a results.json, an earlier benchmark's or a training run's (it would
+    be overwritten, and a benchmark's plots left beside the new report), exit 1 for one that cannot be made or written."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         parser.error(f"argument --output: {folder} is a file; pass a folder")
     if os.path.exists(os.path.join(folder, "results.json")):
-        parser.error(f"argument --output: {folder} holds an earlier benchmark's results (results.json); pass "
-                     "another --output, or move them away")
+        parser.error(f"argument --output: {folder} holds a results.json (an earlier benchmark's, or a training "
+                     "run's), which would be overwritten; pass another --output, or move it away")
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):

@@ -129,7 +129,8 @@ def test_an_output_it_could_not_write_or_would_overwrite_is_refused_before_any_m
     (tmp_path / "earlier").mkdir()
     (tmp_path / "earlier" / "results.json").write_text("{}")
     cases = [(tmp_path / "file", 2, "is a file; pass a folder"),
-             (tmp_path / "earlier", 2, "holds an earlier benchmark's results (results.json); pass another --output"),
+             (tmp_path / "earlier", 2, "holds a results.json (an earlier benchmark's, or a training run's), which "
+                                       "would be overwritten; pass another --output"),
              (tmp_path / "file" / "under", 1, "cannot write the outputs to --output")]
     for folder, code, fragment in cases:
         with pytest.raises(SystemExit) as exit_info:  # the sweep would take minutes: it never starts
