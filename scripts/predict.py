@@ -7,6 +7,7 @@ and so does a .tflite file converted from one (--tflite, docs/exports.md)."""
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -51,8 +52,12 @@ def predict(args):
         from pipeline.errors import FlagError
         raise FlagError("--explain reads the gradients of the SavedModel export, which a .tflite file has not: "
                         "pass --model the export (or its model dir) to explain")
-    from serving.predict import classify_files, load_predictor  # imports TensorFlow: once the arguments are good
+    # imports TensorFlow: once the arguments are good
+    from serving.predict import classify_files, load_predictor, unfinished_run_note
     predictor = load_predictor(args.model)
+    unfinished = unfinished_run_note(args.model, predictor.export_dir)
+    if unfinished:
+        print(f"{time.strftime('%H:%M:%S')} W {unfinished}", file=sys.stderr, flush=True)  # as the runs warn
     gradcam = _gradcam(args) if args.explain else None  # (--explain-class checked before any image is classified)
     if args.tta:  # the mean over views of each image (serving.tta)
         from serving.tta import with_views

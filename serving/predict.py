@@ -13,7 +13,8 @@ from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name
 from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced, forbidden_views
 from serving import ExportNotFoundError
 from acquisition import storage
-from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, is_whole
+from reporting.compare import RESULTS_FILE
+from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, SOURCE_FILE, is_whole
 from serving.predictor import Predictor, check_class_count
 from serving.tflite import load_tflite_predictor
 
@@ -74,6 +75,21 @@ def load_predictor(path):
         predictor.pixels_shape = tuple(_input_spec(pixels)[1].shape[1:])
         predictor.classify_pixels = _classifier(pixels, class_names)
     return predictor
+
+
+def unfinished_run_note(path, export_dir):
+    """Returns the line telling that `path` (--model) is the model dir of a run that has not finished (a
+    checkpoint and no results.json: stopped, killed or still training), whose `export_dir` was made mid-run,
+    from the checkpoint it names; None for an export, a .tflite file and a finished run's model dir."""
+    if not storage.isfile(storage.join(path, "checkpoint")) or storage.exists(storage.join(path, RESULTS_FILE)):
+        return None
+    try:
+        source = storage.read_text(storage.join(export_dir, "assets.extra", SOURCE_FILE)).split()[0]
+    except (OSError, IndexError):
+        source = "a checkpoint"
+    return (f"{path} holds a run that has not finished training (no {RESULTS_FILE}: stopped, killed or still "
+            f"running): these answers come from its export of {source}, made while it trained; run its training "
+            "command again to finish it")
 
 
 def _input_spec(signature):

@@ -146,6 +146,30 @@ def test_predict_py_answers_for_pngs_jpegs_and_gray_files_and_explains_them(fash
     assert len(os.listdir(tmp_path / "heatmaps")) == len(lines)
 
 
+def test_predict_py_on_the_model_dir_of_an_unfinished_run_says_its_answers_come_from_a_mid_run_export(
+        fashion_run, test_images, tmp_path):
+    """A run stopped, killed or still training has exported its best model so far: predict.py answered from it
+    without a word that training had not finished."""
+    _, model_dir, _ = fashion_run
+    image = tmp_path / "one.png"
+    image.write_bytes(png(test_images[0][0]))
+    finished = script("predict.py", "--model", model_dir, str(image))
+    assert finished.returncode == 0 and "not finished" not in finished.stderr, finished.stderr[-3000:]
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(model_dir, unfinished)
+    os.remove(unfinished / "results.json")  # as a run has it until it finishes
+    (export,) = os.listdir(unfinished / "export")
+    source = (unfinished / "export" / export / "assets.extra" / "exported_checkpoint.txt").read_text().split()[0]
+    answered = script("predict.py", "--model", str(unfinished), str(image))
+    assert answered.returncode == 0, answered.stderr[-3000:]
+    assert answered.stdout == finished.stdout  # the same export's answer
+    (line,) = [l for l in answered.stderr.splitlines() if "not finished" in l]
+    assert f" W {unfinished} holds a run that has not finished training" in line
+    assert f"these answers come from its export of {source}, made while it trained" in line
+    exported = script("predict.py", "--model", str(unfinished / "export"), str(image))  # the export, named
+    assert exported.returncode == 0 and "not finished" not in exported.stderr, exported.stderr[-3000:]
+
+
 def test_heatmaps_that_cannot_be_written_leave_the_predictions_printed(fashion_run, test_images, tmp_path):
     # A full disk under --explain lost every prediction: they were printed after the heatmaps.
     _, model_dir, _ = fashion_run
