@@ -8,6 +8,7 @@ from inspection.sheet import is_contact_sheet
 from pipeline.cli import run_command
 from pipeline.flag_types import positive_int
 from pipeline.tasks.registry import parse_tool_args, tool_parser
+from reporting.fonts import named_by_index
 
 
 def build_inspect_parser():
@@ -80,7 +81,9 @@ def _inspect(args, task, task_args):
             header += f"; STOPPED after {len(report['class_counts_per_batch'])} of {args.batches} batches"
         print(input_report.format_report(report, data.class_names, header))
         if args.sheet:
-            print(f"contact sheet of the first batch: {report['sheet']}", flush=True)
+            by_index = named_by_index(data.class_names)
+            print(f"contact sheet of the first batch: {report['sheet']}"
+                  f"{' (labelled by index: ' + ', '.join(by_index) + ')' if by_index else ''}", flush=True)
     if stopped is not None:  # shown, then the stop ends the tool (its line, 128 + the signal)
         raise stopped
     return 0

@@ -11,7 +11,7 @@ import numpy as np
 from acquisition import storage
 from reporting import calibration
 from reporting.clinical import roc_points
-from reporting.fonts import class_labels
+from reporting.fonts import class_labels, named_by_index
 
 REPORT_JSON, REPORT_MD, SCORES_CSV = "report.json", "report.md", "test_scores.csv"
 CONFUSION_PNG, ROC_PNG, RELIABILITY_PNG = "confusion_matrix.png", "roc_curves.png", "reliability_diagram.png"
@@ -171,8 +171,7 @@ def markdown(report, title="Test evaluation"):
 def _labels_in_plots(names):
     """Returns the report's lines naming the classes the plots label by their index (no installed font draws
     their names: see fonts.class_labels); none when every name is drawn."""
-    _, labels = class_labels(names)
-    by_index = [f"{label} = {name}" for name, label in zip(names, labels) if label != name]
+    by_index = named_by_index(names)
     if not by_index:
         return []
     return ["", f"The plots label by index the classes no installed font here can draw: {', '.join(by_index)}."]

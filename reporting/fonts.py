@@ -20,6 +20,12 @@ def class_labels(names):
     return settings, labels
 
 
+def named_by_index(names):
+    """Returns ['class 2 = <its name>', ...]: the classes of `names` that class_labels labels by their index, for
+    the text beside a plot."""
+    return [f"{label} = {name}" for name, label in zip(names, class_labels(names)[1]) if label != name]
+
+
 @functools.lru_cache(maxsize=None)
 def _default_font():
     from matplotlib import font_manager

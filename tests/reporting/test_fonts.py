@@ -73,3 +73,10 @@ def test_report_md_names_the_classes_its_plots_label_by_index():
     assert "label by index" not in markdown(clinical_report(probabilities, labels, ["blue", "red", "green"],
                                                              resamples=10))
     assert all(png.startswith(b"\x89PNG") for png in plot_pngs(report, probabilities, labels).values())
+
+
+def test_the_classes_labelled_by_index_are_named_for_the_text_beside_the_plot():
+    from reporting.fonts import named_by_index
+    assert named_by_index(["cat", "dog" + NEVER_DRAWN, NEVER_DRAWN]) == [f"class 1 = dog{NEVER_DRAWN}",
+                                                                          f"class 2 = {NEVER_DRAWN}"]
+    assert named_by_index(["cat", "été"]) == []
