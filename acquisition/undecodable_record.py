@@ -45,9 +45,7 @@ def _read_record(record_path):
     for a damaged one (the next failure finds the files again), entries not of that form left out."""
     try:
         files = json.loads(storage.read_text(record_path)).get("files")
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError):  # none, unreadable, or not JSON of that form
         return {}
     if not isinstance(files, dict):
         return {}
