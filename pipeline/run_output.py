@@ -191,9 +191,14 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None,
     stopped early for that reason."""
     try:
         results = results_lib.read_results(model_dir)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
-    if results.get("global_step") != step or (stopped_because and results.get("stopped_because") != stopped_because):
+    except (OSError, ValueError) as e:  # (damaged: written whole, so by a disk fault or a hand)
+        log.warning("%s cannot be read (%s): the run's test report is made again from its best checkpoint, and "
+                    "the training figures it held (images/sec, MFU of the runs before) are lost",
+                    os.path.join(model_dir, results_lib.RESULTS_FILE), getattr(e, "strerror", None) or e)
+        return None
+    if not isinstance(results, dict) or results.get("global_step") != step or (stopped_because and results.get("stopped_because") != stopped_because):
         return None
     results = results_lib.recorded_here(results, model_dir)
     past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""

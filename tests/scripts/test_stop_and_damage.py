@@ -397,6 +397,21 @@ def test_a_finished_run_killed_before_its_hparams_record_writes_it_when_run_agai
     assert hparams.recorded(str(model_dir)) and (model_dir / "results.json").read_bytes() == results
 
 
+def test_a_damaged_results_json_is_written_again_with_a_warning_saying_what_it_held(two_checkpoints):
+    # results.json is written whole (atomically): damaged, by a disk fault or a hand, it was replaced in silence,
+    # and the training figures of the runs before with it.
+    model_dir, train = two_checkpoints
+    whole = json.loads((model_dir / "results.json").read_text())
+    (model_dir / "results.json").write_text((model_dir / "results.json").read_text()[:100])
+    result = subprocess.run(train[:-2] + ["--max-steps", "20"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (line,) = [l for l in result.stderr.splitlines() if "results.json cannot be read" in l]
+    assert f" W {model_dir / 'results.json'} cannot be read (" in line and "training figures it held" in line
+    written = json.loads((model_dir / "results.json").read_text())
+    assert written["global_step"] == whole["global_step"] == 20
+    assert written["eval_accuracy"] == whole["eval_accuracy"]  # the same best checkpoint, evaluated again
+
+
 @pytest.mark.skipif(not shutil.which("strace"), reason="strace is missing (.ci/run installs it)")
 def test_a_kill_while_a_checkpoint_index_is_written_loses_nothing(two_checkpoints):
     # TensorFlow's Saver renames a checkpoint's data files into place, then writes its index in place: a
