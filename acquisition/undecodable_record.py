@@ -1,22 +1,38 @@
 """The image files a run could not decode though their headers read well (see acquisition.undecodable),
 remembered in its model dir: the runs after it read them as bad files, so that --on-bad-image skip leaves them
 out, and no run decodes every image again to find them."""
+import contextlib
 import hashlib
 import json
 import os
 
-from acquisition import storage
+from acquisition import locks, storage
 from acquisition.files import write_json_atomically
 
 
 def remember(record_path, found):
     """Adds `found` ({file: TensorFlow's words, or None}) to the record at `record_path` (JSON), each local
-    file with its size and a digest of its bytes, which tell a file replaced since; returns `record_path`."""
-    files = _read_record(record_path)
-    for f, words in found.items():
-        if not storage.is_url(f):
-            files[os.path.abspath(f)] = {"size": os.path.getsize(f), "sha256": _digest(f), "words": words}
-    return write_json_atomically(record_path, {"files": files})
+    file with its size and a digest of its bytes, which tell a file replaced since; returns `record_path`.
+    Cluster tasks that fail together add theirs one at a time (a lock beside a local record)."""
+    entries = {os.path.abspath(f): {"size": os.path.getsize(f), "sha256": _digest(f), "words": words}
+               for f, words in found.items() if not storage.is_url(f)}
+    with _held(record_path):
+        return write_json_atomically(record_path, {"files": {**_read_record(record_path), **entries}})
+
+
+@contextlib.contextmanager
+def _held(record_path):
+    """Holds the lock beside the local record at `record_path` for the block, and removes it after: a task's
+    read-add-write would otherwise drop what another wrote in between. (A record at a URL has no lock.)"""
+    if storage.is_url(record_path):
+        yield
+        return
+    lock = record_path + ".lock"
+    fd = locks.acquire(lock, wait=True)
+    try:
+        yield
+    finally:
+        locks.release_and_remove(fd, lock)
 
 
 def remembered(record_path):

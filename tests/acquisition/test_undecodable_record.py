@@ -29,3 +29,30 @@ def test_a_remembered_image_stays_bad_until_it_is_replaced_and_a_removed_one_sta
     with open(record, "w") as f:  # entries of another form, and a path through a file: no traceback
         f.write(json.dumps({"files": {str(images["cut"]): 5, str(images["cut"] / "x"): {"size": 1}}}))
     assert list(undecodable_record.remembered(record)) == [str(images["cut"] / "x")]
+
+
+def test_tasks_that_remember_at_once_keep_each_others_images(tmp_path, monkeypatch):
+    """Cluster tasks fail together, and each adds what it found to the model dir's record: without a lock, a
+    task's read-add-write dropped what another wrote in between."""
+    import threading
+    import time
+    from acquisition import files
+    record = str(tmp_path / "undecodable_images.json")
+    images = [tmp_path / f"{name}.jpg" for name in ("first", "second")]
+    for image in images:
+        image.write_bytes(b"\xff\xd8" + image.name.encode())
+    first_writing, write = threading.Event(), files.write_json_atomically
+
+    def slow_write(path, value):
+        if not first_writing.is_set():  # the first task's write waits for the second task to have read
+            first_writing.set()
+            time.sleep(1.0)
+        return write(path, value)
+    monkeypatch.setattr(undecodable_record, "write_json_atomically", slow_write)
+    first = threading.Thread(target=undecodable_record.remember, args=(record, {str(images[0]): None}))
+    first.start()
+    assert first_writing.wait(10)
+    undecodable_record.remember(record, {str(images[1]): None})
+    first.join()
+    assert sorted(undecodable_record.remembered(record)) == sorted(map(str, images))
+    assert sorted(os.listdir(tmp_path)) == ["first.jpg", "second.jpg", "undecodable_images.json"]  # no lock left
