@@ -73,8 +73,11 @@ def ensure_writable_dir(path):
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
-        raise UsageError(f"cannot write to the model dir {path} ({e.strerror}); "
-                         "pass --model-dir with a folder you can write to") from None
+        finished = (f": the results.json of its run is there to read (scripts/compare_runs.py {path} shows it), and "
+                    "any run of it, even one that only prints them again, needs it writable; make it writable, or"
+                    if os.path.isfile(os.path.join(path, "results.json")) else ";")
+        raise UsageError(f"cannot write to the model dir {path} ({e.strerror}){finished} pass --model-dir with a "
+                         "folder you can write to") from None
     return made
 
 

@@ -397,6 +397,27 @@ def test_a_finished_run_killed_before_its_hparams_record_writes_it_when_run_agai
     assert hparams.recorded(str(model_dir)) and (model_dir / "results.json").read_bytes() == results
 
 
+def test_a_finished_run_on_read_only_storage_points_to_its_results_in_one_line(two_checkpoints, tmp_path):
+    # An archived finished run, run again, said only to pass another --model-dir, as if it held nothing.
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root (as .ci/run has)")
+    model_dir, train = two_checkpoints
+    archived = tmp_path / "archived"
+    archived.mkdir()
+    subprocess.run(["mount", "--bind", str(model_dir), str(archived)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(archived)], check=True)
+        before = sorted(os.listdir(archived))
+        argv = [str(archived) if arg == str(model_dir) else arg for arg in train[:-2]] + ["--max-steps", "20"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        assert_clean_failure(result, f"cannot write to the model dir {archived} (Read-only file system): the "
+                                     f"results.json of its run is there to read (scripts/compare_runs.py {archived} "
+                                     "shows it)", "make it writable, or pass --model-dir")
+        assert sorted(os.listdir(archived)) == before
+    finally:
+        subprocess.run(["umount", "--lazy", str(archived)], check=True)
+
+
 def test_a_damaged_results_json_is_written_again_with_a_warning_saying_what_it_held(two_checkpoints):
     # results.json is written whole (atomically): damaged, by a disk fault or a hand, it was replaced in silence,
     # and the training figures of the runs before with it.
