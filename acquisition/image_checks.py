@@ -9,7 +9,6 @@ import os
 import struct
 from typing import Dict, List, Tuple
 
-
 from acquisition import storage
 from acquisition.errors import InputDataError
 

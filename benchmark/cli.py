@@ -156,7 +156,8 @@ def _refuse_untimed_flags(parser, task, task_args, run_loop):
 def _check_output(parser, folder):
     """Makes the output folder before anything is measured, so that a sweep never ends unable to write:
     exit 2 for a file or a folder holding a results.json, an earlier benchmark's or a training run's (it would
-    be overwritten, and a benchmark's plots left beside the new report), exit 1 for one that cannot be made or written."""
+    be overwritten, and a benchmark's plots left beside the new report), exit 1 for one that cannot be made or
+    written."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         parser.error(f"argument --output: {folder} is a file; pass a folder")
     if os.path.exists(os.path.join(folder, "results.json")):

@@ -46,8 +46,8 @@ def gpu_count(gpus=None):
     if gpus > visible:
         hint = "or --cpu-replicas N to mirror over CPU devices" if visible == 0 else "or fewer"
         raise UsageError(
-            f"--gpus {gpus} asks for {gpus} GPU{'s' if gpus > 1 else ''} but {visible} {'is' if visible == 1 else 'are'} "
-            f"visible to TensorFlow; use --gpus {visible} {hint}")
+            f"--gpus {gpus} asks for {gpus} GPU{'s' if gpus > 1 else ''} but {visible} "
+            f"{'is' if visible == 1 else 'are'} visible to TensorFlow; use --gpus {visible} {hint}")
     return gpus
 
 

@@ -198,7 +198,8 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None,
                     "the training figures it held (images/sec, MFU of the runs before) are lost",
                     os.path.join(model_dir, results_lib.RESULTS_FILE), getattr(e, "strerror", None) or e)
         return None
-    if not isinstance(results, dict) or results.get("global_step") != step or (stopped_because and results.get("stopped_because") != stopped_because):
+    if not isinstance(results, dict) or results.get("global_step") != step \
+            or (stopped_because and results.get("stopped_because") != stopped_because):
         return None
     results = results_lib.recorded_here(results, model_dir)
     past = f", past the final step {max_steps} these flags ask for (training cannot go back)" if step > max_steps else ""

@@ -17,6 +17,7 @@ from pipeline import batching, determinism, estimator as estimator_lib, evaluati
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
+from pipeline.results import RESULTS_FILE
 from pipeline.tasks import VALIDATION_FILES
 from pipeline.validation.checks import check_early_stopping, check_validation_split
 from pipeline.validation.record import read_record
@@ -73,9 +74,9 @@ def ensure_writable_dir(path):
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
-        finished = (f": the results.json of its run is there to read (scripts/compare_runs.py {path} shows it), and "
+        finished = (f": the {RESULTS_FILE} of its run is there to read (scripts/compare_runs.py {path} shows it), and "
                     "any run of it, even one that only prints them again, needs it writable; make it writable, or"
-                    if os.path.isfile(os.path.join(path, "results.json")) else ";")
+                    if os.path.isfile(os.path.join(path, RESULTS_FILE)) else ";")
         raise UsageError(f"cannot write to the model dir {path} ({e.strerror}){finished} pass --model-dir with a "
                          "folder you can write to") from None
     return made
