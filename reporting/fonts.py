@@ -1,21 +1,22 @@
 """Class names in plots. Matplotlib draws in one font (DejaVu Sans), which has no CJK glyphs: a Chinese or
 Japanese class name came out as boxes, and two classes could not be told apart. A name is drawn in an installed
 font that has the glyphs the default lacks, behind the default; a name no installed font can draw is labelled
-by its index ('class 2'), which the report's text names."""
+by its index ('class 2', in brackets where a class has that name), which the report's text names."""
 import functools
 
 
 def class_labels(names):
     """Returns (matplotlib settings to draw the labels in, the labels of `names`): each name itself when a font
-    can draw it, else 'class <its index>'. The settings ({} when the default font draws every name) put an
-    installed font with the missing glyphs behind the default."""
+    can draw it, else 'class <its index>' (in brackets, '(class 1)', when another class is named so). The
+    settings ({} when the default font draws every name) put an installed font with the missing glyphs behind the
+    default."""
     default, default_chars = _default_font()
     missing = frozenset(ord(c) for name in names for c in name) - default_chars
     if not missing:
         return {}, list(names)
     fallback = _font_with_most(missing)
     drawable = default_chars | (fallback[1] if fallback else frozenset())
-    labels = [name if all(ord(c) in drawable for c in name) else f"class {i}" for i, name in enumerate(names)]
+    labels = [name if all(ord(c) in drawable for c in name) else _index_label(i, names) for i, name in enumerate(names)]
     settings = {"font.family": [default, fallback[0]]} if fallback else {}
     return settings, labels
 
@@ -24,6 +25,14 @@ def named_by_index(names):
     """Returns ['class 2 = <its name>', ...]: the classes of `names` that class_labels labels by their index, for
     the text beside a plot."""
     return [f"{label} = {name}" for name, label in zip(names, class_labels(names)[1]) if label != name]
+
+
+def _index_label(index, names):
+    """Returns 'class <index>', bracketed until no class of `names` has that name."""
+    label = f"class {index}"
+    while label in names:
+        label = f"({label})"
+    return label
 
 
 @functools.lru_cache(maxsize=None)

@@ -53,6 +53,12 @@ def test_a_name_no_installed_font_can_draw_is_labelled_by_its_index():
     assert missing_glyph_warnings(labels[1], settings) == []
 
 
+def test_an_index_label_never_takes_the_name_of_another_class():
+    settings, labels = class_labels(["class 1", NEVER_DRAWN, "(class 1)", "class 0"])
+    assert labels == ["class 1", "((class 1))", "(class 1)", "class 0"]
+    assert len(set(labels)) == len(labels)
+
+
 def test_a_name_the_default_font_lacks_is_drawn_in_an_installed_font_that_has_it():
     letter = a_character_only_stix_has()
     name = f"x{letter}"
