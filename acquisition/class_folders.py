@@ -18,7 +18,7 @@ from typing import Dict, Tuple
 
 from acquisition import storage
 from acquisition.errors import InputDataError
-from acquisition.image_checks import FolderScan, has_line_break, shown_path
+from acquisition.image_checks import NOT_UTF8, FolderScan, has_line_break, is_not_utf8, shown_path
 from acquisition.image_formats import check_image, is_image_name
 
 SPLITS = ("train", "test")
@@ -77,9 +77,10 @@ def _scan(folder, class_names, channels, workers):
         checks = list(pool.map(lambda f: check_image(f, channels), files, chunksize=256))
     digest = hashlib.sha256()
     for f, check in zip(files, checks):
-        digest.update(f"{f}\0{check.size}\0{check.mtime_ns}\n".encode())
+        digest.update(f"{f}\0{check.size}\0{check.mtime_ns}\n".encode("utf-8", "surrogateescape"))
     problems = {f: c.problem for f, c in zip(files, checks) if c.problem}
     problems.update({f: _LINE_BREAK_IN_NAME for f in files if has_line_break(f)})
+    problems.update({f: NOT_UTF8 for f in files if is_not_utf8(f)})
     gray = all(c.gray for c in checks if not c.problem)
     return FolderScan(files, labels, problems, tuple(class_names), digest.hexdigest()), gray, ignored
 
@@ -112,6 +113,10 @@ def read_layout(data_dir):
         where = storage.join(layout.folders.get("train", data_dir), broken)
         raise InputDataError(f"class folder {shown_path(where)} has a line break in its name, which the export's "
                              "list of class names cannot hold; rename it")
+    garbled = next((n for n in layout.class_names if is_not_utf8(n)), None)
+    if garbled is not None:
+        where = storage.join(layout.folders.get("train", data_dir), garbled)
+        raise InputDataError(f"class folder {shown_path(where)} {NOT_UTF8}")
     if len(layout.class_names) < 2:
         raise _too_few_classes(layout.folders.get("train", data_dir), layout.class_names, presplit)
     return layout

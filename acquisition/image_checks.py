@@ -3,6 +3,7 @@ pattern (FolderScan), and what is wrong with each JPEG that TensorFlow could not
 pipeline needs, so that a bad file is named before training, not mid-epoch."""
 import collections
 import dataclasses
+import glob
 import hashlib
 import logging
 import os
@@ -22,7 +23,12 @@ _DECODABLE_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC9, 0xCA})  # sequential and pro
 def matching_files(file_pattern):
     """Returns the sorted files matching `file_pattern`; raises InputDataError if there are none."""
     import tensorflow as tf  # noqa: PLC0415 - the folder checks before training import none (see class_folders)
-    files = sorted(tf.io.gfile.glob(file_pattern))
+    try:
+        files = sorted(tf.io.gfile.glob(file_pattern))
+    except UnicodeDecodeError:  # TensorFlow decodes each name it lists as UTF-8
+        garbled = next((f for f in sorted(glob.glob(file_pattern)) if is_not_utf8(f)), None)
+        where = shown_path(garbled) if garbled else f"a file matching {file_pattern}"
+        raise InputDataError(f"{where} {NOT_UTF8}") from None
     if not files:
         raise InputDataError(f"no files match the pattern {file_pattern}")
     return files
@@ -69,9 +75,24 @@ def has_line_break(name):
     return len(f"a{name}a".splitlines()) > 1
 
 
+NOT_UTF8 = ("has a name that is not UTF-8 (as unzip leaves an old zip's names), which TensorFlow and the model dir's "
+            "lists cannot hold; rename it (convmv -f latin1 -t utf-8 -r --notest DIR renames a whole tree)")
+
+
+def is_not_utf8(name):
+    """Returns whether `name` came from bytes that are not UTF-8 (as unzip leaves an old zip's names): Python
+    holds them as lone surrogates, which no text file or JSON written as UTF-8 can hold."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def shown_path(path):
-    """Returns `path` as a one-line error shows it: quoted and escaped if it holds a line break."""
-    return repr(path) if has_line_break(path) else path
+    """Returns `path` as a one-line error shows it: quoted and escaped if it holds a line break or bytes that
+    are not UTF-8."""
+    return repr(path) if has_line_break(path) or is_not_utf8(path) else path
 
 
 def check_bad_files(scans, on_bad_image, listed_in="results.json"):

@@ -136,6 +136,23 @@ def test_an_image_whose_name_breaks_a_line_is_a_bad_file_named_in_one_line(tmp_p
     assert all("\n" not in f for f in scan.good()[0])
 
 
+def test_an_image_whose_name_is_not_utf8_is_a_bad_file_and_a_class_folder_so_named_is_refused(tmp_path):
+    # unzip leaves an old Windows zip's names in its code page: Python holds the byte 0xe9 as '\udce9'
+    for name in ("a", "b"):
+        write_images(str(tmp_path / name), 3)
+    os.rename(os.fsencode(tmp_path / "a" / "0001.png"), os.fsencode(tmp_path / "a") + b"/caf\xe9.png")
+    scan = class_folders.scan_class_folders(str(tmp_path)).scans["all"]
+    assert scan.bad_files == [str(tmp_path / "a" / "caf\udce9.png")] and scan.num_good == 5
+    with pytest.raises(InputDataError, match="caf.udce9.png' has a name that is not UTF-8.*convmv") as raised:
+        check_bad_files([scan], "fail")
+    assert len(str(raised.value).splitlines()) == 1
+    check_bad_files([scan], "skip")
+    assert all(f.encode("utf-8") for f in scan.good()[0])
+    os.rename(os.fsencode(tmp_path / "b"), os.fsencode(tmp_path) + b"/b\xe9")
+    with pytest.raises(InputDataError, match="class folder .*b.udce9' has a name that is not UTF-8"):
+        class_folders.read_layout(str(tmp_path))
+
+
 def test_the_split_is_stratified_seeded_and_disjoint():
     files = [f"/d/{c}/{i}.png" for c, n in (("a", 100), ("b", 30)) for i in range(n)]
     labels = [0] * 100 + [1] * 30

@@ -39,6 +39,17 @@ def test_unknown_and_empty_class_folders_and_empty_patterns_are_errors(oct_sampl
         image_checks.scan_folder(pattern(root, "val"), OCT_CLASSES)
 
 
+def test_a_file_whose_name_is_not_utf8_is_named_in_one_line_not_a_traceback(oct_sample, tmp_path):
+    # TensorFlow's glob decodes each name as UTF-8 and raised UnicodeDecodeError
+    root = str(tmp_path / "train")
+    shutil.copytree(oct_sample, root)
+    first = sorted(os.listdir(os.path.join(root, "CNV")))[0]
+    os.rename(os.fsencode(os.path.join(root, "CNV", first)), os.fsencode(os.path.join(root, "CNV")) + b"/caf\xe9.jpeg")
+    with pytest.raises(InputDataError, match=r"CNV/caf\\udce9.jpeg' has a name that is not UTF-8.*rename it") as raised:
+        image_checks.scan_folder(os.path.join(root, "*", "*.jpeg"), OCT_CLASSES)
+    assert len(str(raised.value).splitlines()) == 1
+
+
 def test_odd_jpegs_are_found_by_their_headers_before_tensorflow_fails_on_them(oct_sample, tmp_path):
     scan_path = os.path.join(oct_sample, "DME", sorted(os.listdir(os.path.join(oct_sample, "DME")))[0])
     assert image_checks.jpeg_problem(scan_path) is None

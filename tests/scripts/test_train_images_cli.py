@@ -94,19 +94,24 @@ def test_bad_files_are_named_in_one_line_or_skipped(tmp_path, capsys):
     (tmp_path / "data" / "square" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
     (tmp_path / "data" / "circle" / "one-bit.BMP").write_bytes(
         encode(draw_shape("circle", 24, np.random.default_rng(0)), "1", "BMP"))
+    # A good image whose name is Latin-1, not UTF-8, as unzip leaves an old zip's names: TensorFlow cannot list it.
+    with open(os.fsencode(tmp_path / "data" / "square") + b"/caf\xe9.png", "wb") as f:
+        f.write(encode(draw_shape("square", 24, np.random.default_rng(0)), "RGB", "PNG"))
     common = ["--data-dir", data, "--max-steps", "2", *SMALL]
     from pipeline.cli import train_main  # in process: the same function as the script, without 10 s of start-up
     from pipeline.tasks.images import TASK
     assert train_main(TASK, ["--model-dir", str(tmp_path / "m1"), *common]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert all(f in last for f in ("one-bit.BMP is a 1-bit BMP", "(and 1 more bad files)", "--on-bad-image=skip"))
+    assert all(f in last for f in ("one-bit.BMP is a 1-bit BMP", "(and 2 more bad files)", "--on-bad-image=skip"))
     skipped = script("train_images.py", "--model-dir", str(tmp_path / "m2"), "--on-bad-image", "skip",
                      "--class-weight", "balanced", *common)
     assert skipped.returncode == 0, skipped.stderr[-2000:]
     results = json.loads((tmp_path / "m2" / "results.json").read_text())
-    assert sorted(os.path.basename(f) for f in results["skipped_files"]) == ["broken.png", "one-bit.BMP"]
+    assert sorted(os.path.basename(f) for f in results["skipped_files"]) == ["broken.png", "caf\udce9.png",
+                                                                            "one-bit.BMP"]
+    assert "is not UTF-8" in results["skipped_file_problems"][str(tmp_path / "data" / "square" / "caf\udce9.png")]
     assert results["class_weights"] == pytest.approx([1.0, 1.0, 1.0])
-    assert "skipped: 2 files" in skipped.stdout
+    assert "skipped: 3 files" in skipped.stdout
 
 
 def test_images_whose_headers_read_but_whose_data_is_damaged_are_named_in_one_line_and_the_run_resumes(tmp_path,
