@@ -46,10 +46,10 @@ class ClassFolders:
 
 
 def walk_images(folder):
-    """Returns (the image files below `folder`, sorted, and how many other files it holds)."""
+    """Returns (the image files below `folder`, linked folders' included, sorted, and how many other files it
+    holds)."""
     images, ignored = [], 0
-    for parent, dirs, names in storage.walk(folder):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
+    for parent, _, names in storage.walk(folder):
         for name in names:
             if is_image_name(name):
                 images.append(storage.join(parent, name))

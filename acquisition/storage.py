@@ -195,16 +195,33 @@ def copy_tree(source, target, last=None):
     return target
 
 
-def walk(path, follow_links=False):
-    """Yields (folder, subfolder names, file names) below `path`, as os.walk does (top down: a
-    caller may prune the subfolder names); `follow_links` walks into linked folders too (a caller
-    that asks prunes the ones it has seen: a link may point up the tree). A folder that cannot be read
-    raises its OSError (os.walk would leave it out, and its images with it, without a word)."""
-    if not is_url(path):
-        yield from os.walk(path, followlinks=follow_links, onerror=_raise)
+def walk(path, left_out=()):
+    """Yields (folder, its subfolder names, its file names), both sorted, below `path`, top down: hidden folders
+    (.git, .thumbnails) left out, and so are the folders at the local paths `left_out`. A local walk goes into
+    linked folders too, each real folder once (a link up the tree ends, a folder linked twice is walked once).
+    A folder that cannot be read raises its OSError (os.walk would leave it out, and its images with it,
+    without a word)."""
+    if is_url(path):
+        for parent, dirs, names in _gfile().walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            yield parent.rstrip("/"), dirs, sorted(names)
         return
-    for parent, dirs, names in _gfile().walk(path):
-        yield parent.rstrip("/"), dirs, names
+    seen = {os.path.realpath(path)} | {os.path.realpath(p) for p in left_out}
+    for parent, dirs, names in os.walk(path, followlinks=True, onerror=_raise):
+        dirs[:] = _unseen(parent, dirs, seen)
+        yield parent, dirs, sorted(names)
+
+
+def _unseen(parent, dirs, seen):
+    """Returns the subfolders of `parent` to walk, in name order: not hidden, and not a folder already walked or
+    queued (`seen`, their real paths, which this adds to), as a link up the tree would be."""
+    kept = []
+    for name in sorted(dirs):
+        real = os.path.realpath(os.path.join(parent, name))
+        if not name.startswith(".") and real not in seen:
+            seen.add(real)
+            kept.append(name)
+    return kept
 
 
 def _raise(error):

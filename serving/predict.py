@@ -14,7 +14,7 @@ from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced, forbidden_views
 from serving import ExportNotFoundError
 from acquisition import storage
 from reporting.compare import RESULTS_FILE
-from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, SOURCE_FILE, is_whole
+from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, SOURCE_FILE, is_whole, read_class_names
 from serving.predictor import Predictor, check_class_count
 from serving.tflite import load_tflite_predictor
 
@@ -62,7 +62,7 @@ def load_predictor(path):
         raise ExportNotFoundError(f"the export {export_dir} cannot be loaded ({storage.op_error_line(e)}): it was "
                                   "copied in part or is damaged; copy the whole export folder again (or pass the "
                                   "model dir that made it)") from None
-    class_names = [line.strip() for line in storage.read_text(names_path).splitlines() if line.strip()]
+    class_names = read_class_names(names_path)
     # serving_default takes file contents: 'jpeg_bytes' (the OCT job) or 'image_bytes' (the others)
     outputs = signatures["serving_default"].structured_outputs
     probabilities = outputs[PROBABILITIES] if PROBABILITIES in outputs else next(iter(outputs.values()))
@@ -184,28 +184,15 @@ def image_paths(paths, left_out_folder=None):
         if not storage.isdir(path):
             yield path
             continue
-        found, seen = 0, {os.path.realpath(path)} | ({os.path.realpath(left_out_folder)} if left_out_folder else set())
-        for parent, dirs, names in storage.walk(path, follow_links=True):
-            dirs[:] = _unseen(parent, dirs, seen)
-            for name in sorted(names):
+        found = 0
+        for parent, _, names in storage.walk(path, left_out=[left_out_folder] if left_out_folder else []):
+            for name in names:
                 if is_image_name(name) or is_pixels_name(name):
                     found += 1
                     yield storage.join(parent, name)
         if not found:
             raise InputDataError(f"no images in the folder {path} (JPEG, PNG, BMP or GIF files, or raw .gray "
                                  "pixels, at any depth); pass a folder that holds some, or the image files")
-
-
-def _unseen(parent, dirs, seen):
-    """Returns the subfolders of `parent` to walk, in name order: not hidden, and not a folder already
-    walked or queued (`seen`, their real paths, which this adds to), as a link up the tree would be."""
-    kept = []
-    for name in sorted(dirs):
-        real = os.path.realpath(os.path.join(parent, name))
-        if not name.startswith(".") and real not in seen:
-            seen.add(real)
-            kept.append(name)
-    return kept
 
 
 def _batches(iterable, size):

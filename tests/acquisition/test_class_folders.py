@@ -153,6 +153,20 @@ def test_an_image_whose_name_is_not_utf8_is_a_bad_file_and_a_class_folder_so_nam
         class_folders.read_layout(str(tmp_path))
 
 
+def test_a_class_folders_linked_subfolders_are_its_images_each_once_and_a_link_up_the_tree_ends(tmp_path):
+    """A linked subfolder was left out of training without a word, while predict.py walked into it."""
+    write_images(str(tmp_path / "data" / "a"), 3)
+    write_images(str(tmp_path / "data" / "b"), 2)
+    write_images(str(tmp_path / "store" / "more-b"), 4, prefix="more")
+    os.symlink(tmp_path / "store" / "more-b", tmp_path / "data" / "b" / "more")
+    os.symlink(tmp_path / "store" / "more-b", tmp_path / "data" / "b" / "same")  # the same folder again: once
+    os.symlink(tmp_path / "data" / "b", tmp_path / "data" / "b" / "up")  # a loop
+    scan = class_folders.scan_class_folders(str(tmp_path / "data")).scans["all"]
+    assert scan.class_counts() == {"a": 3, "b": 6}
+    assert [os.path.relpath(f, tmp_path / "data" / "b") for f in scan.files[3:]] == [
+        "0000.png", "0001.png", "more/more0000.png", "more/more0001.png", "more/more0002.png", "more/more0003.png"]
+
+
 def test_the_split_is_stratified_seeded_and_disjoint():
     files = [f"/d/{c}/{i}.png" for c, n in (("a", 100), ("b", 30)) for i in range(n)]
     labels = [0] * 100 + [1] * 30
