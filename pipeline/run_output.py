@@ -63,7 +63,8 @@ def _describe_classes(class_names, shown=12):
     """Returns the header's line naming the classes in label order (the first `shown` of more), or ''."""
     if not class_names:
         return ""
-    names = ", ".join(f'"{name}"' if "," in name else name for name in class_names[:shown])  # 'a, b' is one
+    names = ", ".join(f'"{name}"' if "," in name or name != name.strip() else name  # 'a, b' is one; ' a' has a space
+                      for name in class_names[:shown])
     names += f", ... ({len(class_names)} in all)" if len(class_names) > shown else ""
     return f"  classes:       {names}\n"
 

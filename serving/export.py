@@ -44,6 +44,12 @@ def softmax_logits(probabilities):
     return tensor.op.inputs[0] if tensor.op.type == "Softmax" else None
 
 
+def read_class_names(path):
+    """Returns the class names listed in the file `path` (an export's class_names.txt), one a line, exactly as the
+    run's class folders named them: a leading or trailing space is part of a name."""
+    return [line for line in storage.read_text(path).splitlines() if line]
+
+
 def export_model(estimator, serving_input_fn, class_names, export_base, checkpoint_path=None, extra_assets=None):
     """Exports the checkpoint `checkpoint_path` (default: the estimator's latest) under `export_base`
     with the class names, how it decodes image files (DECODE_FILE, when `serving_input_fn` says: see

@@ -18,7 +18,7 @@ from tensorflow.python.util import deprecation
 from acquisition import storage
 from acquisition.png_text import png_text
 from input_fns.decode import PIXELS_SIGNATURE
-from serving.export import CLASS_NAMES_FILE, PROBABILITIES, softmax_logits
+from serving.export import CLASS_NAMES_FILE, PROBABILITIES, read_class_names, softmax_logits
 from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
 
 _CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
@@ -71,8 +71,7 @@ class GradCam:
 
     def __init__(self, path):
         self.export_dir = resolve_export_dir(path)
-        text = storage.read_text(storage.join(self.export_dir, "assets.extra", CLASS_NAMES_FILE))
-        self.class_names = [line.strip() for line in text.splitlines() if line.strip()]
+        self.class_names = read_class_names(storage.join(self.export_dir, "assets.extra", CLASS_NAMES_FILE))
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph)
         with self._graph.as_default():

@@ -17,7 +17,7 @@ from input_fns import FEATURE_KEY
 from input_fns.decode import DECODE_FILE, FORBIDDEN_VIEWS_FILE, PIXELS_SIGNATURE, decode_to_pixels, decodes_reduced, \
     forbidden_views
 from serving import TFLITE_DIR, ConversionError, ExportNotFoundError
-from serving.export import CLASS_NAMES_FILE, PROBABILITIES
+from serving.export import CLASS_NAMES_FILE, PROBABILITIES, read_class_names
 from serving.predictor import Predictor, check_class_count
 
 log = logging.getLogger(__name__)
@@ -329,7 +329,7 @@ def load_tflite_predictor(path):
     if not storage.isfile(names_path):
         raise ExportNotFoundError(f"no {CLASS_NAMES_FILE} beside {path}: the class names the model's outputs "
                                   "stand for (copy it from the export's assets.extra)")
-    class_names = [line.strip() for line in storage.read_text(names_path).splitlines() if line.strip()]
+    class_names = read_class_names(names_path)
     model = storage.read_bytes(path)
     check_whole_model(model, path)
     runner, name = signature_runner(model)

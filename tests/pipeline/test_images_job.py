@@ -264,3 +264,8 @@ def test_a_run_that_fails_in_a_folder_of_yours_leaves_it_as_it_was(tmp_path):
     with pytest.raises(InputDataError, match="holds 1 class folder"):
         run(TASK, args_for(str(one_class), str(notes)))
     assert sorted(os.listdir(notes)) == sorted([LOCK_FILE, "plan.txt"])
+
+
+def test_the_header_quotes_a_class_name_with_a_comma_or_a_space_at_an_end():
+    from pipeline.run_output import _describe_classes
+    assert _describe_classes([" DME", "CNV ", "a, b", "NORMAL"]) == '  classes:       " DME", "CNV ", "a, b", NORMAL\n'

@@ -4,12 +4,15 @@ import logging
 import os
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from input_fns.decode import make_serving_input_fn
 from models.fashion_cnn import build_fashion_cnn
 from serving.export import SOURCE_FILE, export_model
+from serving.predict import classify_files, load_predictor
+from tests.images_data import draw_shape, encode
 
 
 def test_an_export_interrupted_midway_leaves_no_temporary_folder(tmp_path):
@@ -74,3 +77,19 @@ def test_an_export_of_a_checkpoint_exported_before_with_the_same_assets_is_the_o
     os.remove(os.path.join(retrained, "saved_model.pb"))  # cut short (a copy to a URL stopped midway)
     again = export_model(estimator, serving, ["a", "b"], export_base)
     assert again != retrained and os.path.exists(os.path.join(again, "saved_model.pb"))
+
+
+def test_class_names_with_spaces_at_their_ends_come_back_from_an_export_as_the_model_names_them(tmp_path):
+    """Class folders ' DME' and 'CNV ': predict.py's probabilities were keyed 'DME' and 'CNV' (stripped) while the
+    class the export answered was ' DME'."""
+    names = [" DME", "CNV "]
+    model = build_fashion_cnn(1e-3, input_shape=(28, 28, 1), num_classes=2, input_dtype="uint8")
+    estimator = tf.keras.estimator.model_to_estimator(keras_model=model, model_dir=str(tmp_path / "m"))
+    train_steps(estimator, 1)
+    export_model(estimator, make_serving_input_fn((28, 28), 1), names, str(tmp_path / "m" / "export"))
+    image = tmp_path / "x.png"
+    image.write_bytes(encode(draw_shape("circle", 28, np.random.default_rng(0)), "L", "PNG"))
+    predictor = load_predictor(str(tmp_path / "m"))
+    (answer,) = classify_files(predictor, [str(image)])
+    assert predictor.class_names == names
+    assert list(answer["probabilities"]) == names and answer["class"] in names
