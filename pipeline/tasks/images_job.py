@@ -410,6 +410,12 @@ def _validation_dir(folder, class_names, channels, on_bad_image, undecodable):
     if unknown:
         raise InputDataError(f"--validation-dir {folder} has class folder(s) {', '.join(unknown)} that training "
                              "does not; every validation class needs training images")
+    absent = [n for n in class_names if n not in found.class_names]
+    if absent:  # (a class folder there without images is refused by the scan, as the OCT job refuses both)
+        raise InputDataError(f"--validation-dir {folder} has no folder for class(es) "
+                             f"{', '.join(repr(n) for n in absent)}, which training has: the validation accuracy "
+                             "that picks the best model would not see them; add their validation images in one, or "
+                             "pass --validation-fraction instead")
     image_checks.check_bad_files([found], on_bad_image)
     files, labels = found.good()
     return files, [class_names.index(found.class_names[label]) for label in labels]

@@ -178,6 +178,10 @@ def test_flags_the_data_would_leave_unused_or_cannot_serve_are_refused(tmp_path)
         images_job.validation_sides(args, images_job.load_dataset(args))
     args = args_for(data, model_dir, "--validation-dir", held)  # the default fraction, not given: the folder's
     assert len(images_job.validation_sides(args, images_job.load_dataset(args))["validation"][0]) == 6
+    shutil.rmtree(os.path.join(held, "square"))  # a class its accuracy would not see: accepted without a word
+    with pytest.raises(InputDataError, match=r"--validation-dir .*held has no folder for class\(es\) 'square', "
+                                             "which training has: .* pass --validation-fraction instead"):
+        images_job.validation_sides(args, images_job.load_dataset(args))
     presplit = str(tmp_path / "presplit")
     make_shapes_folder(os.path.join(presplit, "train"), per_class=4)
     make_shapes_folder(os.path.join(presplit, "test"), per_class=2, seed=2)
