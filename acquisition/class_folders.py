@@ -4,7 +4,8 @@ DIR/{train,test}/<class>/<image> (split by its owner).
 The classes are the folders' names, sorted; images are found at any depth
 below their class folder. Files without an image extension, and hidden files
 (.DS_Store, macOS's ._ files), are not images; Thumbs.db and notes are left
-alone the same way. Each image's headers are checked (see image_formats), so
+alone the same way, and so are hidden folders and those systems leave beside
+files (__MACOSX, a Synology share's @eaDir: see storage.SYSTEM_FOLDERS). Each image's headers are checked (see image_formats), so
 bad files are known before training.
 """
 import collections
@@ -61,8 +62,8 @@ def walk_images(folder):
 def _class_dirs(folder):
     if storage.is_url(folder):
         return sorted(n for n in storage.listdir(folder)
-                      if not n.startswith(".") and storage.isdir(storage.join(folder, n)))
-    return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+                      if storage.is_data_folder(n) and storage.isdir(storage.join(folder, n)))
+    return sorted(e.name for e in os.scandir(folder) if e.is_dir() and storage.is_data_folder(e.name))
 
 
 def _scan(folder, class_names, channels, workers):

@@ -42,7 +42,7 @@ def find_split_root(directory):
         for current in level:
             try:
                 subdirs = sorted(n for n in storage.listdir(current)
-                                 if not n.startswith(".") and storage.isdir(storage.join(current, n)))
+                                 if storage.is_data_folder(n) and storage.isdir(storage.join(current, n)))
             except OSError:
                 continue
             if {"train", "test"} <= set(subdirs) and any(

@@ -195,15 +195,27 @@ def copy_tree(source, target, last=None):
     return target
 
 
+# Folders that systems leave beside people's files: a macOS zip's resource forks, a Synology share's thumbnails
+# (JPEGs: they would be trained as the class's images), Windows' recycle bin and a drive's own records.
+SYSTEM_FOLDERS = frozenset({"__MACOSX", "@eaDir", "$RECYCLE.BIN", "System Volume Information"})
+
+
+def is_data_folder(name):
+    """Returns whether the folder called `name` can hold data: not hidden (.git, .thumbnails), and not one of
+    SYSTEM_FOLDERS."""
+    name = name.rstrip("/")
+    return not name.startswith(".") and name not in SYSTEM_FOLDERS
+
+
 def walk(path, left_out=()):
-    """Yields (folder, its subfolder names, its file names), both sorted, below `path`, top down: hidden folders
-    (.git, .thumbnails) left out, and so are the folders at the local paths `left_out`. A local walk goes into
+    """Yields (folder, its subfolder names, its file names), both sorted, below `path`, top down: only the
+    folders that can hold data (see is_data_folder), and not the folders at the local paths `left_out`. A local walk goes into
     linked folders too, each real folder once (a link up the tree ends, a folder linked twice is walked once).
     A folder that cannot be read raises its OSError (os.walk would leave it out, and its images with it,
     without a word)."""
     if is_url(path):
         for parent, dirs, names in _gfile().walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            dirs[:] = sorted(d for d in dirs if is_data_folder(d))
             yield parent.rstrip("/"), dirs, sorted(names)
         return
     seen = {os.path.realpath(path)} | {os.path.realpath(p) for p in left_out}
@@ -213,12 +225,12 @@ def walk(path, left_out=()):
 
 
 def _unseen(parent, dirs, seen):
-    """Returns the subfolders of `parent` to walk, in name order: not hidden, and not a folder already walked or
+    """Returns the subfolders of `parent` to walk, in name order: data folders, and not a folder already walked or
     queued (`seen`, their real paths, which this adds to), as a link up the tree would be."""
     kept = []
     for name in sorted(dirs):
         real = os.path.realpath(os.path.join(parent, name))
-        if not name.startswith(".") and real not in seen:
+        if is_data_folder(name) and real not in seen:
             seen.add(real)
             kept.append(name)
     return kept

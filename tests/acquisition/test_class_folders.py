@@ -31,6 +31,20 @@ def test_class_folders_with_spaces_and_non_ascii_names_and_junk(tmp_path):
     assert folders.ignored_files == 3 and not folders.gray and not folders.scans["all"].problems
 
 
+def test_folders_systems_leave_beside_the_images_are_neither_classes_nor_images(tmp_path):
+    """A macOS zip's __MACOSX/ was taken for a class (and the run refused it as one without images); a Synology
+    share's @eaDir/ holds a JPEG thumbnail of each image, which a class folder's walk trained as its images."""
+    write_images(str(tmp_path / "a"), 3)
+    write_images(str(tmp_path / "b"), 2)
+    write_images(str(tmp_path / "__MACOSX" / "a"), 3, prefix="._")
+    for name in ("0000.png", "0001.png"):
+        write_images(str(tmp_path / "b" / "@eaDir" / name), 2, fmt=("RGB", "JPEG", ".jpg"), prefix="SYNOPHOTO_")
+    folders = class_folders.scan_class_folders(str(tmp_path))
+    assert folders.class_names == ("a", "b") and folders.scans["all"].class_counts() == {"a": 3, "b": 2}
+    from serving.predict import image_paths
+    assert [os.path.basename(p) for p in image_paths([str(tmp_path / "b")])] == ["0000.png", "0001.png"]
+
+
 def test_train_and_test_folders_are_used_as_they_are(tmp_path):
     for split, count in (("Train", 6), ("test", 2)):
         for name in ("a", "b"):
