@@ -13,12 +13,14 @@ upload is complete, so a reader still never sees a partial file, but two writers
 same name race (the last one wins, whole). On ram:// a file's rename works, a folder's
 does not (the folder comes out empty: TF 2.15), so no folder is ever renamed here.
 """
+import errno
 import hashlib
 import io
 import os
 import re
 import posixpath
 import shutil
+import stat
 import tempfile
 import uuid
 
@@ -242,8 +244,11 @@ def _raise(error):
 
 def open_binary(path):
     """Returns the file `path` opened for reading bytes (on a URL its content, read at once, in a
-    BytesIO). Failures raise OSError on any file system."""
+    BytesIO). Failures raise OSError on any file system, and so does a local path that is not a regular file: a
+    named pipe's open would wait for a writer for ever."""
     if not is_url(path):
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise OSError(errno.EINVAL, "it is a pipe, a device or a socket, not a file", path)
         return open(path, "rb")
     try:
         return io.BytesIO(read_bytes(path))

@@ -4,6 +4,7 @@ import collections
 import logging
 import os
 import re
+import threading
 import time
 
 import numpy as np
@@ -43,6 +44,22 @@ def test_folders_systems_leave_beside_the_images_are_neither_classes_nor_images(
     assert folders.class_names == ("a", "b") and folders.scans["all"].class_counts() == {"a": 3, "b": 2}
     from serving.predict import image_paths
     assert [os.path.basename(p) for p in image_paths([str(tmp_path / "b")])] == ["0000.png", "0001.png"]
+
+
+def test_a_named_pipe_called_like_an_image_is_a_bad_file_not_a_scan_that_waits_for_ever(tmp_path):
+    """Opening a FIFO waits for a writer: the scan hung without a line, and the first SIGTERM could not end it."""
+    for name in ("a", "b"):
+        write_images(str(tmp_path / name), 2)
+    os.mkfifo(tmp_path / "a" / "pipe.jpg")
+    found = {}
+    scanning = threading.Thread(target=lambda: found.update(scan=class_folders.scan_class_folders(str(tmp_path))),
+                                daemon=True)
+    scanning.start()
+    scanning.join(60)
+    assert not scanning.is_alive(), "the scan waits on the pipe"
+    scan = found["scan"].scans["all"]
+    assert scan.problems == {str(tmp_path / "a" / "pipe.jpg"): "cannot be read (it is a pipe, a device or a socket, "
+                                                               "not a file)"}
 
 
 def test_train_and_test_folders_are_used_as_they_are(tmp_path):
