@@ -179,9 +179,11 @@ def _check_not_split_folders(data_dir, top):
     look like one (train/ with val/ and no test/, say): they would be trained as classes. One class called
     train or test among others is a class."""
     named = sorted(top[n] for n in set(top) & _SPLIT_FOLDERS)
+    others = sorted(top[n] for n in set(top) - _SPLIT_FOLDERS)
+    if len(named) == 1:
+        _check_not_a_split_among_classes(data_dir, named[0], others)
     if len(named) < 2 or not set(top) & set(SPLITS):
         return
-    others = sorted(top[n] for n in set(top) - _SPLIT_FOLDERS)
     if "train" not in top:
         fix = f"add {os.path.join(data_dir, 'train')} with the training images' class folders"
     elif "test" not in top:
@@ -193,6 +195,19 @@ def _check_not_split_folders(data_dir, top):
     raise InputDataError(f"{data_dir} holds the split folders {', '.join(named)}"
                          f"{' beside ' + ', '.join(others) if others else ''}, which would be read as classes; "
                          f"{fix}")
+
+
+def _check_not_a_split_among_classes(data_dir, name, classes):
+    """Raises InputDataError when the folder `name` of `data_dir` (val/, say), beside the class folders `classes`,
+    holds folders named as they are: a split of them, which would be trained as one class of them all."""
+    folder = storage.join(data_dir, name)
+    inside = sorted(set(_class_dirs(folder)) & set(classes))
+    if not inside:
+        return
+    use = (f"move it out of {data_dir} and pass it as --validation-dir" if name.lower() in _VALIDATION_FOLDERS
+           else f"lay {data_dir} out as train/<class>/ and test/<class>/, or move {name} out of it")
+    raise InputDataError(f"{folder} holds the class folder(s) {', '.join(inside)}: it is a split of the classes, "
+                         f"not a class, and would be trained as one; {use}")
 
 
 def group_of(path, pattern):

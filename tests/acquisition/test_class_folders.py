@@ -95,6 +95,20 @@ def test_one_class_called_as_a_split_is_a_class(tmp_path, classes):
     assert class_folders.scan_class_folders(str(tmp_path)).class_names == tuple(sorted(classes))
 
 
+@pytest.mark.parametrize("split, words", [
+    ("val", "move it out of {root} and pass it as --validation-dir"),
+    ("test", "lay {root} out as train/<class>/ and test/<class>/, or move test out of it"),
+])
+def test_one_split_folder_of_the_classes_beside_them_is_refused_not_trained_as_a_class(tmp_path, split, words):
+    """DIR/{a,b,val/a,val/b}: val/ was trained as a third class, of every class's images."""
+    for name in ("a", "b", f"{split}/a", f"{split}/b"):
+        write_images(str(tmp_path / name), 2)
+    with pytest.raises(InputDataError, match=re.escape(f"{tmp_path / split} holds the class folder(s) a, b: it is a "
+                                                       "split of the classes, not a class, and would be trained as "
+                                                       "one; " + words.format(root=tmp_path))):
+        class_folders.read_layout(str(tmp_path))
+
+
 def test_train_and_test_beside_a_valid_folder_are_a_layout_that_names_it_unread(tmp_path):
     for split in ("train", "test", "valid"):
         for name in ("a", "b"):
