@@ -20,7 +20,7 @@ from typing import Dict, Tuple
 from acquisition import storage
 from acquisition.errors import InputDataError
 from acquisition.image_checks import NOT_UTF8, FolderScan, has_line_break, is_not_utf8, shown_path
-from acquisition.image_formats import check_image, is_image_name
+from acquisition.image_formats import check_image, is_image_name, unread_image_extension
 
 SPLITS = ("train", "test")
 # The model dir lists each split's files one a line, and an export its class names: a name over two
@@ -39,6 +39,8 @@ class ClassFolders:
     gray: bool  # every good image is grayscale
     ignored_files: int  # files that are not images by their names
     unread_folders: Tuple[str, ...] = ()  # a split dir's val/ or validation/, which its layout does not read
+    unread_images: Dict[str, int] = dataclasses.field(default_factory=dict)  # of ignored_files: '.webp': 4, ...
+    loose_images: Tuple[str, ...] = ()  # images beside the class folders, in none of them
 
     @property
     def presplit(self):
@@ -47,16 +49,16 @@ class ClassFolders:
 
 
 def walk_images(folder):
-    """Returns (the image files below `folder`, linked folders' included, sorted, and how many other files it
-    holds)."""
-    images, ignored = [], 0
+    """Returns (the image files below `folder`, linked folders' included, sorted, and the names of the other files
+    it holds)."""
+    images, others = [], []
     for parent, _, names in storage.walk(folder):
         for name in names:
             if is_image_name(name):
                 images.append(storage.join(parent, name))
             else:
-                ignored += 1
-    return sorted(images), ignored
+                others.append(name)
+    return sorted(images), others
 
 
 def _class_dirs(folder):
@@ -67,10 +69,10 @@ def _class_dirs(folder):
 
 
 def _scan(folder, class_names, channels, workers):
-    files, labels, ignored = [], [], 0
+    files, labels, ignored = [], [], []
     for index, name in enumerate(class_names):
         found, others = walk_images(storage.join(folder, name)) if storage.isdir(storage.join(folder, name)) \
-            else ([], 0)
+            else ([], [])
         files += found
         labels += [index] * len(found)
         ignored += others
@@ -163,15 +165,19 @@ def scan_class_folders(data_dir, channels=None, workers=4):
     Raises InputDataError as read_layout does, and for a class without images.
     """
     layout = read_layout(data_dir)
-    scans, gray, ignored = {}, True, 0
+    scans, gray, ignored, loose = {}, True, [], []
     for split, folder in layout.folders.items():
         scans[split], split_gray, split_ignored = _scan(folder, layout.class_names, channels, workers)
         gray, ignored = gray and split_gray, ignored + split_ignored
+        loose += [storage.join(folder, n) for n in sorted(storage.listdir(folder))
+                  if is_image_name(n) and not storage.isdir(storage.join(folder, n))]
         empty = [n for n, c in scans[split].class_counts().items() if c == 0]
         if empty:
             raise InputDataError(f"no readable images of class {', '.join(repr(n) for n in empty)} in {folder} "
                                  "(JPEG, PNG, BMP or GIF); add some or remove the folder")
-    return ClassFolders(data_dir, layout.class_names, scans, gray, ignored, layout.unread_folders)
+    unread = collections.Counter(filter(None, map(unread_image_extension, ignored)))
+    return ClassFolders(data_dir, layout.class_names, scans, gray, len(ignored), layout.unread_folders,
+                        dict(sorted(unread.items())), tuple(loose))
 
 
 def _check_not_split_folders(data_dir, top):

@@ -15,6 +15,9 @@ from acquisition import storage
 from acquisition.image_checks import jpeg_frame_header, jpeg_header_problem
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif"})  # compared lowercased
+# Pictures in formats TensorFlow 2.15 does not decode: left out, and counted so that a run can say so.
+UNREAD_IMAGE_EXTENSIONS = frozenset({".webp", ".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl", ".jp2", ".psd",
+                                     ".dng", ".cr2", ".nef", ".arw"})
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_GRAY_TYPES = (0, 4)  # gray, gray with alpha (2: RGB, 3: palette, 6: RGBA)
 _PNG_COLOR_TYPES = (0, 2, 3, 4, 6)
@@ -36,6 +39,13 @@ def is_image_name(name):
     """Returns whether a file named `name` is taken for an image: an image extension (any case),
     and not hidden (macOS's ._ files, say)."""
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def unread_image_extension(name):
+    """Returns the lowercased extension of a file named `name` that is a picture in a format no job reads (.webp,
+    .tif, .heic...), else None."""
+    extension = os.path.splitext(name)[1].lower()
+    return extension if extension in UNREAD_IMAGE_EXTENSIONS and not name.startswith(".") else None
 
 
 def check_image(path, channels=None):

@@ -1,5 +1,6 @@
 """The client side: loading an exported model and classifying image files (and, for an export that
 takes them, raw pixel files) with it, in batches."""
+import collections
 import errno
 import os
 import sys
@@ -9,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from acquisition.errors import InputDataError
-from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name
+from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name, unread_image_extension
 from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced, forbidden_views
 from serving import ExportNotFoundError
 from acquisition import storage
@@ -174,25 +175,33 @@ def _image_problem(path, predictor):
             f"holding {_pixels_words(predictor.pixels_shape)}")
 
 
-def image_paths(paths, left_out_folder=None):
+def image_paths(paths, left_out_folder=None, note=None):
     """Yields the files to classify: each path that is not a folder as given, and the image files
     (see image_formats.is_image_name) and raw pixel files (is_pixels_name) below each folder, walked
     recursively in sorted order, linked folders included (each folder once), `left_out_folder` not
-    (the heatmaps' folder: a rerun classified the heatmaps it had written). Raises InputDataError,
-    after the folders before it, for a folder that holds none."""
+    (the heatmaps' folder: a rerun classified the heatmaps it had written). A folder's pictures in formats
+    no export reads (.webp, .tif...) are left out, in a line to `note`. Raises InputDataError, after the
+    folders before it, for a folder that holds no image."""
     for path in paths:
         if not storage.isdir(path):
             yield path
             continue
-        found = 0
+        found, unread = 0, collections.Counter()
         for parent, _, names in storage.walk(path, left_out=[left_out_folder] if left_out_folder else []):
             for name in names:
                 if is_image_name(name) or is_pixels_name(name):
                     found += 1
                     yield storage.join(parent, name)
+                unread[unread_image_extension(name)] += 1
+        del unread[None]
+        kinds = ", ".join(f"{count} {extension}" for extension, count in sorted(unread.items()))
         if not found:
             raise InputDataError(f"no images in the folder {path} (JPEG, PNG, BMP or GIF files, or raw .gray "
-                                 "pixels, at any depth); pass a folder that holds some, or the image files")
+                                 f"pixels, at any depth{'; it holds ' + kinds if kinds else ''}); pass a folder that "
+                                 "holds some, or the image files")
+        if kinds and note:
+            note(f"left out {sum(unread.values())} files of {path} in formats the export cannot read ({kinds}); "
+                 "convert them to PNG or JPEG to classify them")
 
 
 def _batches(iterable, size):
@@ -217,7 +226,7 @@ def classify_files(predictor, paths, batch_size=BATCH_SIZE, progress_every_secs=
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     start = last = time.monotonic()
     done = 0
-    for batch in _batches(image_paths(paths, left_out_folder), batch_size):
+    for batch in _batches(image_paths(paths, left_out_folder, note=log), batch_size):
         yield from _classify_batch(predictor, batch)
         done += len(batch)
         if time.monotonic() - last >= progress_every_secs:

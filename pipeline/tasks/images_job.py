@@ -103,6 +103,7 @@ def _load(args):
     else:
         splits, twins = _split_here(folders, args)
     _warn_of_unread_folders(folders.unread_folders, getattr(args, "validation_dir", None))
+    _warn_of_images_left_out(folders)
     if getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):  # (a resume ignores it)
         _check_split_of_init_from(args.init_from, folders.class_names, splits["test"][0])
     split_dir = storage.join(args.model_dir, SPLIT_DIR)
@@ -112,7 +113,8 @@ def _load(args):
               "layout": "train and test folders" if folders.presplit else "class folders, split here",
               "split_dir": storage.absolute(split_dir), "channels": channels,
               "channels_reason": channels_reason,
-              "ignored_files": folders.ignored_files, "skipped_files": sorted(problems),
+              "ignored_files": folders.ignored_files, "unread_image_files": folders.unread_images,
+              "loose_image_files": len(folders.loose_images), "skipped_files": sorted(problems),
               "skipped_file_problems": problems, "duplicates_left_out": duplicates,
               "undecodable_left_out": _trained_left_out(args, left_out) if saved else []}
     return Dataset(folders.class_names, channels, splits, report, pending, twins)
@@ -185,6 +187,19 @@ def _warn_of_unread_folders(unread, validation_dir):
         if not validation_dir or not storage.same_folder(validation_dir, folder):
             log.warning("%s is not read: this job trains on train/ and tests on test/; pass --validation-dir %s "
                         "to validate on its images", folder, folder)
+
+
+def _warn_of_images_left_out(folders):
+    """Logs one line for the ClassFolders `folders`' pictures in formats no job reads, and one for its images
+    beside the class folders: a user who put them there expects them trained."""
+    if folders.unread_images:
+        kinds = ", ".join(f"{count} {extension}" for extension, count in folders.unread_images.items())
+        log.warning("%d files in the class folders are pictures in formats this job cannot read (%s) and are left "
+                    "out; convert them to PNG or JPEG to train on them", sum(folders.unread_images.values()), kinds)
+    if folders.loose_images:
+        log.warning("%d image(s) lie beside the class folders, in none of them, and are left out (the first: %s); "
+                    "move each into its class's folder to train on it", len(folders.loose_images),
+                    folders.loose_images[0])
 
 
 def _check_split_of_init_from(init_from, class_names, test_files):

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from acquisition import storage
+from acquisition import class_folders, storage
 
 from acquisition.errors import InputDataError
 from input_fns import CROP_VIEWS
@@ -273,3 +273,25 @@ def test_a_run_that_fails_in_a_folder_of_yours_leaves_it_as_it_was(tmp_path):
 def test_the_header_quotes_a_class_name_with_a_comma_or_a_space_at_an_end():
     from pipeline.run_output import _describe_classes
     assert _describe_classes([" DME", "CNV ", "a, b", "NORMAL"]) == '  classes:       " DME", "CNV ", "a, b", NORMAL\n'
+
+
+def test_pictures_in_formats_no_job_reads_and_images_beside_the_class_folders_are_named_not_left_out_silently(
+        tmp_path, caplog):
+    data, model_dir = make_shapes_folder(str(tmp_path / "data"), per_class=5), str(tmp_path / "model")
+    junk = class_folders.scan_class_folders(data).ignored_files  # (the folder's own notes and .DS_Store)
+    for name in ("circle/a.webp", "circle/b.WEBP", "square/deep/c.tiff", "circle/readme.md"):
+        os.makedirs(os.path.dirname(os.path.join(data, name)), exist_ok=True)
+        (tmp_path / "data" / name).write_bytes(b"RIFF....WEBP")
+    for name in ("loose-2.png", "loose-1.png"):
+        shutil.copy(os.path.join(data, "circle", os.listdir(os.path.join(data, "circle"))[0]), os.path.join(data, name))
+    images_job._DATASETS.clear()
+    caplog.set_level("WARNING", logger=images_job.log.name)
+    dataset = images_job.load_dataset(args_for(data, model_dir))
+    assert [r.getMessage() for r in caplog.records] == [
+        "3 files in the class folders are pictures in formats this job cannot read (1 .tiff, 2 .webp) and are left "
+        "out; convert them to PNG or JPEG to train on them",
+        f"2 image(s) lie beside the class folders, in none of them, and are left out (the first: "
+        f"{os.path.join(data, 'loose-1.png')}); move each into its class's folder to train on it"]
+    assert dataset.report["unread_image_files"] == {".tiff": 1, ".webp": 2}
+    assert dataset.report["loose_image_files"] == 2 and dataset.report["ignored_files"] == junk + 4
+    assert sum(len(files) for files, _ in dataset.splits.values()) == 15

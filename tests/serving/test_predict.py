@@ -28,6 +28,19 @@ def test_folders_are_walked_recursively_and_junk_left_out(tmp_path):
         str(tmp_path / "x" / "1.png"), str(tmp_path / "x" / "deep" / "er" / "2.PNG"), "given.txt"]
 
 
+def test_pictures_in_formats_the_export_cannot_read_are_named_in_a_line_not_left_out_silently(tmp_path):
+    png = encode(draw_shape("circle", 24, np.random.default_rng(0)), "RGB", "PNG")
+    for path in ("x/1.png", "x/a.webp", "x/deep/b.TIF", "only/c.heic", "only/d.heic"):
+        os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+        (tmp_path / path).write_bytes(png)
+    notes = []
+    assert list(image_paths([str(tmp_path / "x")], note=notes.append)) == [str(tmp_path / "x" / "1.png")]
+    assert notes == [f"left out 2 files of {tmp_path / 'x'} in formats the export cannot read (1 .tif, 1 .webp); "
+                     "convert them to PNG or JPEG to classify them"]
+    with pytest.raises(InputDataError, match=r"no images in the folder .*only \(.*; it holds 2 .heic\)"):
+        list(image_paths([str(tmp_path / "only")]))
+
+
 def test_linked_folders_are_walked_each_once_and_a_link_up_the_tree_ends(tmp_path):
     """A linked subfolder was left out without a word; a link to a folder above must not walk forever."""
     png = encode(draw_shape("circle", 24, np.random.default_rng(0)), "RGB", "PNG")
