@@ -236,7 +236,7 @@ def read_split(model_dir, data_dir):
     except (OSError, ValueError) as e:
         raise InputDataError(f"cannot read {path} ({e}); remove the folder {os.path.dirname(path)} to split "
                              "again, or pass another --model-dir") from None
-    if saved.get("data_dir") != storage.absolute(data_dir):
+    if not saved.get("data_dir") or not storage.same_folder(saved["data_dir"], data_dir):  # (through a link too)
         raise FlagError(f"the model dir {model_dir} was trained on {saved.get('data_dir')}, not {data_dir}; pass "
                          "that --data-dir, or another --model-dir")
     return saved

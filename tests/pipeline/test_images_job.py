@@ -48,6 +48,12 @@ def test_the_split_is_listed_in_the_model_dir_and_reused(tmp_path, monkeypatch):
         images_job.load_dataset(args_for(data, model_dir, r"--group-by=-(\d+)-"))
     with pytest.raises(FlagError, match="was trained on .*data, not .*other; pass that --data-dir"):
         images_job.load_dataset(args_for(make_shapes_folder(str(tmp_path / "other"), per_class=3), model_dir))
+    os.symlink(data, tmp_path / "linked")  # the same folder through a link: refused as another one
+    images_job._DATASETS.clear()
+    through_link = images_job.load_dataset(args_for(str(tmp_path / "linked"), model_dir))
+    assert through_link.splits["test"][1] == first.splits["test"][1]
+    assert [os.path.relpath(f, tmp_path / "linked") for f in through_link.splits["test"][0]] == \
+        [os.path.relpath(f, data) for f in first.splits["test"][0]]
     os.remove(first.splits["test"][0][0])
     images_job._DATASETS.clear()
     with pytest.raises(InputDataError, match=r"listed in .*test.txt, is no longer an image of the data dir"):
