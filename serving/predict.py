@@ -9,7 +9,6 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from acquisition.errors import InputDataError
 from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name, unread_image_extension
 from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced, forbidden_views
 from serving import ExportNotFoundError
@@ -123,6 +122,9 @@ def is_pixels_name(name):
 def _why_not_a_file(path):
     """Returns the error of a path that is not a file to read: a broken or looping link, one that cannot be
     reached, something else than a file, or nothing, with where a relative path was looked for."""
+    if storage.isdir(path):
+        return ("a folder without images (JPEG, PNG, BMP or GIF files, or raw .gray pixels, at any depth); pass a "
+                "folder that holds some, or the image files")
     if not storage.is_url(path) and os.path.lexists(path):
         try:
             os.stat(path)
@@ -180,8 +182,8 @@ def image_paths(paths, left_out_folder=None, note=None):
     (see image_formats.is_image_name) and raw pixel files (is_pixels_name) below each folder, walked
     recursively in sorted order, linked folders included (each folder once), `left_out_folder` not
     (the heatmaps' folder: a rerun classified the heatmaps it had written). A folder's pictures in formats
-    no export reads (.webp, .tif...) are left out, in a line to `note`. Raises InputDataError, after the
-    folders before it, for a folder that holds no image."""
+    no export reads (.webp, .tif...) are left out, in a line to `note`. A folder that holds no image is
+    yielded itself, in its place, which classify_files answers with that error."""
     for path in paths:
         if not storage.isdir(path):
             yield path
@@ -196,9 +198,7 @@ def image_paths(paths, left_out_folder=None, note=None):
         del unread[None]
         kinds = ", ".join(f"{count} {extension}" for extension, count in sorted(unread.items()))
         if not found:
-            raise InputDataError(f"no images in the folder {path} (JPEG, PNG, BMP or GIF files, or raw .gray "
-                                 f"pixels, at any depth{'; it holds ' + kinds if kinds else ''}); pass a folder that "
-                                 "holds some, or the image files")
+            yield path
         if kinds and note:
             note(f"left out {sum(unread.values())} files of {path} in formats the export cannot read ({kinds}); "
                  "convert them to PNG or JPEG to classify them")
