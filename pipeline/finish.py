@@ -17,6 +17,7 @@ from pipeline.machine import describe_cpu
 from pipeline.metrics import CROSS_ENTROPY
 from reporting import hparams
 from serving.export import export_model, is_whole
+from serving.predict import resolve_export_dir
 from serving.tflite import convert_and_evaluate
 
 log = logging.getLogger(__name__)
@@ -114,16 +115,18 @@ def _unless_training_ended(results, setup):
 def _export_dir(setup, estimator, best, eval_step):
     """Returns the export of the model tested: under --eval-only the one the training run recorded (its
     served export: calibrated, with --calibrate); else the best's, made when it was found (unless it has
-    been removed since); else a new export of the tested checkpoint."""
+    been removed since, or a later export, which predict.py would serve from the model dir, is newer: an earlier
+    finish's calibrated one, say); else a new export of the tested checkpoint."""
     settings, data = setup.settings, setup.data
     recorded = settings.eval_only and results_lib.recorded_export(settings.model_dir, eval_step)
     if recorded:
         return recorded
     if best and best.get("export_dir"):
-        if is_whole(best["export_dir"]):
+        if not is_whole(best["export_dir"]):
+            log.warning("the best model's export, %s, is gone: the best checkpoint (step %d) is exported again",
+                        best["export_dir"], best["step"])
+        elif storage.same_folder(resolve_export_dir(settings.model_dir), best["export_dir"]):
             return best["export_dir"]
-        log.warning("the best model's export, %s, is gone: the best checkpoint (step %d) is exported again",
-                    best["export_dir"], best["step"])
     return export_model(estimator, data.serving_input_fn, data.class_names,
                         storage.join(settings.model_dir, BEST_EXPORT_DIR), best and best["checkpoint"])
 

@@ -100,18 +100,20 @@ def exported_checkpoint(checkpoint_path):
 
 
 def same_export(export_base, texts):
-    """Returns the newest whole export under `export_base` whose assets.extra holds exactly `texts` ({file
-    name: text}, SOURCE_FILE's among them: the same checkpoint), or None."""
+    """Returns the newest whole export under `export_base` when its assets.extra holds exactly `texts` ({file
+    name: text}, SOURCE_FILE's among them: the same checkpoint), or None. An older one that matches is not kept:
+    predict.py serves a model dir's newest export, which results.json must name."""
     if not storage.isdir(export_base):
         return None
     for name in sorted((n for n in storage.listdir(export_base) if n.isdigit()), key=int, reverse=True):
         export_dir = storage.join(export_base, name)
-        assets = storage.join(export_dir, "assets.extra")
-        if not (is_whole(export_dir) and storage.isdir(assets)):
+        if not is_whole(export_dir):
             continue
-        if sorted(storage.listdir(assets)) == sorted(texts) and all(
+        assets = storage.join(export_dir, "assets.extra")
+        if storage.isdir(assets) and sorted(storage.listdir(assets)) == sorted(texts) and all(
                 storage.read_text(storage.join(assets, n)) == text for n, text in texts.items()):
             return export_dir
+        return None
     return None
 
 

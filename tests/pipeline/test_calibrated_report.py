@@ -7,6 +7,7 @@ import glob
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -28,17 +29,19 @@ from serving.predict import load_predictor, resolve_export_dir
 from tests.conftest import OCT_CLASSES, ROOT, assert_clean_failure, make_oct_tree
 
 
+RUN = ["--image-size", "32", "--weights", "none", "--batch-size", "4", "--max-steps", "6", "--eval-every-steps", "3",
+       "--learning-rate", "0.003", "--validation-fraction", "0.2", "--bootstrap-resamples", "100", "--warm-up-steps",
+       "1", "--precision", "fp32"]  # float32 tolerances
+
+
 @pytest.fixture(scope="module")
 def calibrated_run(oct_sample, tmp_path_factory):
     """(results, model dir, validation files, test files) of VGG16 at 32 px trained 6 steps, validated
     every 3 on a fifth of the training scans, with --calibrate temperature."""
     tree = make_oct_tree(oct_sample, str(tmp_path_factory.mktemp("data") / "OCT2017"))
     model_dir = str(tmp_path_factory.mktemp("model"))
-    args = build_parser(TASK).parse_args([
-        "--data-dir", os.path.dirname(tree), "--model-dir", model_dir, "--image-size", "32", "--weights", "none",
-        "--batch-size", "4", "--max-steps", "6", "--eval-every-steps", "3", "--learning-rate", "0.003",
-        "--validation-fraction", "0.2", "--calibrate", "temperature", "--at-specificity", "0.8",
-        "--bootstrap-resamples", "100", "--warm-up-steps", "1", "--precision", "fp32"])  # float32 tolerances
+    args = build_parser(TASK).parse_args(["--data-dir", os.path.dirname(tree), "--model-dir", model_dir, *RUN,
+                                          "--calibrate", "temperature", "--at-specificity", "0.8"])
     results = run(TASK, args)
     with open(os.path.join(model_dir, "validation_files.txt")) as f:
         validation_files = f.read().splitlines()
@@ -83,6 +86,21 @@ def test_the_export_made_after_the_fit_serves_the_scaled_probabilities(calibrate
     assert results["clinical"]["calibration"]["nll"]["value"] == pytest.approx(calibration.nll(reported, labels))
     assert results["clinical"]["calibration"]["temperature"]["test_nll"]["before"] == pytest.approx(
         calibration.nll(unscaled, labels), abs=1e-5)
+
+
+def test_a_finish_again_without_calibrate_serves_the_export_its_results_name(calibrated_run, tmp_path):
+    """Finished again without --calibrate (its evaluations meet a new --stop-at-accuracy): results.json named the
+    best's unscaled export while predict.py served the newer scaled one the first finish left."""
+    results, model_dir, _, test_files = calibrated_run
+    again = str(tmp_path / "again")
+    shutil.copytree(model_dir, again)
+    data_dir = test_files[0].rsplit(os.sep, 4)[0]  # <data dir>/OCT2017/test/<class>/<scan>
+    refinished = run(TASK, build_parser(TASK).parse_args([
+        "--data-dir", data_dir, "--model-dir", again, *RUN, "--max-steps", "12", "--stop-at-accuracy", "0.01"]))
+    assert refinished["global_step"] == results["global_step"] and refinished["stopped_because"] != "max_steps"
+    served = resolve_export_dir(again)
+    assert refinished["export_dir"] == served and not os.path.exists(os.path.join(served, "assets.extra",
+                                                                                  CALIBRATION_FILE))
 
 
 def test_grad_cam_explains_the_scaled_export_as_the_unscaled_one(calibrated_run):

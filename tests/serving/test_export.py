@@ -11,7 +11,7 @@ import tensorflow as tf
 from input_fns.decode import make_serving_input_fn
 from models.fashion_cnn import build_fashion_cnn
 from serving.export import SOURCE_FILE, export_model
-from serving.predict import classify_files, load_predictor
+from serving.predict import classify_files, load_predictor, resolve_export_dir
 from tests.images_data import draw_shape, encode
 
 
@@ -45,8 +45,8 @@ def train_steps(estimator, steps):
 
 def test_an_export_of_a_checkpoint_exported_before_with_the_same_assets_is_the_one_kept(tmp_path, caplog):
     """A run stopped after its export, before results.json named it, exports the same checkpoint again when
-    relaunched: it keeps the export there. Another checkpoint, other assets, another checkpoint of the same
-    name or an export cut short get a new one."""
+    relaunched: it keeps the export there when it is the newest. Another checkpoint, other assets, another
+    checkpoint of the same name, an export cut short or one newer than the match get a new one."""
     model = build_fashion_cnn(1e-3, input_shape=(28, 28, 1), num_classes=2, input_dtype="uint8")
     model_dir = tmp_path / "m"
     estimator = tf.keras.estimator.model_to_estimator(keras_model=model, model_dir=str(model_dir))
@@ -60,8 +60,11 @@ def test_an_export_of_a_checkpoint_exported_before_with_the_same_assets_is_the_o
     assert export_model(estimator, serving, ["a", "b"], export_base, estimator.latest_checkpoint()) == first
 
     calibrated = export_model(estimator, serving, ["a", "b"], export_base, extra_assets={"calibration.json": "{}\n"})
+    # first's assets again, but it is no longer the newest, which predict.py serves: results.json named first
+    plain = export_model(estimator, serving, ["a", "b"], export_base)
+    assert plain not in (first, calibrated) and resolve_export_dir(str(model_dir)) == plain
     renamed = export_model(estimator, serving, ["a", "c"], export_base)
-    assert len({first, calibrated, renamed}) == 3
+    assert len({first, calibrated, plain, renamed}) == 4
 
     # model.ckpt-1 again, trained anew (a damaged checkpoint's steps trained again): other weights
     shutil.rmtree(model_dir / "keras")
