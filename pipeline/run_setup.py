@@ -53,8 +53,8 @@ class RunSetup:
 
 def ensure_writable_dir(path):
     """Creates `path` if needed; returns the outermost local folder it made (`path` or one of its parents), or
-    None. Raises UsageError when it cannot be written to. A URL (gs://...) is checked through tf.io.gfile, a file written and removed, and never made
-    a local folder."""
+    None. Raises UsageError when it cannot be written to. A URL (gs://...) is checked through tf.io.gfile, a file
+    written and removed, and never made a local folder."""
     if storage.is_url(path):
         probe = storage.join(path, f".tmp-write-check-{uuid.uuid4().hex[:8]}")
         try:
@@ -132,8 +132,9 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     if start_step and validates:
         check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files,
                          undecodable.left_out(settings.model_dir))
-    training_record.check_reproducible(record.segments, start_step, settings.deterministic, settings.seed,
-                                       settings.model_dir, settings.precision, settings.tflite)
+    # (--eval-only trains nothing: its own figures, and an int8 conversion's, are reproducible whatever trained.)
+    training_record.check_reproducible(record.segments, start_step, settings.deterministic and not settings.eval_only,
+                                       settings.seed, settings.model_dir, settings.precision, settings.tflite)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),
                                           settings.model_dir)
     training_record.check_same_model(record.segments, start_step, getattr(settings, "model", None),

@@ -299,13 +299,15 @@ def test_figures_kept_from_an_earlier_conversion_are_held_against_the_tolerance_
 
 
 def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_dir, tmp_path):
+    """Under --deterministic (exports.md's way to the same int8 file each time), though the run trained without
+    it: --eval-only trains nothing, and was refused as a resume that could not be reproduced."""
     results, _, trained_dir, _ = fashion_run[:4]
     model_dir = str(tmp_path / "copy")  # converted again in a copy: the other tests read the run's own files
     shutil.copytree(trained_dir, model_dir)
     with open(os.path.join(model_dir, "results.json")) as f:
         before = f.read()
     result = script("train_fashion.py", "--data-dir", fashion_data_dir, "--model-dir", model_dir, *FASHION_RUN,
-                    "--eval-only", "--tflite", "int8", "--tflite-tolerance", "0")
+                    "--eval-only", "--tflite", "int8", "--tflite-tolerance", "0", "--deterministic")
     assert result.returncode == 0, result.stderr[-3000:]
     converted = os.path.join(model_dir, os.path.relpath(results["tflite"]["dir"], trained_dir))
     with open(os.path.join(converted, tflite.FIGURES_FILE)) as f:
