@@ -64,6 +64,7 @@ def load_predictor(path):
                                   "model dir that made it)") from None
     class_names = read_class_names(names_path)
     # serving_default takes file contents: 'jpeg_bytes' (the OCT job) or 'image_bytes' (the others)
+    _check_exported_here(signatures, export_dir)
     outputs = signatures["serving_default"].structured_outputs
     probabilities = outputs[PROBABILITIES] if PROBABILITIES in outputs else next(iter(outputs.values()))
     check_class_count(class_names, int(probabilities.shape[-1]), names_path, export_dir)
@@ -90,6 +91,21 @@ def unfinished_run_note(path, export_dir):
     return (f"{path} holds a run that has not finished training (no {RESULTS_FILE}: stopped, killed or still "
             f"running): these answers come from its export of {source}, made while it trained; run its training "
             "command again to finish it")
+
+
+def _check_exported_here(signatures, export_dir):
+    """Raises ExportNotFoundError unless the loaded `signatures` of `export_dir` have a serving_default that takes
+    one batch of file contents (strings), as the exports of the runs here do."""
+    default = signatures.get("serving_default")
+    inputs = default.structured_input_signature[1] if default is not None else {}
+    if len(inputs) == 1 and next(iter(inputs.values())).dtype == tf.string:
+        return
+    takes = ", ".join(f"{n} ({spec.dtype.name})" for n, spec in inputs.items()) or "nothing"
+    raise ExportNotFoundError(f"{export_dir} is not an export a run here made: its serving_default signature takes "
+                              f"{takes}, not image files' contents; pass the export of a training run (or its model "
+                              "dir)" if default is not None else
+                              f"{export_dir} has no serving_default signature, so it is not an export a run here "
+                              "made; pass the export of a training run (or its model dir)")
 
 
 def _input_spec(signature):

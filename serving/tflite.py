@@ -134,6 +134,9 @@ def signature_runner(model, num_threads=None):
     {output name: array}) and the name of its input."""
     interpreter = tf.lite.Interpreter(model_content=model, num_threads=num_threads)
     signatures = interpreter.get_signature_list()
+    if not signatures:
+        raise ExportNotFoundError("the TFLite model has no signature, so it was not converted by a run here (--tflite "
+                                  "writes one); pass a .tflite file a run wrote")
     key = PIXELS_SIGNATURE if PIXELS_SIGNATURE in signatures else next(iter(signatures))
     return interpreter.get_signature_runner(key), signatures[key]["inputs"][0]
 
@@ -333,6 +336,7 @@ def load_tflite_predictor(path):
     model = storage.read_bytes(path)
     check_whole_model(model, path)
     runner, name = signature_runner(model)
+    check_converted_here(runner, name, path)
     shape = tuple(int(n) for n in runner.get_input_details()[name]["shape"][1:])
     outputs = int(runner.get_output_details()[PROBABILITIES]["shape"][-1])
     check_class_count(class_names, outputs, names_path, path)
@@ -347,6 +351,19 @@ def load_tflite_predictor(path):
         return classify_pixels(decode_to_pixels(contents, shape, fast))
 
     return Predictor(path, class_names, classify, shape, classify_pixels, fast, forbidden_views(os.path.dirname(path)))
+
+
+def check_converted_here(runner, name, path):
+    """Raises ExportNotFoundError unless the signature `runner` (input `name`) of the .tflite file at `path` takes
+    uint8 pixels [n, height, width, channels] and gives 'probabilities', as the files --tflite writes do."""
+    given = runner.get_input_details()[name]
+    outputs = runner.get_output_details()
+    if PROBABILITIES in outputs and given["dtype"] == np.uint8 and len(given["shape"]) == 4:
+        return
+    raise ExportNotFoundError(
+        f"{path} is not a model a run here converted: its signature takes {name} ({np.dtype(given['dtype']).name}, "
+        f"{len(given['shape'])} dimensions) and gives {', '.join(sorted(outputs))}, not uint8 pixels and "
+        f"{PROBABILITIES}; pass a .tflite file a run wrote (--tflite), or the export its run made")
 
 
 def check_whole_model(model, path):

@@ -241,3 +241,24 @@ def test_tta_refuses_the_views_the_export_records_as_refused_by_its_job():
         with_views(predictor, ("identity", "flip", "flip_both"))
     assert raised.value.exit_code == 2
     assert with_views(predictor, ("identity", "flip")).classify is not predictor.classify  # horizontal: allowed
+
+
+def test_a_model_no_run_here_made_is_refused_in_one_line_not_a_traceback(tmp_path):
+    """A Keras model saved or converted elsewhere, with a class_names.txt put beside it: KeyError and TypeError."""
+    import tensorflow as tf
+    from serving.predict import load_predictor
+    model = tf.keras.Sequential([tf.keras.Input((28, 28, 1)), tf.keras.layers.Flatten(),
+                                 tf.keras.layers.Dense(3, activation="softmax")])
+    saved = str(tmp_path / "saved")
+    tf.saved_model.save(model, saved)
+    os.makedirs(os.path.join(saved, "assets.extra"))
+    (tmp_path / "saved" / "assets.extra" / "class_names.txt").write_text("a\nb\nc\n")
+    with pytest.raises(ExportNotFoundError, match=r"is not an export a run here made: its serving_default signature "
+                                                  r"takes input_\d+ \(float32\), not image files' contents"):
+        load_predictor(saved)
+    (tmp_path / "lite").mkdir()
+    (tmp_path / "lite" / "model.tflite").write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    (tmp_path / "lite" / "class_names.txt").write_text("a\nb\nc\n")
+    with pytest.raises(ExportNotFoundError, match=r"model.tflite is not a model a run here converted: its signature "
+                                                  r"takes .* \(float32, 4 dimensions\) and gives dense.*, not uint8"):
+        load_predictor(str(tmp_path / "lite" / "model.tflite"))
