@@ -255,7 +255,7 @@ def _classify_batch(predictor, paths):
     one call of their own signature."""
     results, images, pixels = [], ([], []), ([], [])  # (entries, their inputs) of each kind
     for path in paths:
-        if is_pixels_name(path):
+        if os.path.splitext(path)[1].lower() == PIXELS_EXTENSION:  # (a hidden one too, when given by name)
             kind = pixels
             data, problem = read_pixels(path, predictor.pixels_shape)
         else:

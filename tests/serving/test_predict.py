@@ -129,11 +129,13 @@ def test_gray_files_are_walked_and_a_model_without_pixels_refuses_them_naming_th
         (tmp_path / "x" / name).write_bytes(bytes(784))
     assert list(image_paths([str(tmp_path / "x")])) == [str(tmp_path / "x" / n) for n in ("B.GRAY", "a.gray")]
     calls = []
-    results = list(classify_files(counting_predictor(calls), [str(tmp_path / "x"), str(tmp_path / "x" / "notes.txt")]))
+    results = list(classify_files(counting_predictor(calls), [str(tmp_path / "x"), str(tmp_path / "x" / "notes.txt"),
+                                                              str(tmp_path / "x" / ".hidden.gray")]))
     assert calls == []  # a model without a pixels signature (counting_predictor's) is given nothing
     assert [r["error"] for r in results] == [
         "is raw pixels (.gray), which this model does not take: pass it as a JPEG, PNG, BMP or GIF file"] * 2 + [
-        "is not a JPEG, PNG, BMP or GIF image; pass a JPEG, PNG, BMP or GIF file"]
+        "is not a JPEG, PNG, BMP or GIF image; pass a JPEG, PNG, BMP or GIF file"] + [
+        "is raw pixels (.gray), which this model does not take: pass it as a JPEG, PNG, BMP or GIF file"]  # by name
 
 
 def test_gray_files_of_a_pixels_model_are_checked_for_size_and_classified_with_the_images(tmp_path):
