@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import logging
+import os
 import posixpath
 
 import tensorflow as tf
@@ -44,10 +45,15 @@ def _data(source):
 
 
 def _recipe(results):
-    """Returns what a run did beyond plain training, in the flags' words: its seed, --ema's decay,
-    --label-smoothing, --mixup and --cutmix, --class-weight, --tta's views and --calibrate's temperature;
-    '' for none of them (or a results.json that records none)."""
-    parts = [f"seed {results['seed']}"] if results.get("seed") is not None else []
+    """Returns what a run did beyond plain training, in the flags' words: the run --init-from started it from
+    (the folder's name, and the step read), its seed, --ema's decay, --label-smoothing, --mixup and --cutmix,
+    --class-weight, --tta's views and --calibrate's temperature; '' for none of them (or a results.json that
+    records none)."""
+    start = results.get("init_from")
+    parts = [f"init-from {os.path.basename(str(start.get('model_dir', '')).rstrip('/'))}"
+             f"{' step ' + str(start['step']) if start.get('step') is not None else ''}"] \
+        if isinstance(start, dict) else []
+    parts += [f"seed {results['seed']}"] if results.get("seed") is not None else []
     if results.get("ema"):
         parts.append(f"ema {results['ema']['decay']:g}")
     parts += [f"{name.replace('_', '-')} {results[name]:g}" for name in ("label_smoothing", "mixup", "cutmix")
