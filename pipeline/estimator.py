@@ -17,6 +17,7 @@ from hooks.stop import add_stop_agreement
 from input_fns import FILE_KEY, augmentation, mixing as mixing_lib
 from models import GRAPH_REWRITE_PRECISIONS
 from pipeline.batching import batch_sizes_for_replicas
+from pipeline.evaluation_report import EVAL_ONLY_DIR
 from pipeline import determinism, ema as ema_lib, initial_weights, mfu as mfu_lib, model_dir as model_dir_lib
 from pipeline.mixing import mixing_of
 from pipeline.metrics import CROSS_ENTROPY, mean_cross_entropy, per_class_metric_ops
@@ -63,7 +64,17 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
                                      settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema,
                                      checkpoints=checkpoints,
                                      weights_from=functools.partial(weights_sources, settings, setup.initial_weights))
+    if settings.eval_only:  # its evaluations' TensorBoard events beside its report, not among the training run's
+        estimator.eval_dir = _eval_only_dirs(settings.model_dir)
     return estimator, run_figures
+
+
+def _eval_only_dirs(model_dir):
+    """Returns an Estimator.eval_dir for an --eval-only run of `model_dir`: each evaluation's summaries in
+    EVAL_ONLY_DIR (eval/, or eval_<name>/ as the Estimator names them), not in the training run's eval/."""
+    def eval_dir(name=None):
+        return storage.join(model_dir, EVAL_ONLY_DIR, f"eval_{name}" if name else "eval")
+    return eval_dir
 
 
 def weights_sources(settings, initial):

@@ -461,11 +461,15 @@ def test_a_run_without_validation_is_evaluated_whatever_the_validation_flags_but
     def report_images(folder):  # TensorBoard's events files of the test report at step 3, by size
         return {p: os.path.getsize(p) for p in glob.glob(os.path.join(model_dir, folder, "*.test_report.step3.*"))}
     trained_report = report_images("eval")
+    trained_events = sorted(os.listdir(os.path.join(model_dir, "eval")))
     assert trained_report
     again = run(fashion.TASK, args("--eval-only"))  # the default --validation-fraction would train on 718
     assert again["eval_step"] == 3 and again["eval_accuracy"] == pytest.approx(results["eval_accuracy"])
-    # its report's images beside its report files, the training run's left as they were
+    # its report's images and its evaluation's events beside its report files, the training run's left as they were
+    # (the Estimator wrote its loss at step 3, of another batch, beside the training run's)
     assert report_images("eval") == trained_report and report_images(os.path.join("eval_only", "eval"))
+    assert sorted(os.listdir(os.path.join(model_dir, "eval"))) == trained_events
+    assert any(".test_report." not in n for n in os.listdir(os.path.join(model_dir, "eval_only", "eval")))
     # but a temperature fitted on that default split would be fitted on images the model trained on
     refusal = (r"^--validation-fraction 0.1: the model dir .* was trained with no validation share held out of its "
                r"training images \(--validation-fraction 0, or a --validation-dir\) \(800 training images, \d+ now\): "
