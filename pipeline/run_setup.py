@@ -137,6 +137,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
                                        settings.seed, settings.model_dir, settings.precision, settings.tflite)
     training_record.check_same_image_size(record.segments, start_step, getattr(settings, "image_size", None),
                                           settings.model_dir)
+    training_record.check_same_decode(record.segments, start_step, getattr(settings, "decode", None),
+                                      settings.model_dir)
     training_record.check_same_model(record.segments, start_step, getattr(settings, "model", None),
                                      settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,

@@ -32,8 +32,8 @@ class Segment:
     `model`, averaging its weights with --ema's decay `ema`, with `trainable_layers` of its backbone trainable
     (see trainable_layers_of; the last eight None in records of earlier versions; the size, the model and the
     layers None too for a job without --image-size, --model or --trainable-layers), under its `recipe`
-    (recipe_of). A new run started from another run's weights keeps their `init_from`
-    (pipeline.initial_weights.InitialWeights.as_record)."""
+    (recipe_of), decoding its JPEGs as --decode says (`decode`, the OCT job's). A new run started from another
+    run's weights keeps their `init_from` (pipeline.initial_weights.InitialWeights.as_record)."""
     start_step: int
     images_at_start: int
     global_batch: int
@@ -47,6 +47,7 @@ class Segment:
     trainable_layers: Optional[Union[int, str]] = None  # the backbone's last N layers, or 'all'
     init_from: Optional[dict] = None  # --init-from's checkpoint, in the segment of step 0
     recipe: Optional[dict] = None  # what training does to the weights, by flag (recipe_of); None in earlier records
+    decode: Optional[str] = None  # the OCT job's --decode; None for other jobs (and in earlier records)
 
     def images_at(self, step):
         return self.images_at_start + (step - self.start_step) * self.global_batch
@@ -434,6 +435,16 @@ def check_same_image_size(segments, start_step, image_size, model_dir):
                         f"{then}; resume (or evaluate) with --image-size {then}, or pass another --model-dir")
 
 
+def check_same_decode(segments, start_step, decode, model_dir):
+    """Raises FlagError (exit 2) when steps before `start_step` decoded their JPEGs otherwise than --decode
+    `decode` (the OCT job's): the resumed steps, the test figures and the export would see other pixels than
+    the weights learned from, without a word."""
+    then = value_before(segments, start_step, "decode", decode)
+    if then is not None:
+        raise FlagError(f"--decode {decode}: the checkpoints in {model_dir} were trained with --decode {then}; "
+                        f"resume (or evaluate) with --decode {then}, or pass another --model-dir")
+
+
 def trainable_layers_of(settings):
     """Returns the backbone layers `settings` train, as the record keeps them: --trainable-layers' N, 'all'
     when it is None (the images job's default with --weights none, once resolved), or None for a job
@@ -486,6 +497,6 @@ def record_start(model_dir, task_name, record, plan_, data, settings, init_from=
                         settings.precision, bool(settings.deterministic), settings.seed,
                         getattr(settings, "image_size", None), getattr(settings, "model", None),
                         getattr(settings, "ema", None) or None, trainable_layers_of(settings), init_from,
-                        recipe_of(settings)))
+                        recipe_of(settings), getattr(settings, "decode", None)))
     return write_json_atomically(storage.join(model_dir, PROGRESS_FILE),
                                  {"task": task_name, "data": data, "runs": [dataclasses.asdict(s) for s in kept]})

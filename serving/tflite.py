@@ -311,8 +311,12 @@ def _warning(kind, figures, reference_accuracy, tolerance):
 
 
 def summary_lines(record):
-    """Returns the summary's lines of results.json's 'tflite' record: one a file, then its warnings."""
-    lines = []
+    """Returns the summary's lines of results.json's 'tflite' record: the SavedModel's accuracy the files' changes
+    are against (one view of each image: under --tta the eval line's is the views' mean), one a file, then its
+    warnings."""
+    baseline = record.get("saved_model_accuracy")
+    lines = [f"  tflite:  the SavedModel's accuracy {baseline:.4f} on the {record['test_images']} test images, one "
+             "view each, is what each file's change is against"] if baseline is not None else []
     for kind in sorted(record["files"], key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
         f = record["files"][kind]  # in KINDS' order (results.json sorts its keys)
         lines.append(f"  tflite:  {kind:7s} {f['bytes'] / 2 ** 20:7.2f} MiB  accuracy {f['accuracy']:.4f} "

@@ -69,11 +69,11 @@ def test_the_images_of_a_step_come_from_the_run_that_wrote_it(tmp_path):
                      "runs": [{"start_step": 0, "images_at_start": 0, "global_batch": 32, "max_steps": 50,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
                                "model": None, "ema": None, "trainable_layers": None, "init_from": started_from,
-                               "recipe": {}},
+                               "recipe": {}, "decode": None},
                               {"start_step": 30, "images_at_start": 960, "global_batch": 16, "max_steps": 70,
                                "precision": "fp32", "deterministic": False, "seed": None, "image_size": None,
                                "model": None, "ema": None, "trainable_layers": None, "init_from": None,
-                               "recipe": {}}]}
+                               "recipe": {}, "decode": None}]}
 
 
 def test_a_resume_on_other_data_is_refused(tmp_path):
@@ -363,3 +363,13 @@ def test_a_resume_in_another_precision_is_named():
     assert progress.precision_changed([first], 30, "bf16") is None
     assert progress.precision_changed([first], 0, "fp32") is None  # nothing trained yet
     assert progress.precision_changed([progress.Segment(0, 0, 32)], 30, "fp32") is None  # an earlier version's
+
+
+def test_a_resume_or_evaluation_with_another_decode_is_refused_naming_the_one_it_trained_with():
+    reduced = progress.Segment(0, 0, 32, 10, "fp32", decode="reduced")
+    with pytest.raises(FlagError, match=r"--decode full: the checkpoints in /m were trained with --decode reduced; "
+                                        r"resume \(or evaluate\) with --decode reduced"):
+        progress.check_same_decode([reduced], 10, "full", "/m")
+    progress.check_same_decode([reduced], 10, "reduced", "/m")
+    progress.check_same_decode([reduced], 10, None, "/m")  # a job without --decode
+    progress.check_same_decode([progress.Segment(0, 0, 32)], 10, "full", "/m")  # an earlier version's

@@ -85,7 +85,9 @@ def test_each_file_is_written_beside_the_export_with_its_figures(fashion_run):
         assert figures["accuracy_change"] == pytest.approx(figures["accuracy"] - record["saved_model_accuracy"],
                                                            abs=1e-5)
         assert 0 < figures["latency_ms"] < 1000
-    lines = [line for line in stdout.splitlines() if line.startswith("  tflite:  ")]
+    baseline, *lines = [line for line in stdout.splitlines() if line.startswith("  tflite:  ")]
+    assert baseline == (f"  tflite:  the SavedModel's accuracy {record['saved_model_accuracy']:.4f} on the 200 test "
+                        "images, one view each, is what each file's change is against")  # (--tta's eval line: a mean)
     assert [line.split()[1] for line in lines] == list(KINDS)  # one line a file, in this order
     for (kind, figures), line in zip(sorted(record["files"].items(), key=lambda kv: KINDS.index(kv[0])), lines):
         assert line.endswith(figures["file"]) and f"accuracy {figures['accuracy']:.4f}" in line
@@ -320,20 +322,26 @@ def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_
         assert kept == {k: v for k, v in results["tflite"]["files"][kind].items() if k != "file"}
         assert record["files"][kind]["file"] == os.path.join(converted, f"{kind}.tflite")
     assert [l[:17] for l in result.stdout.splitlines() if l.startswith("  tflite:")] == \
-        ["  tflite:  float3", "  tflite:  float1", "  tflite:  int8  "]
+        ["  tflite:  the Sa", "  tflite:  float3", "  tflite:  float1", "  tflite:  int8  "]
     lost = record["files"]["int8"]["accuracy"] < record["saved_model_accuracy"]
     assert record["files"]["int8"]["over_tolerance"] == lost and ("WARNING: the int8" in result.stdout) == lost
     with open(os.path.join(model_dir, "results.json")) as f:
         assert f.read() == before  # --eval-only writes no results.json; tflite.json holds its figures
 
 
-def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path):
+def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path, capsys):
     """With --decode reduced: the .tflite client decoded files in full, the export reduced (2e-3 apart)."""
     model_dir = str(tmp_path / "oct")
-    assert train_main(oct_task.TASK, ["--data-dir", os.path.dirname(oct_tree), "--model-dir", model_dir,
-                                      "--max-steps", "4", "--image-size", "32", "--weights", "none", "--batch-size",
-                                      "8", "--warm-up-steps", "1", "--bootstrap-resamples", "10", "--on-bad-image",
-                                      "skip", "--tflite", "float32,int8", "--decode", "reduced"]) == 0
+    common = ["--data-dir", os.path.dirname(oct_tree), "--model-dir", model_dir, "--max-steps", "4", "--image-size",
+              "32", "--weights", "none", "--batch-size", "8", "--warm-up-steps", "1", "--bootstrap-resamples", "10",
+              "--on-bad-image", "skip"]
+    assert train_main(oct_task.TASK, [*common, "--tflite", "float32,int8", "--decode", "reduced"]) == 0
+    capsys.readouterr()
+    # evaluated (or resumed) with the default --decode full: other pixels than the weights and export know
+    assert train_main(oct_task.TASK, [*common, "--eval-only"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"error: --decode full: the checkpoints in {model_dir} were trained with --decode reduced; resume (or "
+        "evaluate) with --decode reduced, or pass another --model-dir")
     with open(os.path.join(model_dir, "results.json")) as f:
         results = json.load(f)
     record = results["tflite"]
