@@ -170,8 +170,8 @@ def print_summary(results, path):
     if results.get("export_dir"):
         print(f"  export:  {results['export_dir']}")
     if results.get("tflite"):  # the export for devices: a line per .tflite file, and any warning
-        from serving.tflite import summary_lines
-        print("\n".join(summary_lines(results["tflite"])))
+        from serving.tflite import current_record, summary_lines
+        print("\n".join(summary_lines(current_record(results["tflite"]))))  # (the files there now)
     print(f"  results: {path}", flush=True)
 
 

@@ -310,6 +310,16 @@ def _warning(kind, figures, reference_accuracy, tolerance):
             f"--tflite-tolerance {tolerance:g}: check it before shipping {figures['file']}")
 
 
+def current_record(record):
+    """Returns the figures of the .tflite files in results.json's 'tflite' `record`'s folder as they are now: its
+    FIGURES_FILE, which an --eval-only --tflite rewrites for the files it converts again while results.json keeps
+    the training run's; `record` itself where that file cannot be read."""
+    try:
+        return json.loads(storage.read_text(storage.join(record["dir"], FIGURES_FILE)))
+    except (KeyError, OSError, ValueError):
+        return record
+
+
 def summary_lines(record):
     """Returns the summary's lines of results.json's 'tflite' record: the SavedModel's accuracy the files' changes
     are against (one view of each image: under --tta the eval line's is the views' mean), one a file, then its

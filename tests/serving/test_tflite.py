@@ -17,6 +17,7 @@ from acquisition.fashion_mnist import CLASS_NAMES, load_split
 from input_fns.decode import PIXELS_SIGNATURE, decode_and_resize
 from pipeline.cli import train_main
 from pipeline.flag_types import tflite_kinds
+from pipeline.results import recorded_here
 from pipeline.tasks import fashion, oct as oct_task
 from serving import tflite
 from serving.predict import classify_files, load_predictor
@@ -300,7 +301,7 @@ def test_figures_kept_from_an_earlier_conversion_are_held_against_the_tolerance_
     assert tflite._earlier_figures(str(tmp_path), ("float32",), 11, 1.0, tolerance=0.2) == {}  # other test images
 
 
-def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_dir, tmp_path):
+def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_dir, tmp_path, capsys):
     """Under --deterministic (exports.md's way to the same int8 file each time), though the run trained without
     it: --eval-only trains nothing, and was refused as a resume that could not be reproduced."""
     results, _, trained_dir, _ = fashion_run[:4]
@@ -327,6 +328,11 @@ def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_
     assert record["files"]["int8"]["over_tolerance"] == lost and ("WARNING: the int8" in result.stdout) == lost
     with open(os.path.join(model_dir, "results.json")) as f:
         assert f.read() == before  # --eval-only writes no results.json; tflite.json holds its figures
+    # the finished run asked again reprints its summary: the int8 line of the file there now, not the one replaced
+    from pipeline.run_output import print_summary
+    print_summary(recorded_here(json.loads(before), model_dir), "results.json")
+    (int8_line,) = [l for l in capsys.readouterr().out.splitlines() if l.startswith("  tflite:  int8")]
+    assert int8_line == [l for l in tflite.summary_lines(record) if l.startswith("  tflite:  int8")][0]
 
 
 def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path, capsys):
