@@ -2,6 +2,7 @@
 import contextlib
 import logging
 import os
+import unicodedata
 
 from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
 from pipeline.flag_types import names_text
@@ -155,15 +156,8 @@ def print_summary(results, path):
           flush=True)
     if results.get("ema"):
         print(_describe_ema(results["ema"]), flush=True)
-    per_class = results.get("per_class", {})
-    # In class order: results.json's keys are sorted (a finished run's results are printed from it).
-    order = [n for n in (results.get("clinical") or {}).get("class_names", ()) if n in per_class]
-    order += sorted(set(per_class) - set(order))
-    width = max(map(len, per_class), default=8)
-    for name, figures in ((n, per_class[n]) for n in order):
-        precision, recall = (f"{v:.3f}" if v is not None else "n/a"
-                             for v in (figures["precision"], figures["recall"]))
-        print(f"           {name:{width}s} precision {precision}  recall {recall}  ({figures['support']} images)")
+    for line in per_class_lines(results):
+        print(line)
     if results.get("skipped_files"):
         print(f"  skipped: {len(results['skipped_files'])} files that cannot be decoded "
               "(listed with their problems in results.json)")
@@ -173,6 +167,28 @@ def print_summary(results, path):
         from serving.tflite import current_record, summary_lines
         print("\n".join(summary_lines(current_record(results["tflite"]))))  # (the files there now)
     print(f"  results: {path}", flush=True)
+
+
+def per_class_lines(results):
+    """Returns the summary's lines of `results`' per-class precision and recall, in class order, their figures
+    in one column however wide the names' characters."""
+    per_class = results.get("per_class", {})
+    # In class order: results.json's keys are sorted (a finished run's results are printed from it).
+    order = [n for n in (results.get("clinical") or {}).get("class_names", ()) if n in per_class]
+    order += sorted(set(per_class) - set(order))
+    width = max(map(_columns, per_class), default=8)
+    lines = []
+    for name, figures in ((n, per_class[n]) for n in order):
+        precision, recall = (f"{v:.3f}" if v is not None else "n/a"
+                             for v in (figures["precision"], figures["recall"]))
+        lines.append(f"           {name}{' ' * (width - _columns(name))} precision {precision}  recall {recall}  "
+                     f"({figures['support']} images)")
+    return lines
+
+
+def _columns(text):
+    """Returns the terminal columns `text` takes: two for each wide character (Chinese, Japanese, most emoji)."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _describe_ema(ema):

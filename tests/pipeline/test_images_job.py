@@ -301,3 +301,13 @@ def test_pictures_in_formats_no_job_reads_and_images_beside_the_class_folders_ar
     assert dataset.report["unread_image_files"] == {".tiff": 1, ".webp": 2}
     assert dataset.report["loose_image_files"] == 2 and dataset.report["ignored_files"] == junk + 4
     assert sum(len(files) for files, _ in dataset.splits.values()) == 15
+
+
+def test_the_summary_s_per_class_columns_line_up_under_class_names_in_wide_characters():
+    from pipeline.run_output import per_class_lines
+    figures = {"precision": 0.5, "recall": 0.25, "support": 4}
+    rows = per_class_lines({"per_class": {"猫": figures, "dog": figures, "犬犬犬": figures},
+                            "clinical": {"class_names": ["猫", "dog", "犬犬犬"]}})
+    assert [row.split()[0] for row in rows] == ["猫", "dog", "犬犬犬"]
+    columns = [sum(2 if ord(c) > 0x2e80 else 1 for c in row[:row.index(" precision")]) for row in rows]
+    assert len(set(columns)) == 1, rows  # each character of 猫 and 犬 takes two columns of a terminal
