@@ -5,8 +5,9 @@ The classes are the folders' names, sorted; images are found at any depth
 below their class folder. Files without an image extension, and hidden files
 (.DS_Store, macOS's ._ files), are not images; Thumbs.db and notes are left
 alone the same way, and so are hidden folders and those systems leave beside
-files (__MACOSX, a Synology share's @eaDir: see storage.SYSTEM_FOLDERS). Each image's headers are checked (see image_formats), so
-bad files are known before training.
+files (__MACOSX, a Synology share's @eaDir: see storage.SYSTEM_FOLDERS). Each
+image's headers are checked (see image_formats), so bad files are known before
+training.
 """
 import collections
 import dataclasses
@@ -83,7 +84,7 @@ def _scan(folder, class_names, channels, workers):
         digest.update(f"{f}\0{check.size}\0{check.mtime_ns}\n".encode("utf-8", "surrogateescape"))
     problems = {f: c.problem for f, c in zip(files, checks) if c.problem}
     problems.update({f: _LINE_BREAK_IN_NAME for f in files if has_line_break(f)})
-    problems.update({f: NOT_UTF8 for f in files if is_not_utf8(f)})
+    problems.update({f: NOT_UTF8 for f in files if is_not_utf8(f[len(folder):])})  # (the folder's own: read_layout)
     gray = all(c.gray for c in checks if not c.problem)
     return FolderScan(files, labels, problems, tuple(class_names), digest.hexdigest()), gray, ignored
 
@@ -106,6 +107,8 @@ def read_layout(data_dir):
     if not storage.isdir(data_dir):
         raise InputDataError(f"no folder {data_dir}; pass --data-dir with a folder of class folders "
                              "(DIR/<class>/<image>)")
+    if is_not_utf8(data_dir):
+        raise InputDataError(f"the data dir {shown_path(data_dir)} {NOT_UTF8}")
     top = {d.lower(): d for d in _class_dirs(data_dir)}
     presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
     if not presplit:
@@ -212,8 +215,8 @@ def _check_not_a_split_among_classes(data_dir, name, classes):
         return
     use = (f"move it out of {data_dir} and pass it as --validation-dir" if name.lower() in _VALIDATION_FOLDERS
            else f"lay {data_dir} out as train/<class>/ and test/<class>/, or move {name} out of it")
-    raise InputDataError(f"{folder} holds the class folder(s) {', '.join(inside)}: it is a split of the classes, "
-                         f"not a class, and would be trained as one; {use}")
+    raise InputDataError(f"{folder} holds the class folder(s) {', '.join(map(shown_path, inside))}: it is a split "
+                         f"of the classes, not a class, and would be trained as one; {use}")
 
 
 def group_of(path, pattern):

@@ -199,20 +199,21 @@ def copy_tree(source, target, last=None):
 
 # Folders that systems leave beside people's files: a macOS zip's resource forks, a Synology share's thumbnails
 # (JPEGs: they would be trained as the class's images), Windows' recycle bin and a drive's own records.
-SYSTEM_FOLDERS = frozenset({"__MACOSX", "@eaDir", "$RECYCLE.BIN", "System Volume Information"})
+SYSTEM_FOLDERS = frozenset({"__macosx", "@eadir", "$recycle.bin", "system volume information"})  # lowercased
 
 
 def is_data_folder(name):
     """Returns whether the folder called `name` can hold data: not hidden (.git, .thumbnails), and not one of
     SYSTEM_FOLDERS."""
     name = name.rstrip("/")
-    return not name.startswith(".") and name not in SYSTEM_FOLDERS
+    return not name.startswith(".") and name.lower() not in SYSTEM_FOLDERS
 
 
 def walk(path, left_out=()):
     """Yields (folder, its subfolder names, its file names), both sorted, below `path`, top down: only the
-    folders that can hold data (see is_data_folder), and not the folders at the local paths `left_out`. A local walk goes into
-    linked folders too, each real folder once (a link up the tree ends, a folder linked twice is walked once).
+    folders that can hold data (see is_data_folder), and not the folders at the local paths `left_out`. A local
+    walk goes into linked folders too, each real folder once (a link to `path` or above it ends, a folder linked
+    twice is walked once).
     A folder that cannot be read raises its OSError (os.walk would leave it out, and its images with it,
     without a word)."""
     if is_url(path):
@@ -220,19 +221,22 @@ def walk(path, left_out=()):
             dirs[:] = sorted(d for d in dirs if is_data_folder(d))
             yield parent.rstrip("/"), dirs, sorted(names)
         return
-    seen = {os.path.realpath(path)} | {os.path.realpath(p) for p in left_out}
+    root = os.path.realpath(path)
+    seen = {root} | {os.path.realpath(p) for p in left_out}
     for parent, dirs, names in os.walk(path, followlinks=True, onerror=_raise):
-        dirs[:] = _unseen(parent, dirs, seen)
+        dirs[:] = _unseen(parent, dirs, seen, root)
         yield parent, dirs, sorted(names)
 
 
-def _unseen(parent, dirs, seen):
+def _unseen(parent, dirs, seen, root):
     """Returns the subfolders of `parent` to walk, in name order: data folders, and not a folder already walked or
-    queued (`seen`, their real paths, which this adds to), as a link up the tree would be."""
+    queued (`seen`, their real paths, which this adds to), nor `root` (the walk's real path) or a folder above it,
+    as a link up the tree would be: a class folder's link to the data dir would walk the other classes' images."""
     kept = []
     for name in sorted(dirs):
         real = os.path.realpath(os.path.join(parent, name))
-        if is_data_folder(name) and real not in seen:
+        above = root == real or root.startswith(real.rstrip(os.sep) + os.sep)
+        if is_data_folder(name) and real not in seen and not above:
             seen.add(real)
             kept.append(name)
     return kept
@@ -247,7 +251,8 @@ def open_binary(path):
     BytesIO). Failures raise OSError on any file system, and so does a local path that is not a regular file: a
     named pipe's open would wait for a writer for ever."""
     if not is_url(path):
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        mode = os.stat(path).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
             raise OSError(errno.EINVAL, "it is a pipe, a device or a socket, not a file", path)
         return open(path, "rb")
     try:

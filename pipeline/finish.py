@@ -84,6 +84,8 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     if data.class_names and data.source != "synthetic":  # a report on one random batch means nothing
         extra.update(evaluation_report.write_report(setup.task, args, data, scores, results.eval_step,
                                                     extra.get("export_dir"), estimator, best and best["checkpoint"]))
+    if extra.get("export_dir") and not args.eval_only:
+        extra["export_dir"] = _served_export(setup, estimator, extra["export_dir"], best)
     if args.tflite and extra.get("export_dir"):  # the served export (calibrated, if asked), for devices
         # int8 calibrates on the first training images of the stream, wherever a resumed run's input starts
         calibration_input = data.train_input_at(0) if data.train_input_at else data.train_input_fn
@@ -115,18 +117,29 @@ def _unless_training_ended(results, setup):
 def _export_dir(setup, estimator, best, eval_step):
     """Returns the export of the model tested: under --eval-only the one the training run recorded (its
     served export: calibrated, with --calibrate); else the best's, made when it was found (unless it has
-    been removed since, or a later export, which predict.py would serve from the model dir, is newer: an earlier
-    finish's calibrated one, say); else a new export of the tested checkpoint."""
+    been removed since); else a new export of the tested checkpoint."""
     settings, data = setup.settings, setup.data
     recorded = settings.eval_only and results_lib.recorded_export(settings.model_dir, eval_step)
     if recorded:
         return recorded
     if best and best.get("export_dir"):
-        if not is_whole(best["export_dir"]):
-            log.warning("the best model's export, %s, is gone: the best checkpoint (step %d) is exported again",
-                        best["export_dir"], best["step"])
-        elif storage.same_folder(resolve_export_dir(settings.model_dir), best["export_dir"]):
+        if is_whole(best["export_dir"]):
             return best["export_dir"]
+        log.warning("the best model's export, %s, is gone: the best checkpoint (step %d) is exported again",
+                    best["export_dir"], best["step"])
+    return export_model(estimator, data.serving_input_fn, data.class_names,
+                        storage.join(settings.model_dir, BEST_EXPORT_DIR), best and best["checkpoint"])
+
+
+def _served_export(setup, estimator, export_dir, best):
+    """Returns `export_dir` when it is the export predict.py serves from the model dir, its newest; else (a newer
+    one shadows it: an earlier finish's calibrated export, when this finish calibrates nothing) a new export of
+    the tested checkpoint, newest in its turn, which results.json then names."""
+    settings, data = setup.settings, setup.data
+    if storage.same_folder(resolve_export_dir(settings.model_dir), export_dir):
+        return export_dir
+    log.info("exported the tested checkpoint again: a newer export than %s would be served from the model dir",
+             export_dir)
     return export_model(estimator, data.serving_input_fn, data.class_names,
                         storage.join(settings.model_dir, BEST_EXPORT_DIR), best and best["checkpoint"])
 

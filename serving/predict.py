@@ -130,9 +130,9 @@ def _classifier(signature, class_names):
 
 
 def is_pixels_name(name):
-    """Returns whether a file named `name` is taken for raw pixels: PIXELS_EXTENSION (any case), not hidden."""
-    base = os.path.basename(name)
-    return not base.startswith(".") and os.path.splitext(base)[1].lower() == PIXELS_EXTENSION
+    """Returns whether a file named `name` is taken for raw pixels: it ends in PIXELS_EXTENSION (any case; a hidden
+    one too, given by name: a folder's walk leaves hidden files out)."""
+    return os.path.basename(name).lower().endswith(PIXELS_EXTENSION)
 
 
 def _why_not_a_file(path):
@@ -207,7 +207,7 @@ def image_paths(paths, left_out_folder=None, note=None):
         found, unread = 0, collections.Counter()
         for parent, _, names in storage.walk(path, left_out=[left_out_folder] if left_out_folder else []):
             for name in names:
-                if is_image_name(name) or is_pixels_name(name):
+                if is_image_name(name) or (is_pixels_name(name) and not name.startswith(".")):
                     found += 1
                     yield storage.join(parent, name)
                 unread[unread_image_extension(name)] += 1
@@ -255,7 +255,7 @@ def _classify_batch(predictor, paths):
     one call of their own signature."""
     results, images, pixels = [], ([], []), ([], [])  # (entries, their inputs) of each kind
     for path in paths:
-        if os.path.splitext(path)[1].lower() == PIXELS_EXTENSION:  # (a hidden one too, when given by name)
+        if is_pixels_name(path):
             kind = pixels
             data, problem = read_pixels(path, predictor.pixels_shape)
         else:

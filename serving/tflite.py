@@ -315,9 +315,13 @@ def current_record(record):
     FIGURES_FILE, which an --eval-only --tflite rewrites for the files it converts again while results.json keeps
     the training run's; `record` itself where that file cannot be read."""
     try:
-        return json.loads(storage.read_text(storage.join(record["dir"], FIGURES_FILE)))
+        now = json.loads(storage.read_text(storage.join(record["dir"], FIGURES_FILE)))
     except (KeyError, OSError, ValueError):
         return record
+    # (paths under the folder `record` names: a model dir moved or copied since, pipeline.results.recorded_here)
+    files = {kind: {**figures, "file": storage.join(record["dir"], kind + TFLITE_EXTENSION)}
+             for kind, figures in now.get("files", {}).items()}
+    return {**now, "dir": record["dir"], "files": files}
 
 
 def summary_lines(record):

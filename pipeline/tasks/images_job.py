@@ -103,7 +103,7 @@ def _load(args):
     else:
         splits, twins = _split_here(folders, args)
     _warn_of_unread_folders(folders.unread_folders, getattr(args, "validation_dir", None))
-    _warn_of_images_left_out(folders)
+    _warn_of_images_left_out(folders, "the class folders")
     if getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):  # (a resume ignores it)
         _check_split_of_init_from(args.init_from, folders.class_names, splits["test"][0])
     split_dir = storage.join(args.model_dir, SPLIT_DIR)
@@ -189,17 +189,17 @@ def _warn_of_unread_folders(unread, validation_dir):
                         "to validate on its images", folder, folder)
 
 
-def _warn_of_images_left_out(folders):
+def _warn_of_images_left_out(folders, where, use="train on"):
     """Logs one line for the ClassFolders `folders`' pictures in formats no job reads, and one for its images
-    beside the class folders: a user who put them there expects them trained."""
+    beside the class folders (`where`, in words): a user who put them there expects them used."""
     if folders.unread_images:
         kinds = ", ".join(f"{count} {extension}" for extension, count in folders.unread_images.items())
-        log.warning("%d files in the class folders are pictures in formats this job cannot read (%s) and are left "
-                    "out; convert them to PNG or JPEG to train on them", sum(folders.unread_images.values()), kinds)
+        log.warning("%d files in %s are pictures in formats this job cannot read (%s) and are left out; convert "
+                    "them to PNG or JPEG to %s them", sum(folders.unread_images.values()), where, kinds, use)
     if folders.loose_images:
-        log.warning("%d image(s) lie beside the class folders, in none of them, and are left out (the first: %s); "
-                    "move each into its class's folder to train on it", len(folders.loose_images),
-                    folders.loose_images[0])
+        log.warning("%d image(s) lie beside %s, in none of them, and are left out (the first: %s); move each into "
+                    "its class's folder to %s it", len(folders.loose_images), where,
+                    image_checks.shown_path(folders.loose_images[0]), use)
 
 
 def _check_split_of_init_from(init_from, class_names, test_files):
@@ -417,7 +417,9 @@ def validation_sides(args, data):
 def _validation_dir(folder, class_names, channels, on_bad_image, undecodable):
     """Returns (files, labels) of the class folders in `folder`, labelled by the training classes; the
     `undecodable` ones (see pipeline.undecodable.left_out) count as bad files."""
-    scan = class_folders.scan_class_folders(folder, channels).scans
+    folders = class_folders.scan_class_folders(folder, channels)
+    scan = folders.scans
+    _warn_of_images_left_out(folders, f"the class folders of --validation-dir {folder}", "validate on")
     if "all" not in scan:
         raise FlagError(f"--validation-dir {folder} holds train and test folders; pass a folder of class folders")
     found = scan["all"].with_problems(undecodable)

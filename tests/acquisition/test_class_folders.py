@@ -38,6 +38,7 @@ def test_folders_systems_leave_beside_the_images_are_neither_classes_nor_images(
     write_images(str(tmp_path / "a"), 3)
     write_images(str(tmp_path / "b"), 2)
     write_images(str(tmp_path / "__MACOSX" / "a"), 3, prefix="._")
+    write_images(str(tmp_path / "$Recycle.Bin" / "S-1-5-21"), 2)  # Windows' own spelling on a fixed drive
     for name in ("0000.png", "0001.png"):
         write_images(str(tmp_path / "b" / "@eaDir" / name), 2, fmt=("RGB", "JPEG", ".jpg"), prefix="SYNOPHOTO_")
     folders = class_folders.scan_class_folders(str(tmp_path))
@@ -196,6 +197,10 @@ def test_an_image_whose_name_is_not_utf8_is_a_bad_file_and_a_class_folder_so_nam
     os.rename(os.fsencode(tmp_path / "b"), os.fsencode(tmp_path) + b"/b\xe9")
     with pytest.raises(InputDataError, match="class folder .*b.udce9' has a name that is not UTF-8"):
         class_folders.read_layout(str(tmp_path))
+    os.rename(os.fsencode(tmp_path) + b"/b\xe9", os.fsencode(tmp_path / "b"))
+    os.rename(os.fsencode(tmp_path), os.fsencode(tmp_path) + b"-d\xe9")  # the data dir's own name: said as such
+    with pytest.raises(InputDataError, match=r"^the data dir '.*-d\\udce9' has a name that is not UTF-8"):
+        class_folders.read_layout(str(tmp_path) + "-d\udce9")
 
 
 def test_a_class_folders_linked_subfolders_are_its_images_each_once_and_a_link_up_the_tree_ends(tmp_path):
@@ -206,6 +211,8 @@ def test_a_class_folders_linked_subfolders_are_its_images_each_once_and_a_link_u
     os.symlink(tmp_path / "store" / "more-b", tmp_path / "data" / "b" / "more")
     os.symlink(tmp_path / "store" / "more-b", tmp_path / "data" / "b" / "same")  # the same folder again: once
     os.symlink(tmp_path / "data" / "b", tmp_path / "data" / "b" / "up")  # a loop
+    os.symlink(tmp_path / "data", tmp_path / "data" / "b" / "parent")  # above: a's images would be b's
+    os.symlink(tmp_path, tmp_path / "data" / "b" / "grandparent")
     scan = class_folders.scan_class_folders(str(tmp_path / "data")).scans["all"]
     assert scan.class_counts() == {"a": 3, "b": 6}
     assert [os.path.relpath(f, tmp_path / "data" / "b") for f in scan.files[3:]] == [

@@ -2,6 +2,7 @@
 lives in one process, so a second run is a lease planted there (fresh: refused; stale: taken over)."""
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -27,12 +28,17 @@ def plant(path, heartbeat, owner="pid 4242 on elsewhere"):
 def test_a_fresh_lease_refuses_a_second_run_in_one_line(capsys):
     model_dir = f"ram://{uuid.uuid4().hex}/run"
     lease = storage.join(model_dir, model_dir_lib.LOCK_FILE)
-    plant(lease, time.time() - 5)
+    planted = time.time()
+    plant(lease, planted - 5)
     assert train_main(TASK, ["--synthetic", "--model-dir", model_dir, "--max-steps", "1"]) == 1
+    waited = time.time() - planted  # (a loaded machine takes a second or more to get there)
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1] == (
-        f"{PROG}: error: another run (pid 4242 on elsewhere, renewed 5 s ago) is training in the model dir "
+    last = err.strip().splitlines()[-1]
+    ago = int(re.search(r"renewed (\d+) s ago", last).group(1))
+    assert 5 <= ago <= 5 + waited + 1, last
+    assert last == (
+        f"{PROG}: error: another run (pid 4242 on elsewhere, renewed {ago} s ago) is training in the model dir "
         f"{model_dir}; wait for it to finish (or, if it is gone, 60 s for its lease to expire), or pass another "
         "--model-dir")
     assert json.loads(storage.read_text(lease))["token"] == "theirs"  # left as it was

@@ -257,7 +257,7 @@ def test_the_device_files_are_of_the_served_scaled_export(calibrated_run, caplog
         f.truncate(100)
     with caplog.at_level(logging.WARNING):
         scaled_again = run(TASK, build_parser(TASK).parse_args(common + ["--calibrate", "temperature"]))
-    assert f"cannot read {kept}" in caplog.text and os.path.isdir(os.path.join(model_dir, "eval_report_validation"))
+    assert f"cannot read {kept}" in caplog.text and os.path.isdir(os.path.join(model_dir, "eval_only", "eval_report_validation"))
     assert scaled_again["clinical"]["calibration"]["temperature"]["temperature"] == pytest.approx(
         results["clinical"]["calibration"]["temperature"]["temperature"], rel=1e-4)  # the kept scores' fit
     assert scaled_again["export_dir"] not in (results["export_dir"], results["best"]["export_dir"])

@@ -301,6 +301,13 @@ def test_pictures_in_formats_no_job_reads_and_images_beside_the_class_folders_ar
     assert dataset.report["unread_image_files"] == {".tiff": 1, ".webp": 2}
     assert dataset.report["loose_image_files"] == 2 and dataset.report["ignored_files"] == junk + 4
     assert sum(len(files) for files, _ in dataset.splits.values()) == 15
+    held = make_shapes_folder(str(tmp_path / "held"), per_class=2, seed=1)
+    (tmp_path / "held" / "circle" / "c.avif").write_bytes(b"....ftypavif")
+    caplog.clear()
+    args = args_for(data, model_dir, "--validation-dir", held)
+    images_job.validation_sides(args, images_job.load_dataset(args))
+    assert f"1 files in the class folders of --validation-dir {held} are pictures in formats this job cannot read " \
+           "(1 .avif) and are left out; convert them to PNG or JPEG to validate on them" in caplog.messages
 
 
 def test_the_summary_s_per_class_columns_line_up_under_class_names_in_wide_characters():

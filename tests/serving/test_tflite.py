@@ -333,6 +333,12 @@ def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_
     print_summary(recorded_here(json.loads(before), model_dir), "results.json")
     (int8_line,) = [l for l in capsys.readouterr().out.splitlines() if l.startswith("  tflite:  int8")]
     assert int8_line == [l for l in tflite.summary_lines(record) if l.startswith("  tflite:  int8")][0]
+    moved = str(tmp_path / "moved")  # and after the model dir moved: the files where they are now
+    shutil.copytree(model_dir, moved)
+    print_summary(recorded_here(json.loads(before), moved), "results.json")
+    files = [l.split()[-1] for l in capsys.readouterr().out.splitlines() if l.startswith("  tflite:  ") and
+             l.split()[1] in ("float32", "float16", "int8")]
+    assert len(files) == 3 and all(f.startswith(moved + os.sep) and os.path.isfile(f) for f in files), files
 
 
 def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path, capsys):
