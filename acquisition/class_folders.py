@@ -21,7 +21,7 @@ from typing import Dict, Tuple
 from acquisition import storage
 from acquisition.errors import InputDataError
 from acquisition.image_checks import NOT_UTF8, FolderScan, has_line_break, is_not_utf8, shown_path
-from acquisition.image_formats import check_image, is_image_name, unread_image_extension
+from acquisition.image_formats import check_image, is_image_name, unread_images
 
 SPLITS = ("train", "test")
 # The model dir lists each split's files one a line, and an export its class names: a name over two
@@ -178,9 +178,8 @@ def scan_class_folders(data_dir, channels=None, workers=4):
         if empty:
             raise InputDataError(f"no readable images of class {', '.join(repr(n) for n in empty)} in {folder} "
                                  "(JPEG, PNG, BMP or GIF); add some or remove the folder")
-    unread = collections.Counter(filter(None, map(unread_image_extension, ignored)))
     return ClassFolders(data_dir, layout.class_names, scans, gray, len(ignored), layout.unread_folders,
-                        dict(sorted(unread.items())), tuple(loose))
+                        unread_images(ignored), tuple(loose))
 
 
 def _check_not_split_folders(data_dir, top):

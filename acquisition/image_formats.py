@@ -7,6 +7,7 @@ images is checked in seconds, and a file the pipeline would fail on mid-epoch
 is named before training starts.
 """
 import dataclasses
+import collections
 import os
 import struct
 from typing import Optional
@@ -41,11 +42,16 @@ def is_image_name(name):
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-def unread_image_extension(name):
-    """Returns the lowercased extension of a file named `name` that is a picture in a format no job reads (.webp,
-    .tif, .heic...), else None."""
-    extension = os.path.splitext(name)[1].lower()
-    return extension if extension in UNREAD_IMAGE_EXTENSIONS and not name.startswith(".") else None
+def unread_images(names):
+    """Returns {'.webp': 4, ...}, sorted by extension: how many of the file `names` are pictures in a format no
+    job reads (.webp, .tif, .heic...; hidden files are none)."""
+    extensions = (os.path.splitext(n)[1].lower() for n in names if not n.startswith("."))
+    return dict(sorted(collections.Counter(e for e in extensions if e in UNREAD_IMAGE_EXTENSIONS).items()))
+
+
+def describe_unread(counts):
+    """Returns unread_images' `counts` in words: '2 .tif, 4 .webp'."""
+    return ", ".join(f"{count} {extension}" for extension, count in counts.items())
 
 
 def check_image(path, channels=None):

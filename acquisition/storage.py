@@ -251,10 +251,14 @@ def open_binary(path):
     BytesIO). Failures raise OSError on any file system, and so does a local path that is not a regular file: a
     named pipe's open would wait for a writer for ever."""
     if not is_url(path):
-        mode = os.stat(path).st_mode
-        if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (which a regular file ignores, and a pipe does not wait in)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             raise OSError(errno.EINVAL, "it is a pipe, a device or a socket, not a file", path)
-        return open(path, "rb")
+        return os.fdopen(fd, "rb")
     try:
         return io.BytesIO(read_bytes(path))
     except OSError:
@@ -271,8 +275,8 @@ def size(path):
 def size_and_mtime(path, opened):
     """Returns (size in bytes, modification time in ns) of the file `path`, `opened` by open_binary."""
     if not is_url(path):
-        stat = os.fstat(opened.fileno())
-        return stat.st_size, stat.st_mtime_ns
+        status = os.fstat(opened.fileno())
+        return status.st_size, status.st_mtime_ns
     return len(opened.getbuffer()), int(_gfile().stat(path).mtime_nsec)
 
 

@@ -99,21 +99,24 @@ def exported_checkpoint(checkpoint_path):
     return f"{os.path.basename(checkpoint_path)} {storage.sha256(checkpoint_path + '.index')}\n"
 
 
-def same_export(export_base, texts):
-    """Returns the newest whole export under `export_base` when its assets.extra holds exactly `texts` ({file
-    name: text}, SOURCE_FILE's among them: the same checkpoint), or None. An older one that matches is not kept:
-    predict.py serves a model dir's newest export, which results.json must name."""
+def newest_export(export_base):
+    """Returns the newest whole export (timestamped folder) under `export_base`, or None: the one predict.py
+    serves. On a URL, exports still being copied (without their completion marker) are passed over."""
     if not storage.isdir(export_base):
         return None
-    for name in sorted((n for n in storage.listdir(export_base) if n.isdigit()), key=int, reverse=True):
-        export_dir = storage.join(export_base, name)
-        if not is_whole(export_dir):
-            continue
-        assets = storage.join(export_dir, "assets.extra")
-        if storage.isdir(assets) and sorted(storage.listdir(assets)) == sorted(texts) and all(
-                storage.read_text(storage.join(assets, n)) == text for n, text in texts.items()):
-            return export_dir
-        return None
+    versions = sorted((n for n in storage.listdir(export_base) if n.isdigit()), key=int, reverse=True)
+    return next((storage.join(export_base, n) for n in versions if is_whole(storage.join(export_base, n))), None)
+
+
+def same_export(export_base, texts):
+    """Returns newest_export(export_base) when its assets.extra holds exactly `texts` ({file name: text},
+    SOURCE_FILE's among them: the same checkpoint), or None. An older one that matches is not kept: predict.py
+    serves a model dir's newest export, which results.json must name."""
+    export_dir = newest_export(export_base)
+    assets = export_dir and storage.join(export_dir, "assets.extra")
+    if assets and storage.isdir(assets) and sorted(storage.listdir(assets)) == sorted(texts) and all(
+            storage.read_text(storage.join(assets, n)) == text for n, text in texts.items()):
+        return export_dir
     return None
 
 

@@ -1,6 +1,5 @@
 """The client side: loading an exported model and classifying image files (and, for an export that
 takes them, raw pixel files) with it, in batches."""
-import collections
 import errno
 import os
 import sys
@@ -9,12 +8,13 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from acquisition.image_formats import NOT_AN_IMAGE, check_image, is_image_name, unread_image_extension
+from acquisition.image_formats import NOT_AN_IMAGE, check_image, describe_unread, is_image_name, unread_images
 from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced, forbidden_views
 from serving import ExportNotFoundError
 from acquisition import storage
 from reporting.compare import RESULTS_FILE
-from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, SOURCE_FILE, is_whole, read_class_names
+from serving.export import CLASS_NAME, CLASS_NAMES_FILE, PROBABILITIES, SOURCE_FILE, is_whole, newest_export, \
+    read_class_names
 from serving.predictor import Predictor, check_class_count
 from serving.tflite import load_tflite_predictor
 
@@ -30,18 +30,17 @@ def resolve_export_dir(path):
     URL, exports still being copied (without their completion marker) are passed over."""
     if is_whole(path):
         return path
-    versions = sorted((d for d in storage.listdir(path) if d.isdigit() and is_whole(storage.join(path, d))),
-                      key=int) if storage.isdir(path) else []
-    if not versions and storage.isdir(storage.join(path, "export")):
+    newest = newest_export(path)
+    if not newest and storage.isdir(storage.join(path, "export")):
         return resolve_export_dir(storage.join(path, "export"))
-    if not versions:
+    if not newest:
         lite = sorted(storage.glob(storage.join(path, "*.tflite")) + storage.glob(storage.join(path, "*", "*.tflite")))
         if lite:
             raise ExportNotFoundError(f"{path} holds TFLite files, not a SavedModel: pass one of them to --model, "
                                       f"e.g. {lite[-1]}")
         raise ExportNotFoundError(f"no exported model at {path}: pass --model with a training run's model dir or "
                                   "the export folder it printed (<model dir>/export/<timestamp>)")
-    return storage.join(path, versions[-1])
+    return newest
 
 
 def load_predictor(path):
@@ -204,20 +203,20 @@ def image_paths(paths, left_out_folder=None, note=None):
         if not storage.isdir(path):
             yield path
             continue
-        found, unread = 0, collections.Counter()
+        found, others = 0, []
         for parent, _, names in storage.walk(path, left_out=[left_out_folder] if left_out_folder else []):
             for name in names:
                 if is_image_name(name) or (is_pixels_name(name) and not name.startswith(".")):
                     found += 1
                     yield storage.join(parent, name)
-                unread[unread_image_extension(name)] += 1
-        del unread[None]
-        kinds = ", ".join(f"{count} {extension}" for extension, count in sorted(unread.items()))
+                else:
+                    others.append(name)
         if not found:
             yield path
-        if kinds and note:
-            note(f"left out {sum(unread.values())} files of {path} in formats the export cannot read ({kinds}); "
-                 "convert them to PNG or JPEG to classify them")
+        unread = unread_images(others)
+        if unread and note:
+            note(f"left out {sum(unread.values())} files of {path} in formats the export cannot read "
+                 f"({describe_unread(unread)}); convert them to PNG or JPEG to classify them")
 
 
 def _batches(iterable, size):

@@ -15,6 +15,7 @@ from acquisition import class_folders, image_checks, storage
 from input_fns import decode, image_list, synthetic
 from acquisition.errors import InputDataError
 from acquisition.files import write_json_atomically, write_text_atomically
+from acquisition.image_formats import describe_unread
 from models import SCRATCH_MODELS
 from models.backbones import build_image_classifier
 from models.scratch import moving_statistics_momentum
@@ -193,9 +194,9 @@ def _warn_of_images_left_out(folders, where, use="train on"):
     """Logs one line for the ClassFolders `folders`' pictures in formats no job reads, and one for its images
     beside the class folders (`where`, in words): a user who put them there expects them used."""
     if folders.unread_images:
-        kinds = ", ".join(f"{count} {extension}" for extension, count in folders.unread_images.items())
         log.warning("%d files in %s are pictures in formats this job cannot read (%s) and are left out; convert "
-                    "them to PNG or JPEG to %s them", sum(folders.unread_images.values()), where, kinds, use)
+                    "them to PNG or JPEG to %s them", sum(folders.unread_images.values()), where,
+                    describe_unread(folders.unread_images), use)
     if folders.loose_images:
         log.warning("%d image(s) lie beside %s, in none of them, and are left out (the first: %s); move each into "
                     "its class's folder to %s it", len(folders.loose_images), where,
