@@ -5,6 +5,9 @@ can offer it without importing TensorFlow.
 """
 
 LR_SCHEDULES = ("constant", "cosine", "step")
+# --optimizer: legacy Keras Adam, or SGD with Nesterov momentum SGD_MOMENTUM (see models.optimizers)
+OPTIMIZERS = ("adam", "sgd")
+SGD_MOMENTUM = 0.9
 # --precision: the Keras policy the model is built in. 'bf16-amp' builds it in float32 and has TensorFlow's
 # oneDNN graph rewrite (auto_mixed_precision_onednn_bfloat16) run its eligible ops in bfloat16 on the CPU.
 PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16", "bf16-amp": "float32"}

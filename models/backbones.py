@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from input_fns import FEATURE_KEY
 from models import SCRATCH_MODELS, WeightsUnavailableError
-from models.optimizers import Adam
+from models.optimizers import build_optimizer
 from models.scratch import BN_MOMENTUM, scratch_network
 
 HEADS = ("pool", "flatten")
@@ -96,7 +96,7 @@ def _application(name, images, weights):
 
 def build_image_classifier(backbone, num_classes, image_size, channels, weights="none", trainable_layers=None,
                            learning_rate=1e-3, input_name=FEATURE_KEY, class_weights=None, head="pool",
-                           bn_momentum=BN_MOMENTUM):
+                           bn_momentum=BN_MOMENTUM, optimizer="adam", weight_decay=0.0):
     """Returns the compiled classifier: `backbone` (a SCRATCH_MODELS network or a BACKBONES application) without
     its top, a `head` for the applications ('pool': global average pooling; 'flatten': the design's
     Flatten, as the OCT job's VGG16 has it), and a float32 softmax over `num_classes`.
@@ -108,7 +108,8 @@ def build_image_classifier(backbone, num_classes, image_size, channels, weights=
     left trainable, the rest frozen (None: all). `class_weights` (one per class)
     multiply each example's cross-entropy by its true class's weight (a soft label's: each class's term
     by its weight). `bn_momentum`: the BatchNorm momentum of a SCRATCH_MODELS network (see
-    models.scratch.moving_statistics_momentum).
+    models.scratch.moving_statistics_momentum). It is compiled with `optimizer` and its decoupled
+    `weight_decay` (see models.optimizers.build_optimizer).
     Raises WeightsUnavailableError for weights that cannot be had, ValueError
     for a trainable_layers beyond the backbone's layers.
     """
@@ -132,7 +133,7 @@ def build_image_classifier(backbone, num_classes, image_size, channels, weights=
     # float32 softmax (and loss) under a mixed-precision policy: 16-bit probabilities round to 0 or 1.
     outputs = tf.keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(features)
     model = tf.keras.Model(inputs, outputs, name=f"{backbone}_classifier")
-    model.compile(optimizer=Adam(learning_rate=learning_rate), loss=_loss(class_weights), metrics=["accuracy"])
+    model.compile(optimizer=build_optimizer(optimizer, learning_rate, weight_decay), loss=_loss(class_weights), metrics=["accuracy"])
     return model
 
 

@@ -73,6 +73,8 @@ class RunResults:
     precision_reason: Optional[str] = None
     # The training labels' treatment (pipeline.mixing): 0 off; the switch null unless both methods are on.
     label_smoothing: float = 0.0
+    optimizer: str = "adam"  # --optimizer, and its decoupled --weight-decay (0: none)
+    weight_decay: float = 0.0
     mixup: float = 0.0
     cutmix: float = 0.0
     mix_switch_prob: Optional[float] = None

@@ -4,6 +4,7 @@ import logging
 import os
 import unicodedata
 
+from models import SGD_MOMENTUM
 from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
 from pipeline.flag_types import names_text
 from pipeline.flags.tta import tta_text
@@ -86,8 +87,19 @@ def _describe_training(setup, scaling, resume):
         return (f"  steps:         none trained (--eval-only): the best checkpoint validation kept, else the "
                 f"latest (step {steps.start_step}), is evaluated\n")
     return (f"  learning rate: {setup.schedule.base_rate:g} ({scaling}), {setup.schedule.describe()}\n"
+            f"{_describe_optimizer(setup.settings)}"
             f"  steps:         to global step {steps.max_steps}, {resume}\n"
             f"  images:        {_describe_images(steps, setup.data.num_train_examples)}\n")
+
+
+def _describe_optimizer(args):
+    """Returns the header's optimizer line, or '' for the default (Adam without weight decay)."""
+    if args.optimizer == "adam" and not args.weight_decay:
+        return ""
+    name = "Adam" if args.optimizer == "adam" else f"SGD with Nesterov momentum {SGD_MOMENTUM:g}"
+    decay = (f", decoupled weight decay {args.weight_decay:g} (kernels x (1 - rate x {args.weight_decay:g}) each step)"
+             if args.weight_decay else "")
+    return f"  optimizer:     {name}{decay}\n"
 
 
 def _describe_early_stop(args):

@@ -35,7 +35,7 @@ class Settings:
     def check(self):
         """Raises FlagError for flags that cannot act together, whatever the data: --min-delta without
         --patience, --at-specificity without --positive-classes, --tflite-tolerance without --tflite,
-        --init-from with --eval-only, and mixing flags that cannot act (pipeline.mixing.check_mixing)."""
+        --init-from with --eval-only, --optimizer sgd without its --learning-rate, and mixing flags that cannot act (pipeline.mixing.check_mixing)."""
         if "min_delta" in self.explicit_flags and not self._values.get("patience"):
             raise FlagError("--min-delta is the least improvement --patience counts; give --patience N with it")
         if "at_specificity" in self.explicit_flags and not self._values.get("positive_classes"):
@@ -47,6 +47,9 @@ class Settings:
         if self._values.get("init_from") and self._values.get("eval_only"):
             raise FlagError("--init-from starts a new run's training from another run's weights, and --eval-only "
                             "trains nothing; drop one of them")
+        if self._values.get("optimizer") == "sgd" and "learning_rate" not in self.explicit_flags:
+            raise FlagError("--optimizer sgd needs a rate of its own: the job's default --learning-rate is tuned for "
+                            "Adam; give --learning-rate with it")
         check_mixing(self)
 
     def replace(self, **changes):

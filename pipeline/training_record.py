@@ -305,7 +305,8 @@ def _exports_bf16(segments, start_step, eval_only, best_step):
 # The flags that decide what training does to the weights beyond the graph (which --model, --image-size and
 # --trainable-layers decide). results.json describes a run by one value of each of RECIPE_FLAGS; the rate's
 # (RATE_FLAGS) may change on a resume, which then applies the rate its flags give (and reports this run's).
-RECIPE_FLAGS = ("augment", "label_smoothing", "mixup", "cutmix", "mix_switch_prob", "class_weight")
+RECIPE_FLAGS = ("augment", "label_smoothing", "mixup", "cutmix", "mix_switch_prob", "class_weight", "optimizer",
+                "weight_decay")
 RATE_FLAGS = ("learning_rate", "lr_scaling", "lr_schedule", "warm_up_epochs")
 
 
@@ -340,7 +341,11 @@ def _recipe_trained_before(segments, start_step):
     """Returns the recipe (recipe_of's) the steps before `start_step` last trained with, or None: none on
     record (no steps, or an earlier version's)."""
     earlier = [s for s in trained_before(segments, start_step) if s.recipe is not None]
-    return earlier[-1].recipe if earlier and start_step else None
+    return {**RECORDED_SINCE, **earlier[-1].recipe} if earlier and start_step else None
+
+
+# Recipe flags recorded since a later version, with the value every run before it trained with.
+RECORDED_SINCE = {"--optimizer": "adam", "--weight-decay": "0"}
 
 
 def check_same_recipe(segments, start_step, recipe, model_dir):

@@ -6,9 +6,11 @@ from pipeline.tasks.oct import TASK as OCT
 from tests.allpairs import all_pairs, refused_cell
 
 DEVICES = ("1", "mirrored", "central_storage")
-# mixing 'on': --mixup, --cutmix and --label-smoothing together (placed after validation: there it adds no cell).
+# mixing 'on': --mixup, --cutmix and --label-smoothing together (placed after validation: there it adds no cell);
+# optimizer 'sgd': --optimizer sgd with a --learning-rate and --weight-decay (anywhere it adds one cell, to images).
 COMMON = {"devices": DEVICES, "precision": ("fp32", "bf16"), "validation": ("on", "off"), "mixing": ("off", "on"),
-          "early_stop": ("off", "patience", "target"), "augment": ("off", "on"), "deterministic": ("off", "on")}
+          "early_stop": ("off", "patience", "target"), "augment": ("off", "on"), "deterministic": ("off", "on"),
+          "optimizer": ("adam", "sgd")}
 # Each job's factors, its data first: the real data (Fashion: its shipped 1,000-image sample, as a first
 # run offline falls back to; OCT: the real scans in the repo; images: a generated folder of class
 # folders), --synthetic, and what the job has beside (OCT: prepare_oct.py's shards, --cache memory).
@@ -94,6 +96,7 @@ JOB_FLAGS = {"fashion": ["--batch-size", "32"],
              "oct": ["--image-size", "32", "--weights", "none", "--batch-size", "8"],
              "images": ["--image-size", "32", "--batch-size", "16"]}
 MAX_STEPS, EVERY = 4, 2
+SGD_RATE, SGD_WEIGHT_DECAY = 0.01, 5e-4
 SYNTHETIC_TEST = {"fashion": 1000, "oct": 100, "images": 200}  # --synthetic's test sets, cut (see below)
 DEVICE_FLAGS = {"1": [], "mirrored": ["--cpu-replicas", "2"],
                 "central_storage": ["--strategy", "central_storage", "--cpu-replicas", "2"]}
@@ -127,4 +130,6 @@ def command(job, cell, data, model_dir):
         flags += ["--deterministic"]
     if cell.get("class_weight") == "balanced":
         flags += ["--class-weight", "balanced"]
+    if cell["optimizer"] == "sgd":  # with the rate and decay it needs (Adam's cells: the job's rate, no decay)
+        flags += ["--optimizer", "sgd", "--learning-rate", str(SGD_RATE), "--weight-decay", str(SGD_WEIGHT_DECAY)]
     return flags

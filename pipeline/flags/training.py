@@ -1,6 +1,6 @@
 """The data and training flags every job shares: the data, the batch, the length, the rate and its schedule, seeds and augmentation. Nothing here imports TensorFlow."""
 from input_fns import AUGMENTATIONS
-from models import LR_SCHEDULES
+from models import LR_SCHEDULES, OPTIMIZERS, SGD_MOMENTUM
 from pipeline import batching
 from pipeline.flag_types import RecordedStore, augment_list, int_in_range, non_negative_float, open_fraction, \
     positive_float, positive_int
@@ -50,6 +50,12 @@ def add_training_flags(parser, task):
     train.add_argument("--warm-up-epochs", type=non_negative_float, default=0.0,
                        help="epochs over which the rate rises linearly to its full value first (Goyal et al.; "
                             "for large global batches)")
+    train.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+                       help=f"'adam' (the jobs' rates are tuned for it), or 'sgd' with Nesterov momentum {SGD_MOMENTUM:g} "
+                            "(give its rate with --learning-rate)")
+    train.add_argument("--weight-decay", type=non_negative_float, default=0.0, metavar="W",
+                       help="decoupled weight decay (AdamW, SGDW): each step multiplies every kernel (not biases nor "
+                            "normalisation scales) by 1 - rate x W, at the rate the step applies; 0: none")
     train.add_argument("--seed", type=int_in_range(0, 2 ** 31 - 1), default=None,
                        help="random seed for weights, shuffling and --augment's draws (0 for those without it)")
     train.add_argument("--deterministic", action="store_true",

@@ -150,7 +150,8 @@ def _dataset_or_sample(args):
 def build_model(args, learning_rate):
     """Returns the compiled Fashion-MNIST CNN."""
     return build_fashion_cnn(learning_rate, input_shape=fashion_mnist.IMAGE_SHAPE,
-                             num_classes=fashion_mnist.NUM_CLASSES, input_name=FEATURE_KEY)
+                             num_classes=fashion_mnist.NUM_CLASSES, input_name=FEATURE_KEY,
+                             optimizer=args.optimizer, weight_decay=args.weight_decay)
 
 
 def input_variant(args, variant, batch_size, workdir):

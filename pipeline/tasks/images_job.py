@@ -485,6 +485,7 @@ def build_model(args, learning_rate):
         return build_image_classifier(args.model, num_classes, (args.image_size, args.image_size), channels,
                                       learning_rate=learning_rate, **backbone_settings(args),
                                       input_name=FEATURE_KEY, class_weights=class_weights,
+                                      optimizer=args.optimizer, weight_decay=args.weight_decay,
                                       bn_momentum=moving_statistics_momentum(planned_steps(learning_rate)))
     except ValueError as e:  # --trainable-layers beyond the backbone: known only once it is built
         raise FlagError(str(e)) from None

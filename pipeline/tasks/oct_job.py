@@ -258,7 +258,8 @@ def build_model(args, learning_rate):
     try:
         return build_image_classifier("vgg16", len(retinal_oct.CLASS_NAMES), _image_size(args), CHANNELS,
                                       weights=backbone_weights(args.weights, args.init_from), trainable_layers=args.trainable_layers,
-                                      learning_rate=learning_rate, input_name=FEATURE_KEY, head="flatten")
+                                      learning_rate=learning_rate, input_name=FEATURE_KEY, head="flatten",
+                                      optimizer=args.optimizer, weight_decay=args.weight_decay)
     except ValueError as e:  # --trainable-layers beyond the backbone
         raise UsageError(str(e)) from None
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from models.fashion_cnn import build_fashion_cnn
-from models.optimizers import precision
+from models.optimizers import build_optimizer, precision
 from pipeline.distribution import build_distribution
 from pipeline.estimator import estimator_from_keras, build_run_config
 
@@ -47,6 +47,9 @@ OPTIMIZERS = {
     "adam": lambda: tf.keras.optimizers.legacy.Adam(learning_rate=0.001),
     "sgd": lambda: tf.keras.optimizers.legacy.SGD(learning_rate=0.05),
     "v1-sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(learning_rate=0.05),
+    # --optimizer and --weight-decay: the decay is applied to each replica's copy of a kernel, once.
+    "adamw": lambda: build_optimizer("adam", 0.001, weight_decay=2.0),
+    "sgdw": lambda: build_optimizer("sgd", 0.05, weight_decay=2.0),
 }
 
 
@@ -60,7 +63,9 @@ def compiled_model(optimizer, weights=None):
 
 
 @pytest.mark.parametrize("optimizer, strategy", [("sgd", "mirrored"), ("adam", "mirrored"),
-                                                ("sgd", "central_storage"), ("adam", "central_storage")])
+                                                ("sgd", "central_storage"), ("adam", "central_storage"),
+                                                ("adamw", "mirrored"), ("sgdw", "mirrored"),
+                                                ("sgdw", "central_storage")])
 def test_two_replicas_take_the_same_steps_as_one(tmp_path, optimizer, strategy):
     tf.keras.utils.set_random_seed(1)
     initial = compiled_model(optimizer).get_weights()
@@ -118,3 +123,34 @@ def test_two_replicas_take_the_same_steps_as_one_in_bf16(tmp_path):
         moved_one, moved_two = one[name] - start, two[name] - start
         assert np.linalg.norm(moved_one) > 1e-3
         assert np.linalg.norm(moved_two - moved_one) / np.linalg.norm(moved_one) < 0.15, name
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgdw"])
+def test_the_estimator_decays_the_kernels_as_a_keras_loop_with_the_decay_by_hand(tmp_path, optimizer):
+    """model_to_estimator clones the model's optimizer from its config: the decay must survive that. The reference
+    is a Keras training loop of plain Adam or Nesterov SGD with each kernel decayed by hand before its step."""
+    tf.keras.utils.set_random_seed(1)
+    initial = compiled_model(optimizer).get_weights()
+    trained = train(compiled_model(optimizer, initial), tmp_path / "one", build_distribution(cpu_replicas=1))
+    made = OPTIMIZERS[optimizer]()
+    rate, decay = float(made.learning_rate), made.weight_decay
+    plain = tf.keras.optimizers.legacy.Adam(rate) if optimizer == "adamw" else \
+        tf.keras.optimizers.legacy.SGD(rate, momentum=0.9, nesterov=True)
+    model = build_fashion_cnn(learning_rate=rate)
+    model.set_weights(initial)
+    images, labels = data()
+    for step in range(STEPS):
+        batch = slice(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.keras.losses.categorical_crossentropy(labels[batch], model(images[batch])))
+        grads = tape.gradient(loss, model.trainable_variables)
+        for variable in model.trainable_variables:
+            if variable.shape.rank > 1:
+                variable.assign_sub(rate * decay * variable)
+        plain.apply_gradients(zip(grads, model.trainable_variables))
+    kernels = sorted(k for k in trained if k.endswith("kernel/.ATTRIBUTES/VARIABLE_VALUE"))
+    want = [v.numpy() for v in model.trainable_variables if v.shape.rank > 1]
+    assert len(kernels) == len(want) == 5
+    for name, expected, before in zip(kernels, want, [w for w in initial if w.ndim > 1]):
+        assert np.abs(expected - before).max() > 1e-3, name
+        np.testing.assert_allclose(trained[name], expected, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -373,3 +373,32 @@ def test_a_resume_or_evaluation_with_another_decode_is_refused_naming_the_one_it
     progress.check_same_decode([reduced], 10, "reduced", "/m")
     progress.check_same_decode([reduced], 10, None, "/m")  # a job without --decode
     progress.check_same_decode([progress.Segment(0, 0, 32)], 10, "full", "/m")  # an earlier version's
+
+
+def test_a_resume_with_another_optimizer_or_weight_decay_is_refused_and_older_steps_count_as_adam_without_decay():
+    first = progress.Segment(0, 0, 32, recipe=recipe(optimizer="sgd", weight_decay=5e-4))
+    assert (first.recipe["--optimizer"], first.recipe["--weight-decay"]) == ("sgd", "0.0005")
+    assert progress.check_same_recipe([first], 10, recipe(optimizer="sgd", weight_decay=5e-4), "/m") is None
+    with pytest.raises(FlagError, match=r"^--optimizer adam --weight-decay 0: the steps to 10 in /m trained with "
+                                        "--optimizer sgd --weight-decay 0.0005; resume with those"):
+        progress.check_same_recipe([first], 10, recipe(optimizer="adam", weight_decay=0.0), "/m")
+    # Steps recorded before the two flags were trained by Adam without decay: a checkpoint without SGD's slots.
+    earlier = progress.Segment(0, 0, 32, recipe=recipe())
+    assert "--optimizer" not in earlier.recipe
+    assert progress.check_same_recipe([earlier], 10, recipe(optimizer="adam", weight_decay=0.0), "/m") is None
+    with pytest.raises(FlagError, match=r"^--optimizer sgd: the steps to 10 in /m trained with --optimizer adam;"):
+        progress.check_same_recipe([earlier], 10, recipe(optimizer="sgd", weight_decay=0.0), "/m")
+
+
+@pytest.mark.parametrize("job", ["fashion", "oct", "images"])
+def test_sgd_without_a_rate_of_its_own_is_refused_and_with_one_is_taken(job):
+    from pipeline.flags import build_parser
+    from pipeline.settings import Settings
+    from pipeline.tasks.registry import TASKS
+    parser = build_parser(TASKS[job])
+    with pytest.raises(FlagError, match="^--optimizer sgd needs a rate of its own: the job's default --learning-rate"):
+        Settings.from_args(parser.parse_args(["--optimizer", "sgd"]))
+    settings = Settings.from_args(parser.parse_args(["--optimizer", "sgd", "--learning-rate", "0.1",
+                                                     "--weight-decay", "5e-4"]))
+    assert (settings.optimizer, settings.learning_rate, settings.weight_decay) == ("sgd", 0.1, 5e-4)
+    assert Settings.from_args(parser.parse_args([])).optimizer == "adam"

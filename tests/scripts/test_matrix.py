@@ -28,8 +28,8 @@ from pipeline.tasks.oct import TASK as OCT
 from pipeline.validation.early_stopping import improvements_ago
 from tests.allpairs import all_pairs, every_pair, pairs_of
 from tests.matrix_design import AUGMENT, CELLS, DATA_SOURCE, DESIGN, DISTRIBUTION, EVERY, FACTORS, IMPOSSIBLE, \
-    JOB_FLAGS, MAX_STEPS, MIXING, MIXING_OFF, PER_REPLICA_BATCH, REFUSED, SYNTHETIC_TEST, TASKS, cell_id, command, \
-    cost, refusal
+    JOB_FLAGS, MAX_STEPS, MIXING, MIXING_OFF, PER_REPLICA_BATCH, REFUSED, SGD_WEIGHT_DECAY, SYNTHETIC_TEST, TASKS, \
+    cell_id, command, cost, refusal
 from tests.conftest import FASHION_SAMPLE, OCT_CLASSES, ROOT
 from tests.images_data import SHAPE_CLASSES, make_shapes_folder
 
@@ -150,6 +150,7 @@ def check_results(job, cell, results, class_count):
                            "patience": 1 if stop == "patience" else None,
                            "min_delta": 0.0 if stop == "patience" else None} if validating else None,
         **(MIXING if cell["mixing"] == "on" else MIXING_OFF),
+        "optimizer": cell["optimizer"], "weight_decay": SGD_WEIGHT_DECAY if cell["optimizer"] == "sgd" else 0.0,
     }
     assert {key: results[key] for key in expected} == expected
     assert results["distribution"].startswith(DISTRIBUTION[cell["devices"]]), results["distribution"]
