@@ -46,7 +46,8 @@ def _data(source):
 
 def _recipe(results):
     """Returns what a run did beyond plain training, in the flags' words: the run --init-from started it from
-    (the folder's name, and the step read), its seed, --ema's decay, --label-smoothing, --mixup and --cutmix,
+    (the folder's name, and the step read), its seed, --optimizer other than Adam, --weight-decay, --ema's decay,
+    --label-smoothing, --mixup and --cutmix,
     --class-weight, --tta's views and --calibrate's temperature; '' for none of them (or a results.json that
     records none)."""
     start = results.get("init_from")
@@ -54,6 +55,8 @@ def _recipe(results):
              f"{' step ' + str(start['step']) if start.get('step') is not None else ''}"] \
         if isinstance(start, dict) else []
     parts += [f"seed {results['seed']}"] if results.get("seed") is not None else []
+    parts += [results["optimizer"]] if results.get("optimizer", "adam") != "adam" else []
+    parts += [f"weight-decay {results['weight_decay']:g}"] if results.get("weight_decay") else []
     if results.get("ema"):
         parts.append(f"ema {results['ema']['decay']:g}")
     parts += [f"{name.replace('_', '-')} {results[name]:g}" for name in ("label_smoothing", "mixup", "cutmix")
