@@ -4,6 +4,7 @@ import collections
 import logging
 import os
 import re
+import signal
 import threading
 import time
 
@@ -61,6 +62,40 @@ def test_a_named_pipe_called_like_an_image_is_a_bad_file_not_a_scan_that_waits_f
     scan = found["scan"].scans["all"]
     assert scan.problems == {str(tmp_path / "a" / "pipe.jpg"): "cannot be read (it is a pipe, a device or a socket, "
                                                                "not a file)"}
+
+
+class _Stop(Exception):
+    """What a stop signal's handler raises in the main thread (pipeline.signals.Interrupted, outside training)."""
+
+
+def test_a_stop_signal_mid_scan_ends_it_without_checking_the_files_not_begun(tmp_path, monkeypatch):
+    """The scan queues every file at once; a stop signal (or a failure) must drop the ones not begun, not check
+    all 83,484 of OCT2017 on the way out (Executor.map's iterator cancels them when it is closed)."""
+    for name in ("a", "b"):
+        write_images(str(tmp_path / name), 2)
+    files = 400
+    begun = []
+    real_check = class_folders.check_image
+
+    def slow_check(path, channels=None):  # a slow disk: each file takes 20 ms
+        begun.append(path)
+        time.sleep(0.02)
+        return real_check(str(tmp_path / "a" / "0000.png"), channels)
+    monkeypatch.setattr(class_folders, "walk_images", lambda folder: ([f"{folder}/{i:04}.png" for i in range(files)], []))
+    monkeypatch.setattr(class_folders, "check_image", slow_check)
+
+    def stop(signum, frame):
+        raise _Stop()
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # 2 x 400 files x 20 ms over 4 threads take 4 s
+        with pytest.raises(_Stop):
+            class_folders.scan_class_folders(str(tmp_path), workers=4)
+        checked_by_the_end = len(begun)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert 0 < checked_by_the_end < files / 2, checked_by_the_end
 
 
 def test_train_and_test_folders_are_used_as_they_are(tmp_path):
