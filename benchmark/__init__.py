@@ -9,3 +9,7 @@ What a sweep can measure is named here, importable without TensorFlow, for the c
 ENGINES = ("estimator", "keras", "custom_loop", "limit")
 DATA_SOURCES = ("real", "synthetic")
 # Each task's input-only variants are its own: pipeline.tasks.Task.input_variants.
+# scripts/measure_generalisation.py's arms beside the plain run (benchmark.generalisation.build_arms); the
+# default measures the first five, the optimizer's two only when named.
+GENERALISATION_ARMS = ("ema", "label_smoothing", "mixup_cutmix", "tta", "temperature", "weight_decay", "sgd")
+DEFAULT_GENERALISATION_ARMS = GENERALISATION_ARMS[:5]

@@ -1,5 +1,6 @@
 """What weight averaging, label smoothing, mixup/cutmix, test-time augmentation and temperature
-scaling each do to a job's test accuracy, NLL and ECE, paired by seed against the job's plain run.
+scaling (and, when asked, decoupled weight decay and SGD) each do to a job's test accuracy, NLL and ECE,
+paired by seed against the job's plain run.
 
 Each seed trains the plain run ('baseline') and one run per training tool through the job's own
 command (with --deterministic --seed, so a seed gives every arm the same split, initial weights and
@@ -15,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-from benchmark import paired
+from benchmark import DEFAULT_GENERALISATION_ARMS, paired
 from cluster.lifeline import held_lifeline
 from pipeline.errors import FlagError, TrainingError
 from pipeline.evaluation_report import EVAL_ONLY_DIR
@@ -37,8 +38,10 @@ class Arm:
     flags: tuple = ()
 
 
-def build_arms(ema_decay, label_smoothing, mixup, cutmix, tta):
-    """Returns {name: Arm}, the baseline first."""
+def build_arms(ema_decay, label_smoothing, mixup, cutmix, tta, weight_decay=0.05, sgd_rate=0.05,
+               chosen=DEFAULT_GENERALISATION_ARMS):
+    """Returns {name: Arm}: the baseline first, then each of benchmark.GENERALISATION_ARMS that `chosen` names,
+    in that order."""
     arms = [Arm("baseline", "plain run"),
             Arm("ema", f"--ema {ema_decay:g}", flags=("--ema", f"{ema_decay:g}")),
             Arm("label_smoothing", f"--label-smoothing {label_smoothing:g}",
@@ -46,8 +49,11 @@ def build_arms(ema_decay, label_smoothing, mixup, cutmix, tta):
             Arm("mixup_cutmix", f"--mixup {mixup:g} --cutmix {cutmix:g}",
                 flags=("--mixup", f"{mixup:g}", "--cutmix", f"{cutmix:g}")),
             Arm("tta", f"--tta {tta}", kind="evaluate", flags=("--tta", tta)),
-            Arm("temperature", "--calibrate temperature", kind="temperature")]
-    return {arm.name: arm for arm in arms}
+            Arm("temperature", "--calibrate temperature", kind="temperature"),
+            Arm("weight_decay", f"--weight-decay {weight_decay:g}", flags=("--weight-decay", f"{weight_decay:g}")),
+            Arm("sgd", f"--optimizer sgd --learning-rate {sgd_rate:g}",
+                flags=("--optimizer", "sgd", "--learning-rate", f"{sgd_rate:g}"))]
+    return {arm.name: arm for arm in arms if arm.name == "baseline" or arm.name in chosen}
 
 
 def figures(report, after_temperature=False):

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Measure what --ema, --label-smoothing, --mixup/--cutmix, --tta and --calibrate temperature each do
-to a job's test accuracy, NLL and ECE, paired by seed against the plain run; see --help."""
+"""Measure what --ema, --label-smoothing, --mixup/--cutmix, --tta and --calibrate temperature (and, named
+in --arms, --weight-decay and --optimizer sgd) each do to a job's test accuracy, NLL and ECE, paired by seed
+against the plain run; see --help."""
 import argparse
 import os
 import sys
@@ -8,12 +9,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flag_types import open_fraction, positive_float  # noqa: E402
+from pipeline.flag_types import name_list, non_negative_float, open_fraction, positive_float  # noqa: E402
 from pipeline.flags import build_parser as build_job_parser  # noqa: E402
 from pipeline.tasks.registry import TASKS, tool_parser  # noqa: E402
+from benchmark import DEFAULT_GENERALISATION_ARMS as DEFAULT_ARMS, GENERALISATION_ARMS as ARM_NAMES  # noqa: E402
 
 OWN_FLAGS = ("--seed", "--model-dir", "--eval-only", "--deterministic", "--calibrate", "--ema", "--label-smoothing",
-             "--mixup", "--cutmix", "--tta")
+             "--mixup", "--cutmix", "--tta", "--weight-decay")
+SGD_ARM_FLAGS = ("--optimizer",)  # with the sgd arm the plain run is Adam's (at the job's --learning-rate)
 
 
 def seed_list(text):
@@ -28,6 +31,15 @@ def seed_list(text):
     if len(set(seeds)) < len(seeds):
         raise argparse.ArgumentTypeError(f"a seed repeats in {text!r}: give each seed once")
     return seeds
+
+
+def arm_list(text):
+    """argparse type: comma-separated names of ARM_NAMES, each once (name_list refuses a name twice)."""
+    names = name_list(text) or ()
+    unknown = [n for n in names if n not in ARM_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected arms of {', '.join(ARM_NAMES)}, got {text!r}")
+    return tuple(names)
 
 
 def build_parser():
@@ -47,6 +59,12 @@ def build_parser():
     parser.add_argument("--cutmix", type=positive_float, default=1.0, help="the mixing arm's --cutmix")
     parser.add_argument("--tta", choices=("flip", "flip,crops"), default="flip", metavar="flip|flip,crops",
                         help="the TTA arm's views: 'flip' or 'flip,crops'")
+    parser.add_argument("--arms", type=arm_list, default=",".join(DEFAULT_ARMS), metavar="ARM,...",
+                        help=f"the arms beside the plain run, of {', '.join(ARM_NAMES)}")
+    parser.add_argument("--weight-decay", type=non_negative_float, default=0.05,
+                        help="the weight_decay arm's --weight-decay (Adam's decoupled decay: AdamW)")
+    parser.add_argument("--sgd-rate", type=positive_float, default=0.05,
+                        help="the sgd arm's --learning-rate (--optimizer sgd, Nesterov momentum 0.9)")
     parser.allow_abbrev = False  # the job's --seed is not this tool's --seeds
     return parser
 
@@ -57,7 +75,8 @@ def _parse(parser, argv):
     args, job_argv = parser.parse_known_args(argv)
     task = TASKS[args.task]
     build_job_parser(task).parse_args(job_argv)
-    clash = [f for f in OWN_FLAGS if any(a == f or a.startswith(f + "=") for a in job_argv)]
+    own = OWN_FLAGS + (SGD_ARM_FLAGS if "sgd" in args.arms else ())
+    clash = [f for f in own if any(a == f or a.startswith(f + "=") for a in job_argv)]
     if clash:
         parser.error(f"argument {clash[0]}: the measurement sets it for each run; leave it out")
     return args, task, job_argv
@@ -68,7 +87,8 @@ def measure(parsed):
     from benchmark import generalisation  # noqa: PLC0415
     from pipeline.machine import describe_cpu  # noqa: PLC0415
     args, task, job_argv = parsed
-    arms = generalisation.build_arms(args.ema_decay, args.label_smoothing, args.mixup, args.cutmix, args.tta)
+    arms = generalisation.build_arms(args.ema_decay, args.label_smoothing, args.mixup, args.cutmix, args.tta,
+                                     args.weight_decay, args.sgd_rate, args.arms)
     header = (f"{args.name or task.name}: `{' '.join(['scripts/measure_generalisation.py', *sys.argv[1:]])}`; "
               f"seeds {','.join(map(str, args.seeds))}; {describe_cpu()}")
     generalisation.claim_output(args.output, job_argv, arms)

@@ -178,6 +178,10 @@ def test_a_run_ends_when_the_measurement_is_killed(tmp_path):
     (["--seeds", "1,1"], "argument --seeds: expected two or more different seeds"),
     (["--seeds", "1,2,1"], "argument --seeds: a seed repeats in '1,2,1'"),
     (["--epochs", "-1"], "--epochs"),  # the job's own parser checks the job's flags
+    (["--arms", "ema,swa"], "argument --arms: expected arms of ema, label_smoothing"),
+    (["--arms", "sgd,sgd"], "argument --arms: names sgd twice"),
+    (["--weight-decay", "0.1", "--arms", "weight_decay", "--weight-decay=-1"], "argument --weight-decay"),
+    (["--arms", "sgd", "--optimizer", "sgd"], "argument --optimizer: the measurement sets it for each run"),
 ])
 def test_the_command_line_refuses_in_one_line_with_exit_2(argv, fragment, tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "measure_generalisation.py"),
@@ -186,3 +190,21 @@ def test_the_command_line_refuses_in_one_line_with_exit_2(argv, fragment, tmp_pa
     assert result.returncode == 2, result.stderr
     assert fragment in result.stderr.strip().splitlines()[-1]
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_the_optimizer_arms_are_made_only_when_named_and_in_one_order():
+    assert list(generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")) == [
+        "baseline", "ema", "label_smoothing", "mixup_cutmix", "tta", "temperature"]
+    arms = generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip", 0.05, 0.2, chosen=("sgd", "weight_decay"))
+    assert list(arms) == ["baseline", "weight_decay", "sgd"]
+    assert arms["weight_decay"].flags == ("--weight-decay", "0.05") and arms["weight_decay"].kind == "train"
+    assert arms["sgd"].flags == ("--optimizer", "sgd", "--learning-rate", "0.2")
+    assert arms["sgd"].label == "--optimizer sgd --learning-rate 0.2"
+
+
+def test_the_plain_run_may_keep_its_rate_beside_the_sgd_arm():
+    from scripts.measure_generalisation import _parse, build_parser
+    args, task, job_argv = _parse(build_parser(), ["--task", "fashion", "--output", "/o", "--arms", "sgd,weight_decay",
+                                                   "--learning-rate", "0.002", "--weight-decay", "0.1"])
+    assert (args.arms, args.weight_decay, args.sgd_rate) == (("sgd", "weight_decay"), 0.1, 0.05)
+    assert job_argv == ["--learning-rate", "0.002"]  # the sgd arm's --learning-rate comes after it, and wins
