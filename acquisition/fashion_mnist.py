@@ -53,9 +53,10 @@ def download(data_dir, base_url=DOWNLOAD_URL, timeout=30):
     made = not os.path.isdir(data_dir)
     os.makedirs(data_dir, exist_ok=True)
     fetched = []
+    folder_url = base_url if base_url.endswith("/") else base_url + "/"  # (--download-url file:///a/folder, too)
     with locks.exclusive_leaving_no_trace(os.path.join(data_dir, DOWNLOAD_LOCK), made):
         for name in missing_files(data_dir):
-            download_file(base_url + name, os.path.join(data_dir, name), timeout,
+            download_file(folder_url + name, os.path.join(data_dir, name), timeout,
                           f"Fashion-MNIST is not in {data_dir}")
             fetched.append(name)
     return fetched

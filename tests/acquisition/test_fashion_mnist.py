@@ -21,11 +21,12 @@ def test_load_split_validates_counts_size_and_labels(tmp_path):
         fashion_mnist.load_split(str(tmp_path), "train")
 
 
-def test_download_fetches_only_missing_files(fashion_data_dir, tmp_path):
+@pytest.mark.parametrize("slash", ["/", ""])  # a folder's URL with its slash or without (--download-url's help)
+def test_download_fetches_only_missing_files(fashion_data_dir, tmp_path, slash):
     target = tmp_path / "cache"
     target.mkdir()
     shutil.copy(os.path.join(fashion_data_dir, "t10k-images-idx3-ubyte.gz"), target)
-    fetched = fashion_mnist.download(str(target), base_url=f"file://{fashion_data_dir}/")
+    fetched = fashion_mnist.download(str(target), base_url=f"file://{fashion_data_dir}{slash}")
     assert sorted(fetched) == ["t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
                                "train-labels-idx1-ubyte.gz"]
     assert fashion_mnist.missing_files(str(target)) == []
