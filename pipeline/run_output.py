@@ -152,7 +152,9 @@ def print_summary(results, path):
                if "images_trained" in results else "")
     best = results.get("best")
     # (The seconds are this run's: none when it only wrote the report of validations made before.)
-    seconds = f" ({results['validation_seconds']:.1f} s)" if results.get("validation_seconds") else ""
+    before = any(e.get("step", 0) <= results.get("start_global_step", 0) for e in results["evaluations"])
+    seconds = (f" ({results['validation_seconds']:.1f} s{' in this run' if before else ''})"
+               if results.get("validation_seconds") else "")
     validation = (f"  valid.:  best accuracy {best['validation_accuracy']:.4f} at step {best['step']} of "
                   f"{len(results['evaluations'])} evaluations on {results['validation_examples']} images"
                   f"{seconds}; stopped: {results['stopped_because']}\n" if best else "")

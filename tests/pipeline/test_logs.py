@@ -40,10 +40,12 @@ def test_a_reader_that_stops_during_a_finished_run_s_summary_is_a_warning_not_an
 def test_the_summary_times_only_the_validations_this_run_made(capsys):
     from pipeline import run_output
     results = {"task": "images", "global_step": 40, "train_images_per_sec": None, "eval_accuracy": 0.9,
-               "eval_loss": 0.3, "eval_examples": 20, "eval_step": 30, "evaluations": [{}, {}],
+               "eval_loss": 0.3, "eval_examples": 20, "eval_step": 30, "evaluations": [{"step": 20}, {"step": 30}],
                "validation_examples": 8, "stopped_because": "max_steps", "validation_seconds": 2.5,
                "best": {"validation_accuracy": 0.75, "step": 30}}
     run_output.print_summary(results, "/m/results.json")
     assert "best accuracy 0.7500 at step 30 of 2 evaluations on 8 images (2.5 s); stopped" in capsys.readouterr().out
     run_output.print_summary(dict(results, validation_seconds=0.0), "/m/results.json")  # only the report written
     assert "of 2 evaluations on 8 images; stopped: max_steps" in capsys.readouterr().out
+    run_output.print_summary(dict(results, start_global_step=20), "/m/results.json")  # resumed after the first
+    assert "of 2 evaluations on 8 images (2.5 s in this run); stopped" in capsys.readouterr().out
