@@ -65,8 +65,10 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
         one) and no evaluation of it was recorded; returns whether training should stop."""
         final = self._pacing.max_steps is not None and step >= self._pacing.max_steps
         if step and self.stopped_because is None and (self.due(step) or (final and step > self._last_step)):
-            log.info("validating the checkpoint of step %d first: the run that wrote it ended before its "
-                     "evaluation", step)
+            # (Killed between the checkpoint and its evaluation, or under the auto cadence past an epoch's end whose
+            # evaluation the time throttle had put off: the throttle starts again with a run.)
+            log.info("validating the checkpoint of step %d first: the cadence makes it due, and no evaluation of it "
+                     "was recorded", step)
             self.evaluate(step)
         elif self.stopped_because:  # the record's evaluations, read under this run's rule
             log.info("not training past step %d: its evaluations already meet the early-stopping rule, %s", step,
