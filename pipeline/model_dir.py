@@ -353,6 +353,11 @@ def _checkpoint_files(model_dir):
     return found
 
 
+def step_of_checkpoint(prefix):
+    """Returns the global step a checkpoint `prefix` (model.ckpt-<step>) names, or None."""
+    return _step_of(prefix)
+
+
 def latest_global_step(model_dir):
     """Returns the global step of the newest checkpoint in `model_dir`, or 0 if there is none."""
     return _step_of(tf.train.latest_checkpoint(model_dir)) or 0

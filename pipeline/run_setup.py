@@ -17,6 +17,7 @@ from pipeline import batching, determinism, estimator as estimator_lib, evaluati
 from pipeline.distribution import build_cluster_distribution, build_distribution
 from pipeline.errors import UsageError
 from pipeline.machine import precision_warning
+from pipeline import results as results_lib
 from pipeline.results import RESULTS_FILE
 from pipeline.tasks import VALIDATION_FILES
 from pipeline.validation.checks import check_early_stopping, check_validation_split
@@ -126,8 +127,45 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     training_record.check_same_data(record, trained_on, settings.model_dir, training=validates,
                                     skipped=data.report.get("skipped_files", ()),
                                     undecodable=data.report.get("undecodable_left_out", ()))
-    if check_checkpoint:
+    final = _final_checkpoint_of_finished_run(settings.model_dir) if check_checkpoint else None
+    if check_checkpoint and final is None:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
+    setup = _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates, initial)
+    if final is not None and (settings.eval_only or setup.start_step < setup.steps.max_steps):
+        # It reads its checkpoints after all: a damaged final one is set aside, and the run planned from the one
+        # before it.
+        if model_dir_lib.restorable_checkpoint(settings.model_dir) != final:
+            setup = _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates, initial)
+    elif final is not None:  # reprinted
+        problem = model_dir_lib.checkpoint_problem(final)
+        if problem:
+            log.warning("%s cannot be read (%s): the run finished at its step, and its results and exports are "
+                        "whole; a run that trains on from here sets it aside and resumes from the newest checkpoint "
+                        "that reads", final, problem)
+    return setup
+
+
+def _final_checkpoint_of_finished_run(model_dir):
+    """Returns the prefix of `model_dir`'s newest checkpoint when results.json records a run finished at its step,
+    else None. A rerun of that run reprints its results without restoring the checkpoint: a damaged one is named
+    in a warning, not set aside (which would train the steps after the one before it again)."""
+    candidates = model_dir_lib.candidate_checkpoints(model_dir)
+    try:
+        results = results_lib.read_results(model_dir)
+    except (OSError, ValueError):  # none yet, or damaged (finished_results names it)
+        return None
+    newest = candidates[0] if candidates else None
+    step = model_dir_lib.step_of_checkpoint(newest) if newest else None
+    # (and the checkpoint file names it: else restorable_checkpoint points it there first)
+    if step is None or not isinstance(results, dict) or results.get("global_step") != step or \
+            model_dir_lib.latest_global_step(model_dir) != step:
+        return None
+    return newest
+
+
+def _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates, initial):
+    """Returns the RunSetup (without its cluster) planned from the newest checkpoint of the model dir: the steps,
+    the checks of a resume, the schedule and the inputs positioned."""
     start_step = model_dir_lib.latest_global_step(settings.model_dir)
     if start_step and validates:
         check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files,

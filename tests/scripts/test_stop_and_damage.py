@@ -176,6 +176,22 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(two_checkpoint
     assert any(f.startswith("model.ckpt-20.") and f.endswith(".damaged") for f in os.listdir(model_dir))
 
 
+def test_a_finished_run_whose_final_checkpoint_is_damaged_is_reprinted_not_trained_again(two_checkpoints):
+    """It set the checkpoint aside and trained the steps from the one before again, a new export and results.json
+    with them (faults.md: a finished run run again changes nothing). A run that trains on sets it aside (above)."""
+    model_dir, train = two_checkpoints
+    flip_a_byte(str(model_dir / "model.ckpt-20"))
+    before = {name: (model_dir / name).read_bytes() for name in ("results.json", "checkpoint")}
+    files = sorted(os.listdir(model_dir)), sorted(os.listdir(model_dir / "export"))
+    result = subprocess.run(train[:-2] + ["--max-steps", "20"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "already finished at global step 20" in result.stdout
+    assert f"{model_dir}/model.ckpt-20 cannot be read (" in result.stderr
+    assert "the run finished at its step, and its results and exports are whole" in result.stderr
+    assert {name: (model_dir / name).read_bytes() for name in before} == before
+    assert (sorted(os.listdir(model_dir)), sorted(os.listdir(model_dir / "export"))) == files
+
+
 @pytest.mark.parametrize("damage", ["removed", "cut short"])
 def test_a_missing_or_damaged_checkpoint_file_resumes_from_the_newest_checkpoint(two_checkpoints, damage):
     # TensorFlow finds no checkpoint without it, and trained from step 0 over the run's own checkpoints.
