@@ -127,6 +127,8 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     training_record.check_same_data(record, trained_on, settings.model_dir, training=validates,
                                     skipped=data.report.get("skipped_files", ()),
                                     undecodable=data.report.get("undecodable_left_out", ()))
+    if check_checkpoint:  # (a copied model dir's checkpoint file names the original's: the checks read these)
+        model_dir_lib.point_state_here(settings.model_dir)
     final = _final_checkpoint_of_finished_run(settings.model_dir) if check_checkpoint else None
     if check_checkpoint and final is None:
         model_dir_lib.restorable_checkpoint(settings.model_dir)

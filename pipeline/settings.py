@@ -47,7 +47,8 @@ class Settings:
         if self._values.get("init_from") and self._values.get("eval_only"):
             raise FlagError("--init-from starts a new run's training from another run's weights, and --eval-only "
                             "trains nothing; drop one of them")
-        if self._values.get("optimizer") == "sgd" and "learning_rate" not in self.explicit_flags:
+        if self._values.get("optimizer") == "sgd" and "learning_rate" not in self.explicit_flags \
+                and not self._values.get("eval_only"):  # (an evaluation builds no optimizer)
             raise FlagError("--optimizer sgd needs a rate of its own: the job's default --learning-rate is tuned for "
                             "Adam; give --learning-rate with it")
         check_mixing(self)

@@ -16,6 +16,7 @@ from benchmark import DEFAULT_GENERALISATION_ARMS as DEFAULT_ARMS, GENERALISATIO
 
 OWN_FLAGS = ("--seed", "--model-dir", "--eval-only", "--deterministic", "--calibrate", "--ema", "--label-smoothing",
              "--mixup", "--cutmix", "--tta", "--weight-decay")
+ARM_WEIGHT_DECAY, ARM_SGD_RATE = 0.05, 0.05  # the optimizer arms' values unless --weight-decay, --sgd-rate
 SGD_ARM_FLAGS = ("--optimizer",)  # with the sgd arm the plain run is Adam's (at the job's --learning-rate)
 
 
@@ -61,10 +62,13 @@ def build_parser():
                         help="the TTA arm's views: 'flip' or 'flip,crops'")
     parser.add_argument("--arms", type=arm_list, default=",".join(DEFAULT_ARMS), metavar="ARM,...",
                         help=f"the arms beside the plain run, of {', '.join(ARM_NAMES)}")
-    parser.add_argument("--weight-decay", type=non_negative_float, default=0.05,
-                        help="the weight_decay arm's --weight-decay (Adam's decoupled decay: AdamW)")
-    parser.add_argument("--sgd-rate", type=positive_float, default=0.05,
-                        help="the sgd arm's --learning-rate (--optimizer sgd, Nesterov momentum 0.9)")
+    parser.add_argument("--weight-decay", type=non_negative_float, default=None,
+                        help="the weight_decay arm's --weight-decay (Adam's decoupled decay: AdamW; default "
+                             f"{ARM_WEIGHT_DECAY:g}); "
+                             "only with that arm: the plain run trains without decay")
+    parser.add_argument("--sgd-rate", type=positive_float, default=None,
+                        help="the sgd arm's --learning-rate (--optimizer sgd, Nesterov momentum 0.9; default "
+                             f"{ARM_SGD_RATE:g})")
     parser.allow_abbrev = False  # the job's --seed is not this tool's --seeds
     return parser
 
@@ -75,6 +79,10 @@ def _parse(parser, argv):
     args, job_argv = parser.parse_known_args(argv)
     task = TASKS[args.task]
     build_job_parser(task).parse_args(job_argv)
+    for flag, value, arm in (("--weight-decay", args.weight_decay, "weight_decay"), ("--sgd-rate", args.sgd_rate, "sgd")):
+        if value is not None and arm not in args.arms:
+            parser.error(f"argument {flag}: sets the {arm} arm's value, and --arms does not name that arm; add {arm} "
+                         "to --arms (the measurement's plain run trains with neither)")
     own = OWN_FLAGS + (SGD_ARM_FLAGS if "sgd" in args.arms else ())
     clash = [f for f in own if any(a == f or a.startswith(f + "=") for a in job_argv)]
     if clash:
@@ -88,7 +96,8 @@ def measure(parsed):
     from pipeline.machine import describe_cpu  # noqa: PLC0415
     args, task, job_argv = parsed
     arms = generalisation.build_arms(args.ema_decay, args.label_smoothing, args.mixup, args.cutmix, args.tta,
-                                     args.weight_decay, args.sgd_rate, args.arms)
+                                     ARM_WEIGHT_DECAY if args.weight_decay is None else args.weight_decay,
+                                     args.sgd_rate or ARM_SGD_RATE, args.arms)
     header = (f"{args.name or task.name}: `{' '.join(['scripts/measure_generalisation.py', *sys.argv[1:]])}`; "
               f"seeds {','.join(map(str, args.seeds))}; {describe_cpu()}")
     generalisation.claim_output(args.output, job_argv, arms)

@@ -182,6 +182,9 @@ def test_a_run_ends_when_the_measurement_is_killed(tmp_path):
     (["--arms", "sgd,sgd"], "argument --arms: names sgd twice"),
     (["--weight-decay", "0.1", "--arms", "weight_decay", "--weight-decay=-1"], "argument --weight-decay"),
     (["--arms", "sgd", "--optimizer", "sgd"], "argument --optimizer: the measurement sets it for each run"),
+    (["--arms", "ema", "--weight-decay", "0.01"], "argument --weight-decay: sets the weight_decay arm's value, and "
+                                                  "--arms does not name that arm"),
+    (["--sgd-rate", "0.1"], "argument --sgd-rate: sets the sgd arm's value, and --arms does not name that arm"),
 ])
 def test_the_command_line_refuses_in_one_line_with_exit_2(argv, fragment, tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "measure_generalisation.py"),
@@ -206,5 +209,5 @@ def test_the_plain_run_may_keep_its_rate_beside_the_sgd_arm():
     from scripts.measure_generalisation import _parse, build_parser
     args, task, job_argv = _parse(build_parser(), ["--task", "fashion", "--output", "/o", "--arms", "sgd,weight_decay",
                                                    "--learning-rate", "0.002", "--weight-decay", "0.1"])
-    assert (args.arms, args.weight_decay, args.sgd_rate) == (("sgd", "weight_decay"), 0.1, 0.05)
+    assert (args.arms, args.weight_decay, args.sgd_rate) == (("sgd", "weight_decay"), 0.1, None)  # (its default)
     assert job_argv == ["--learning-rate", "0.002"]  # the sgd arm's --learning-rate comes after it, and wins

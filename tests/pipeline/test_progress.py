@@ -402,3 +402,4 @@ def test_sgd_without_a_rate_of_its_own_is_refused_and_with_one_is_taken(job):
                                                      "--weight-decay", "5e-4"]))
     assert (settings.optimizer, settings.learning_rate, settings.weight_decay) == ("sgd", 0.1, 5e-4)
     assert Settings.from_args(parser.parse_args([])).optimizer == "adam"
+    assert Settings.from_args(parser.parse_args(["--optimizer", "sgd", "--eval-only"])).eval_only  # builds none
