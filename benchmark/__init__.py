@@ -13,3 +13,4 @@ DATA_SOURCES = ("real", "synthetic")
 # default measures the first five, the optimizer's two only when named.
 GENERALISATION_ARMS = ("ema", "label_smoothing", "mixup_cutmix", "tta", "temperature", "weight_decay", "sgd")
 DEFAULT_GENERALISATION_ARMS = GENERALISATION_ARMS[:5]
+ARM_WEIGHT_DECAY, ARM_SGD_RATE = 0.05, 0.05  # the optimizer arms' values unless the measurement names others

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-from benchmark import DEFAULT_GENERALISATION_ARMS, paired
+from benchmark import ARM_SGD_RATE, ARM_WEIGHT_DECAY, DEFAULT_GENERALISATION_ARMS, paired
 from cluster.lifeline import held_lifeline
 from pipeline.errors import FlagError, TrainingError
 from pipeline.evaluation_report import EVAL_ONLY_DIR
@@ -38,7 +38,7 @@ class Arm:
     flags: tuple = ()
 
 
-def build_arms(ema_decay, label_smoothing, mixup, cutmix, tta, weight_decay=0.05, sgd_rate=0.05,
+def build_arms(ema_decay, label_smoothing, mixup, cutmix, tta, weight_decay=ARM_WEIGHT_DECAY, sgd_rate=ARM_SGD_RATE,
                chosen=DEFAULT_GENERALISATION_ARMS):
     """Returns {name: Arm}: the baseline first, then each of benchmark.GENERALISATION_ARMS that `chosen` names,
     in that order."""

@@ -133,7 +133,8 @@ def build_image_classifier(backbone, num_classes, image_size, channels, weights=
     # float32 softmax (and loss) under a mixed-precision policy: 16-bit probabilities round to 0 or 1.
     outputs = tf.keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(features)
     model = tf.keras.Model(inputs, outputs, name=f"{backbone}_classifier")
-    model.compile(optimizer=build_optimizer(optimizer, learning_rate, weight_decay), loss=_loss(class_weights), metrics=["accuracy"])
+    model.compile(optimizer=build_optimizer(optimizer, learning_rate, weight_decay), loss=_loss(class_weights),
+                  metrics=["accuracy"])
     return model
 
 

@@ -333,10 +333,10 @@ def write_checkpoint_state(model_dir, checkpoints):
 
 def _newest_recorded_step(state):
     """Returns the step of the newest checkpoint the `checkpoint` file's `state` names, or None."""
-    return _step_of(state.model_checkpoint_path) if state else None
+    return step_of_checkpoint(state.model_checkpoint_path) if state else None
 
 
-def _step_of(prefix):
+def step_of_checkpoint(prefix):
     """Returns the global step a checkpoint `prefix` (model.ckpt-<step>) names, or None."""
     match = re.search(r"-(\d+)$", prefix or "")
     return int(match.group(1)) if match else None
@@ -353,14 +353,9 @@ def _checkpoint_files(model_dir):
     return found
 
 
-def step_of_checkpoint(prefix):
-    """Returns the global step a checkpoint `prefix` (model.ckpt-<step>) names, or None."""
-    return _step_of(prefix)
-
-
 def latest_global_step(model_dir):
     """Returns the global step of the newest checkpoint in `model_dir`, or 0 if there is none."""
-    return _step_of(tf.train.latest_checkpoint(model_dir)) or 0
+    return step_of_checkpoint(tf.train.latest_checkpoint(model_dir)) or 0
 
 
 def read_checkpoint(prefix):
@@ -415,7 +410,7 @@ def candidate_checkpoints(model_dir):
         # get_checkpoint_state has already joined relative paths to model_dir (itself maybe relative); a state
         # naming another folder was pointed here first (point_state_here, in restorable_checkpoint).
         for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
-            step = _step_of(path)
+            step = step_of_checkpoint(path)
             if step is not None:
                 prefixes[path] = step
     for name in storage.listdir(model_dir):

@@ -151,22 +151,19 @@ def _final_checkpoint_of_finished_run(model_dir):
     """Returns the prefix of `model_dir`'s newest checkpoint when results.json records a run finished at its step,
     else None. A rerun of that run reprints its results without restoring the checkpoint: a damaged one is named
     in a warning, not set aside (which would train the steps after the one before it again)."""
-    candidates = model_dir_lib.candidate_checkpoints(model_dir)
     try:
         results = results_lib.read_results(model_dir)
     except (OSError, ValueError):  # none yet, or damaged (finished_results names it)
         return None
-    newest = candidates[0] if candidates else None
-    step = model_dir_lib.step_of_checkpoint(newest) if newest else None
-    # (and the checkpoint file names it: else restorable_checkpoint points it there first)
-    if step is None or not isinstance(results, dict) or results.get("global_step") != step or \
-            model_dir_lib.latest_global_step(model_dir) != step:
+    step = model_dir_lib.latest_global_step(model_dir)  # (the checkpoint file's newest, which a run resumes from)
+    if not step or not isinstance(results, dict) or results.get("global_step") != step:
         return None
-    return newest
+    newest = model_dir_lib.candidate_checkpoints(model_dir)[0]  # (none newer on disk than the file names)
+    return newest if model_dir_lib.step_of_checkpoint(newest) == step else None
 
 
 def _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates, initial):
-    """Returns the RunSetup (without its cluster) planned from the newest checkpoint of the model dir: the steps,
+    """Returns the RunSetup planned from the newest checkpoint of the model dir: the steps,
     the checks of a resume, the schedule and the inputs positioned."""
     start_step = model_dir_lib.latest_global_step(settings.model_dir)
     if start_step and validates:

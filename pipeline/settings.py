@@ -35,7 +35,8 @@ class Settings:
     def check(self):
         """Raises FlagError for flags that cannot act together, whatever the data: --min-delta without
         --patience, --at-specificity without --positive-classes, --tflite-tolerance without --tflite,
-        --init-from with --eval-only, --optimizer sgd without its --learning-rate, and mixing flags that cannot act (pipeline.mixing.check_mixing)."""
+        --init-from with --eval-only, --optimizer sgd without its --learning-rate, and mixing flags that cannot
+        act (pipeline.mixing.check_mixing)."""
         if "min_delta" in self.explicit_flags and not self._values.get("patience"):
             raise FlagError("--min-delta is the least improvement --patience counts; give --patience N with it")
         if "at_specificity" in self.explicit_flags and not self._values.get("positive_classes"):

@@ -12,11 +12,11 @@ from pipeline.cli import run_command  # noqa: E402
 from pipeline.flag_types import name_list, non_negative_float, open_fraction, positive_float  # noqa: E402
 from pipeline.flags import build_parser as build_job_parser  # noqa: E402
 from pipeline.tasks.registry import TASKS, tool_parser  # noqa: E402
-from benchmark import DEFAULT_GENERALISATION_ARMS as DEFAULT_ARMS, GENERALISATION_ARMS as ARM_NAMES  # noqa: E402
+from benchmark import ARM_SGD_RATE, ARM_WEIGHT_DECAY, DEFAULT_GENERALISATION_ARMS as DEFAULT_ARMS, \
+    GENERALISATION_ARMS as ARM_NAMES  # noqa: E402
 
 OWN_FLAGS = ("--seed", "--model-dir", "--eval-only", "--deterministic", "--calibrate", "--ema", "--label-smoothing",
              "--mixup", "--cutmix", "--tta", "--weight-decay")
-ARM_WEIGHT_DECAY, ARM_SGD_RATE = 0.05, 0.05  # the optimizer arms' values unless --weight-decay, --sgd-rate
 SGD_ARM_FLAGS = ("--optimizer",)  # with the sgd arm the plain run is Adam's (at the job's --learning-rate)
 
 
@@ -79,7 +79,8 @@ def _parse(parser, argv):
     args, job_argv = parser.parse_known_args(argv)
     task = TASKS[args.task]
     build_job_parser(task).parse_args(job_argv)
-    for flag, value, arm in (("--weight-decay", args.weight_decay, "weight_decay"), ("--sgd-rate", args.sgd_rate, "sgd")):
+    arm_values = (("--weight-decay", args.weight_decay, "weight_decay"), ("--sgd-rate", args.sgd_rate, "sgd"))
+    for flag, value, arm in arm_values:
         if value is not None and arm not in args.arms:
             parser.error(f"argument {flag}: sets the {arm} arm's value, and --arms does not name that arm; add {arm} "
                          "to --arms (the measurement's plain run trains with neither)")
