@@ -22,15 +22,15 @@ from pipeline.finish import finish
 from pipeline.logs import configure_logging
 from pipeline.machine import resolved_precision
 from pipeline.run_output import finished_results, print_header
-from pipeline.run_setup import cluster_plan, ensure_writable_dir, local_plan, prepare, warn_about
+from pipeline.run_setup import cluster_plan, ensure_writable_dir, local_plan, prepare, stopped_early_at_start, \
+    warn_about
 from pipeline.settings import Settings
 from pipeline.signals import Interrupted, StopSignals
 from pipeline.training_hooks import build_training_hooks, stop_hook
 from pipeline.validation import agreed_stop
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.validation.cadence import Pacing, cadence_for
-from pipeline.validation.early_stopping import early_stopping_of
-from pipeline.validation.listener import build_validation, stopped_early
+from pipeline.validation.listener import build_validation
 from pipeline.validation.record import read_record
 from reporting import hparams
 from serving.export import export_model
@@ -231,10 +231,7 @@ def _already_finished(setup):
 def _finished_early(setup):
     """Returns the results of a run that stopped early at its newest checkpoint, under this run's rule too, and
     finished its report (re-printed, before any header: there is nothing to train), or None."""
-    settings = setup.settings
-    if settings.eval_only or setup.data.validation_input_fn is None:
-        return None
-    because = stopped_early(read_record(settings.model_dir), setup.start_step, early_stopping_of(settings))
+    because = stopped_early_at_start(setup)
     return _finished_results(setup, because) if because else None
 
 

@@ -21,6 +21,8 @@ from pipeline import results as results_lib
 from pipeline.results import RESULTS_FILE
 from pipeline.tasks import VALIDATION_FILES
 from pipeline.validation.checks import check_early_stopping, check_validation_split
+from pipeline.validation.early_stopping import early_stopping_of
+from pipeline.validation.listener import stopped_early
 from pipeline.validation.record import read_record
 from pipeline.validation.split import check_same_split
 
@@ -132,25 +134,36 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
     final = _final_checkpoint_of_finished_run(settings.model_dir) if check_checkpoint else None
     if check_checkpoint and final is None:
         model_dir_lib.restorable_checkpoint(settings.model_dir)
-    setup = _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates, initial)
-    if final is not None and (settings.eval_only or setup.start_step < setup.steps.max_steps):
+    setup, warnings = _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates,
+                               initial)
+    if final is not None and not _only_reprints(setup, final.results):
         # It reads its checkpoints after all: a damaged final one is set aside, and the run planned from the one
         # before it.
-        if model_dir_lib.restorable_checkpoint(settings.model_dir) != final:
-            setup = _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates, initial)
+        if model_dir_lib.restorable_checkpoint(settings.model_dir) != final.prefix:
+            setup, warnings = _planned(task, settings, cluster, plan, data, record, trained_on, global_batch,
+                                       validates, initial)
     elif final is not None:  # reprinted
-        problem = model_dir_lib.checkpoint_problem(final)
+        problem = model_dir_lib.checkpoint_problem(final.prefix)
         if problem:
-            log.warning("%s cannot be read (%s): the run finished at its step, and its results and exports are "
-                        "whole; a run that trains on from here sets it aside and resumes from the newest checkpoint "
-                        "that reads", final, problem)
+            log.warning("%s cannot be read (%s): the run finished there, and its results and exports are whole; a "
+                        "run that trains on from here sets it aside and resumes from the newest checkpoint that "
+                        "reads", final.prefix, problem)
+    for warning in warnings:  # the plan's, once: after every refusal, so a refused run's one line is its only one
+        log.warning(warning)
     return setup
 
 
+@dataclasses.dataclass(frozen=True)
+class _FinalCheckpoint:
+    prefix: str  # the newest checkpoint's, the step results.json records
+    results: dict  # results.json's
+
+
 def _final_checkpoint_of_finished_run(model_dir):
-    """Returns the prefix of `model_dir`'s newest checkpoint when results.json records a run finished at its step,
-    else None. A rerun of that run reprints its results without restoring the checkpoint: a damaged one is named
-    in a warning, not set aside (which would train the steps after the one before it again)."""
+    """Returns the _FinalCheckpoint of `model_dir` when results.json records a run finished at its newest
+    checkpoint's step, else None. A rerun of that run reprints its results without restoring the checkpoint: a
+    damaged one is named in a warning, not set aside (which would train the steps after the one before it
+    again)."""
     try:
         results = results_lib.read_results(model_dir)
     except (OSError, ValueError):  # none yet, or damaged (finished_results names it)
@@ -159,12 +172,33 @@ def _final_checkpoint_of_finished_run(model_dir):
     if not step or not isinstance(results, dict) or results.get("global_step") != step:
         return None
     newest = model_dir_lib.candidate_checkpoints(model_dir)[0]  # (none newer on disk than the file names)
-    return newest if model_dir_lib.step_of_checkpoint(newest) == step else None
+    return _FinalCheckpoint(newest, results) if model_dir_lib.step_of_checkpoint(newest) == step else None
+
+
+def _only_reprints(setup, results):
+    """Returns whether the run `setup` plans reprints the finished run whose `results` are on record, restoring no
+    checkpoint: one at or past its final step, or stopped early at its start step under its own rule and this
+    run's (as pipeline.roles reprints them); not an evaluation."""
+    if setup.settings.eval_only:
+        return False
+    if setup.start_step >= setup.steps.max_steps:
+        return True
+    because = stopped_early_at_start(setup)
+    return because is not None and results.get("stopped_because") == because
+
+
+def stopped_early_at_start(setup):
+    """Returns why the validation record stops training at the run's start step under its settings' rule
+    ('target_accuracy', 'patience'), or None: no validation split, an evaluation, or no early stop there."""
+    if setup.settings.eval_only or setup.data.validation_input_fn is None:
+        return None
+    return stopped_early(read_record(setup.settings.model_dir), setup.start_step,
+                         early_stopping_of(setup.settings))
 
 
 def _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates, initial):
-    """Returns the RunSetup planned from the newest checkpoint of the model dir: the steps,
-    the checks of a resume, the schedule and the inputs positioned."""
+    """Returns the RunSetup planned from the newest checkpoint of the model dir (the steps, the checks of a
+    resume, the schedule and the inputs positioned), and the warnings of that plan, for the user."""
     start_step = model_dir_lib.latest_global_step(settings.model_dir)
     if start_step and validates:
         check_same_split(storage.join(settings.model_dir, VALIDATION_FILES), data.validation_files,
@@ -193,8 +227,6 @@ def _planned(task, settings, cluster, plan, data, record, trained_on, global_bat
                     tta.untrained_flip(getattr(settings, "tta", ()), getattr(settings, "augment", ()))]
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
-    for warning in filter(None, warnings):  # after every refusal: a refused run's one line is its only one
-        log.warning(warning)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
                                                   settings.reference_batch_size, settings.lr_scaling)
     schedule = ScheduledRate(
@@ -204,11 +236,10 @@ def _planned(task, settings, cluster, plan, data, record, trained_on, global_bat
     mirrored = mirrors_evaluation(settings, plan, data)
     data = determinism.positioned_input(settings, data, steps.images_at_start)
     data = mirrored_inputs(data, settings.batch_size, plan.replicas) if mirrored else data
-    warning = initial_weights.resume_warning(settings, record.segments, start_step)
-    if warning:
-        log.warning(warning)
+    warnings.append(initial_weights.resume_warning(settings, record.segments, start_step))
     return RunSetup(task, settings, cluster, plan, data, record, trained_on, global_batch, learning_rate,
-                    start_step, steps, schedule, mirrored, initial if not start_step else None)
+                    start_step, steps, schedule, mirrored, initial if not start_step else None), \
+        [warning for warning in warnings if warning]
 
 
 def _initial_weights(settings):

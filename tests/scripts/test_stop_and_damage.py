@@ -168,9 +168,14 @@ def relative(train, model_dir):
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(two_checkpoints, damage):
     model_dir, train = two_checkpoints
     damage(str(model_dir / "model.ckpt-20"))
-    result = subprocess.run(**relative(train, model_dir), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(**relative(train + ["--batch-size", "8"], model_dir), capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "checkpoint model.ckpt-20 is set aside" in result.stderr and "resumes from model.ckpt-10" in result.stderr
+    # The resume's warnings are the plan's from step 10, once (those planned from the final step 20, before the
+    # damage set it aside, printed too).
+    assert re.findall(r"the steps to (\d+) trained at a global batch of 16 and this run trains at 8",
+                      result.stderr) == ["10"]
     results = json.loads((model_dir / "results.json").read_text())
     assert results["start_global_step"] == 10 and results["global_step"] == 30
     assert any(f.startswith("model.ckpt-20.") and f.endswith(".damaged") for f in os.listdir(model_dir))
@@ -187,7 +192,28 @@ def test_a_finished_run_whose_final_checkpoint_is_damaged_is_reprinted_not_train
     assert result.returncode == 0, result.stderr[-3000:]
     assert "already finished at global step 20" in result.stdout
     assert f"{model_dir}/model.ckpt-20 cannot be read (" in result.stderr
-    assert "the run finished at its step, and its results and exports are whole" in result.stderr
+    assert "the run finished there, and its results and exports are whole" in result.stderr
+    assert {name: (model_dir / name).read_bytes() for name in before} == before
+    assert (sorted(os.listdir(model_dir)), sorted(os.listdir(model_dir / "export"))) == files
+
+
+def test_an_early_stopped_run_whose_final_checkpoint_is_damaged_is_reprinted_not_trained_again(fashion_data_dir,
+                                                                                              tmp_path):
+    # Its start step is below --max-steps: the damaged checkpoint was set aside as for a run that trains on.
+    model_dir = tmp_path / "m"
+    train = command(fashion_data_dir, model_dir, "--max-steps", "40", "--validation-fraction", "0.1",
+                    "--eval-every-steps", "5", "--checkpoint-steps", "5", "--stop-at-accuracy", "0.01")
+    first = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["stopped_because"] == "target_accuracy" and 5 <= results["global_step"] < 40
+    flip_a_byte(str(model_dir / f"model.ckpt-{results['global_step']}"))
+    before = {name: (model_dir / name).read_bytes() for name in ("results.json", "checkpoint")}
+    files = sorted(os.listdir(model_dir)), sorted(os.listdir(model_dir / "export"))
+    result = subprocess.run(train, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"already finished at global step {results['global_step']}" in result.stdout
+    assert "the run finished there, and its results and exports are whole" in result.stderr
     assert {name: (model_dir / name).read_bytes() for name in before} == before
     assert (sorted(os.listdir(model_dir)), sorted(os.listdir(model_dir / "export"))) == files
 
