@@ -32,8 +32,13 @@ class _PipelineOptimizer:
         self.weight_decay = float(weight_decay)
 
     def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
-        grads_and_vars = [(grad, getattr(var, "_variable", var)) for grad, var in grads_and_vars]
-        return super().apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)
+        return super().apply_gradients(_unwrapped(grads_and_vars), name, experimental_aggregate_gradients)
+
+    def _aggregate_gradients(self, grads_and_vars):
+        # fp16's LossScaleOptimizer sums the gradients through this before apply_gradients: with each replica's
+        # wrapper as the destination, the sum's devices are the primary replica's alone, and NcclAllReduce, whose
+        # condition is that they match the gradients', falls back to reducing on one GPU.
+        return super()._aggregate_gradients(_unwrapped(grads_and_vars))
 
     def _resource_apply_dense(self, grad, var, apply_state=None):
         with tf.control_dependencies(self._decay(grad, var, apply_state)):
@@ -58,6 +63,11 @@ class _PipelineOptimizer:
 
     def get_config(self):
         return {**super().get_config(), "weight_decay": self.weight_decay}
+
+
+def _unwrapped(grads_and_vars):
+    """Returns `grads_and_vars` with each AutoCastVariable replaced by the float32 variable it wraps."""
+    return [(grad, getattr(var, "_variable", var)) for grad, var in grads_and_vars]
 
 
 @tf.keras.utils.register_keras_serializable(package="pipeline")

@@ -127,15 +127,26 @@ def bf16_unusable(settings, in_cluster, precision="bf16"):
     return None
 
 
+# The strategies Keras's LossScaleOptimizer (fp16's) refuses, by the name TensorFlow's error gives them.
+FP16_STRATEGIES_REFUSED = {"central_storage": "CentralStorageStrategy", "parameter_server": "ParameterServerStrategy"}
+
+
 def resolved_precision(settings, in_cluster=False):
     """Returns `settings` with --precision auto resolved (see auto_precision; fp32 where bf16_unusable
     says why): the precision picked, and `precision_requested` and `precision_reason` saying how.
     Raises FlagError (exit 2) for bf16-amp where the rewrite would leave the model float32 (see
-    graph_rewrite_unavailable), and for bf16 where it is unusable (`in_cluster`: a task of a cluster)."""
+    graph_rewrite_unavailable), for bf16 where it is unusable (`in_cluster`: a task of a cluster), and for fp16
+    under a strategy Keras's loss scaling refuses (FP16_STRATEGIES_REFUSED)."""
     if settings.precision in GRAPH_REWRITE_PRECISIONS:
         unavailable = graph_rewrite_unavailable(_uses_gpus(settings))
         if unavailable:
             raise FlagError(f"--precision {settings.precision}: {unavailable}")
+    if settings.precision == "fp16" and settings.strategy in FP16_STRATEGIES_REFUSED:
+        raise FlagError(f"--precision fp16 --strategy {settings.strategy}: Keras's loss scaling, which fp16 trains "
+                        "with, runs under the mirrored strategies only (TensorFlow refuses "
+                        f"{FP16_STRATEGIES_REFUSED[settings.strategy]} at the model's first graph); use --strategy "
+                        f"{'multi_worker_mirrored' if settings.strategy == 'parameter_server' else 'mirrored'}, "
+                        "or --precision bf16 or fp32")
     if settings.precision != "auto":
         unusable = (settings.precision == "bf16" or settings.precision in GRAPH_REWRITE_PRECISIONS) and \
             bf16_unusable(settings, in_cluster, settings.precision)

@@ -103,3 +103,16 @@ def test_the_bf16_policy_with_tflite_is_refused_and_auto_picks_fp32_for_it(monke
     picked = resolved_precision(settings_of_flags("--precision", "auto", "--tflite", "float32"))
     assert picked.precision == "fp32" and ("--tflite" in picked.precision_reason) == bool(
         flags & {"amx_bf16", "avx512_bf16"})
+
+
+@pytest.mark.parametrize("strategy, in_cluster", [("central_storage", False), ("parameter_server", True)])
+def test_fp16_under_a_strategy_keras_s_loss_scaling_refuses_is_one_line(strategy, in_cluster):
+    """Keras's LossScaleOptimizer runs under the mirrored strategies and one device only: the others failed at the
+    first graph build ("Mixed precision is not supported with the tf.distribute.Strategy")."""
+    from pipeline.errors import FlagError
+    from pipeline.machine import resolved_precision
+    with pytest.raises(FlagError, match=f"--precision fp16 --strategy {strategy}: Keras's loss scaling"):
+        resolved_precision(settings_of_flags("--precision", "fp16", "--strategy", strategy), in_cluster=in_cluster)
+    for other in ("mirrored", "multi_worker_mirrored"):
+        assert resolved_precision(settings_of_flags("--precision", "fp16", "--strategy", other),
+                                  in_cluster=other != "mirrored").precision == "fp16"

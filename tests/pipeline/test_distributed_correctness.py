@@ -4,10 +4,11 @@ or batch split shows up here as weights that differ."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
 from models.fashion_cnn import build_fashion_cnn
 from models.optimizers import build_optimizer, precision
-from pipeline.distribution import build_distribution
+from pipeline.distribution import DistributionPlan, build_distribution, split_cpu
 from pipeline.estimator import estimator_from_keras, build_run_config
 
 GLOBAL_BATCH = 32
@@ -154,3 +155,33 @@ def test_the_estimator_decays_the_kernels_as_a_keras_loop_with_the_decay_by_hand
     for name, expected, before in zip(kernels, want, [w for w in initial if w.ndim > 1]):
         assert np.abs(expected - before).max() > 1e-3, name
         np.testing.assert_allclose(trained[name], expected, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+class _ReductionNotingDevices(tf.distribute.ReductionToOneDevice):
+    """ReductionToOneDevice noting, for each batch it reduces, whether every value and its destination sit on the
+    same devices: NcclAllReduce's condition for its all-reduce (else it reduces on one GPU, value by value). In
+    the class, not the instance: the Estimator reduces through a copy of its strategy."""
+    devices_match = []
+
+    def __init__(self):
+        super().__init__(reduce_to_device="/cpu:0")
+
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        _ReductionNotingDevices.devices_match.append(cross_device_ops_lib._all_devices_match(value_destination_pairs))  # noqa: SLF001
+        return super().batch_reduce_implementation(reduce_op, value_destination_pairs, options)
+
+
+@pytest.mark.parametrize("precision_name", ["fp32", "bf16", "fp16"])
+def test_the_gradients_reach_the_all_reduce_on_the_devices_of_their_variables(tmp_path, precision_name):
+    """Under fp16 Keras's loss scaling summed the gradients toward each replica's wrapper of the variable, whose
+    devices are the primary replica's alone: NCCL's all-reduce was skipped on GPUs (no GPU here: the condition
+    it checks is checked)."""
+    _ReductionNotingDevices.devices_match = []
+    reduction = _ReductionNotingDevices()
+    devices = split_cpu(2)
+    plan = DistributionPlan(tf.distribute.MirroredStrategy(devices, cross_device_ops=reduction), 2, devices,
+                            "2 logical CPU devices")
+    with precision(precision_name):
+        train(build_fashion_cnn(learning_rate=0.001), tmp_path, plan)
+    noted = _ReductionNotingDevices.devices_match
+    assert noted and all(noted), noted

@@ -228,6 +228,10 @@ BAD_FLAGS = {
     # a thousand logical devices took 12 GB and a quarter of an hour to set up, deaf to SIGTERM
     "too-many-cpu-replicas": ("train_fashion.py", ["--synthetic", "--cpu-replicas", "1000"],
                               "--cpu-replicas: must be from 1 to 64, got 1000"),
+    # Keras's loss scaling refused the strategy at the first graph build: a traceback, after the data was read.
+    "fp16-central-storage": ("train_fashion.py", ["--synthetic", "--precision", "fp16", "--strategy", "central_storage",
+                                                  "--cpu-replicas", "2"],
+                             "--precision fp16 --strategy central_storage: Keras's loss scaling"),
     "gpus-and-cpu-replicas": ("train_fashion.py", ["--synthetic", "--gpus", "0", "--cpu-replicas", "2"],
                               "argument --cpu-replicas: not allowed with argument --gpus"),
     "benchmark-too-many-cpu-replicas": ("benchmark.py", ["--task", "fashion", "--cpu-replicas", "2,65"],
