@@ -130,7 +130,9 @@ def parse_args(parser, argv):
     args.output = args.output or os.path.join(
         "runs", "benchmark", datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S"))
     _check_output(parser, args.output)
-    set_tensorflow_environment(task_args)  # --xla
+    # --xla, and the GPUs swept (all CPU replicas without --gpus)
+    set_tensorflow_environment(task_args, gpus=max(args.gpus) if args.gpus else None,
+                               cpu_replicas=None if args.gpus else max(args.cpu_replicas or [1]))
     return args, task, task_args, variants
 
 

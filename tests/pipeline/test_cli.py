@@ -210,3 +210,36 @@ def test_a_summary_writer_s_full_disk_is_one_line_and_its_thread_s_traceback_sta
     assert run_command(parser, lambda args: in_a_thread(lambda: 1 / 0), []) == 0
     assert run_command(parser, lambda args: in_a_thread(lambda: (_ for _ in ()).throw(OSError(28, words))), []) == 0
     assert shown == [ZeroDivisionError, OSError] and threading.excepthook.__name__ == "<lambda>"
+
+
+@pytest.mark.parametrize("gpus, cpu_replicas, current, expected", [
+    (None, None, None, None), (None, None, "2,3", "2,3"),  # every GPU it sees
+    (2, None, None, "0,1"), (1, None, "2,3", "2"), (2, None, "GPU-a, GPU-b,GPU-c", "GPU-a,GPU-b"),  # the first N
+    (0, None, None, "-1"), (None, 2, "0,1", "-1"), (None, 1, None, "-1"),  # none: on the CPU
+    (3, None, "4,5", "4,5"),  # more than it lists: left for the run to say how many it sees
+])
+def test_a_run_shows_tensorflow_only_the_gpus_it_trains_on(gpus, cpu_replicas, current, expected):
+    from pipeline.cli import visible_gpus
+    assert visible_gpus(gpus, cpu_replicas, current) == expected
+
+
+@pytest.mark.parametrize("argv, expected", [(["--gpus", "1"], "3"), (["--cpu-replicas", "2"], "-1"), ([], "3,7")])
+def test_a_job_s_command_line_narrows_the_visible_gpus_before_tensorflow_starts(monkeypatch, argv, expected):
+    """With --gpus 0 or --cpu-replicas TensorFlow placed a single-device run's ops on GPU 0 all the same, and
+    every session reserved the memory of every GPU it saw."""
+    from pipeline.cli import set_tensorflow_environment
+    from pipeline.flags import build_parser
+    from pipeline.tasks.fashion import TASK
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,7")
+    set_tensorflow_environment(build_parser(TASK).parse_args(["--synthetic", *argv]))
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == expected
+
+
+@pytest.mark.parametrize("argv, expected", [(["--gpus", "1,2"], "0,1"), (["--cpu-replicas", "1,2"], "-1"),
+                                            ([], "-1")])
+def test_a_benchmark_shows_tensorflow_only_the_gpus_it_sweeps(monkeypatch, tmp_path, argv, expected):
+    from benchmark import cli as benchmark_cli
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    parser = benchmark_cli.build_benchmark_parser()
+    benchmark_cli.parse_args(parser, ["--task", "fashion", "--output", str(tmp_path / "b"), *argv])
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == expected
