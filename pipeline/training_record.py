@@ -307,7 +307,7 @@ def _exports_bf16(segments, start_step, eval_only, best_step):
 # (RATE_FLAGS) may change on a resume, which then applies the rate its flags give (and reports this run's).
 RECIPE_FLAGS = ("augment", "label_smoothing", "mixup", "cutmix", "mix_switch_prob", "class_weight", "optimizer",
                 "weight_decay")
-RATE_FLAGS = ("learning_rate", "lr_scaling", "lr_schedule", "warm_up_epochs")
+RATE_FLAGS = ("learning_rate", "reference_batch_size", "lr_scaling", "lr_schedule", "warm_up_epochs")
 
 
 def recipe_of(settings):

@@ -290,7 +290,8 @@ def test_the_record_keeps_the_layers_the_images_job_resolves_from_its_weights():
 
 def recipe(**flags):
     settings = dict(augment=(), label_smoothing=0.0, mixup=0.0, cutmix=0.0, mix_switch_prob=0.5, class_weight="none",
-                    learning_rate=1e-3, lr_scaling="linear", lr_schedule="constant", warm_up_epochs=0.0)
+                    learning_rate=1e-3, reference_batch_size=512, lr_scaling="linear", lr_schedule="constant",
+                    warm_up_epochs=0.0)
     return progress.recipe_of(types.SimpleNamespace(**{**settings, **flags}))
 
 
@@ -308,6 +309,12 @@ def test_a_resume_under_another_recipe_is_refused_and_another_rate_named():
     assert progress.check_same_recipe([first], 10, rate, "/m") == (
         "--learning-rate 0.01 --lr-schedule cosine: the steps to 10 trained with --learning-rate 0.001 --lr-schedule "
         "constant; the rate follows this run's flags from here (training_progress.json keeps each run's)")
+    # The rate is scaled from the reference batch: another one is another rate (it changed silently).
+    assert progress.check_same_recipe([first], 10, {**same, "--reference-batch-size": "320"}, "/m") == (
+        "--reference-batch-size 320: the steps to 10 trained with --reference-batch-size 512; the rate follows "
+        "this run's flags from here (training_progress.json keeps each run's)")
+    older = progress.Segment(0, 0, 32, recipe={k: v for k, v in first.recipe.items() if k != "--reference-batch-size"})
+    assert progress.check_same_recipe([older], 10, {**same, "--reference-batch-size": "320"}, "/m") is None
     both = recipe(mixup=0.2, cutmix=1.0)
     assert both["--mix-switch-prob"] == "0.5"  # the switch counts when both mix
     assert progress.check_same_recipe([progress.Segment(0, 0, 32)], 10, both, "/m") is None  # an earlier version's
