@@ -61,6 +61,21 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+GLOB_CHARACTERS = "[*?"
+
+
+def checkpoint_folder(text):
+    """Returns the path `text` of a model dir (or a file in one); ArgumentTypeError when it holds a character
+    TensorFlow's checkpoint readers take for a glob pattern: they found nothing at runs/exp[1] (it matches
+    runs/exp1), or another run's files at runs/exp? (runs/exp1's)."""
+    found = [character for character in GLOB_CHARACTERS if character in text]
+    if found:
+        raise argparse.ArgumentTypeError(
+            f"{text}: TensorFlow's checkpoint readers take its {' and '.join(found)} for a pattern matching other "
+            "names (they would find no checkpoint there, or another folder's); pass a path without [ * ?")
+    return text
+
+
 def positive_int(text):
     """argparse type: an integer > 0."""
     try:

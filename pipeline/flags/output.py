@@ -1,15 +1,15 @@
 """The flags of what a run writes: checkpoints, summaries, logs and hooks, and the test report. Nothing here imports TensorFlow."""
 import hooks
 from pipeline.flags.tta import add_tta_flag
-from pipeline.flag_types import RecordedStore, fraction, hook_names, int_in_range, name_list, non_negative_int, \
-    positive_int
+from pipeline.flag_types import RecordedStore, checkpoint_folder, fraction, hook_names, int_in_range, name_list, \
+    non_negative_int, positive_int
 
 
 def add_output_flags(parser, task):
     """Adds the checkpoints-and-logs group, with `task`'s default model dir; returns it."""
     d = task.defaults
     output = parser.add_argument_group("checkpoints and logs")
-    output.add_argument("--model-dir", default=d["model_dir"],
+    output.add_argument("--model-dir", default=d["model_dir"], type=checkpoint_folder,
                         help="checkpoints, TensorBoard summaries and results.json; "
                              "a run with an existing model dir resumes from its latest checkpoint")
     output.add_argument("--checkpoint-steps", type=positive_int, default=500,

@@ -2,7 +2,7 @@
 from input_fns import AUGMENTATIONS
 from models import LR_SCHEDULES, OPTIMIZERS, SGD_MOMENTUM
 from pipeline import batching
-from pipeline.flag_types import RecordedStore, augment_list, int_in_range, non_negative_float, open_fraction, \
+from pipeline.flag_types import RecordedStore, augment_list, checkpoint_folder, int_in_range, non_negative_float, open_fraction, \
     positive_float, positive_int
 
 
@@ -74,7 +74,7 @@ def add_training_flags(parser, task):
                             "average + (1 - DECAY) x weights, from the starting weights; e.g. 0.999), checkpointed "
                             "with them; validation, the best model, the test figures and the export use it, and "
                             "results.json compares it with the raw weights (docs/validation.md)")
-    train.add_argument("--init-from", default=None, metavar="MODEL_DIR",
+    train.add_argument("--init-from", default=None, metavar="MODEL_DIR", type=checkpoint_folder,
                        help="start a new run from the weights of another run's model dir (its best checkpoint on "
                             "validation, else its newest; its --ema average when it kept one), with a fresh "
                             "optimizer, step and schedule: fine-tune a trained head with more --trainable-layers "

@@ -1,9 +1,10 @@
 """pipeline.flag_types: the argparse types that turn a flag's text into its value or one line."""
 import argparse
+import re
 
 import pytest
 
-from pipeline.flag_types import name_list, names_text
+from pipeline.flag_types import checkpoint_folder, name_list, names_text
 
 
 @pytest.mark.parametrize("text, names", [
@@ -32,3 +33,27 @@ def test_names_that_cannot_be_read_are_one_line(text, words):
 def test_names_are_written_as_they_are_read_back(names):
     assert name_list(names_text(names)) == names
     assert names_text(()) == "none" and name_list(names_text(())) is None
+
+
+@pytest.mark.parametrize("path, named", [("runs/exp[lr=0.1]", "["), ("runs/exp?", "?"), ("/tmp/*/m", "*"),
+                                         ("gs://b/a[1]?", "[ and ?")])
+def test_a_checkpoint_folder_whose_path_tensorflow_reads_as_a_pattern_is_refused(path, named):
+    """TensorFlow's checkpoint readers glob: runs/exp[1] found nothing (a cryptic error, a relaunch failing the same
+    way), and runs/exp? matches runs/exp1's files too."""
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"take its {re.escape(named)} for a pattern"):
+        checkpoint_folder(path)
+
+
+@pytest.mark.parametrize("path", ["runs/exp (lr=0.1)", "runs/é{1}", "gs://b/m", "ram://m"])
+def test_a_checkpoint_folder_without_pattern_characters_is_taken_as_it_is(path):
+    assert checkpoint_folder(path) == path
+
+
+@pytest.mark.parametrize("argv", [["--model-dir", "runs/a[1]"], ["--init-from", "runs/a[1]"]])
+def test_the_job_s_checkpoint_folders_refuse_pattern_characters(argv, capsys):
+    from pipeline.flags import build_parser
+    from pipeline.tasks.fashion import TASK
+    with pytest.raises(SystemExit) as exit_:
+        build_parser(TASK).parse_args(["--synthetic", *argv])
+    assert exit_.value.code == 2
+    assert f"argument {argv[0]}: runs/a[1]: TensorFlow's checkpoint readers" in capsys.readouterr().err
