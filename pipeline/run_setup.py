@@ -15,7 +15,7 @@ from models.learning_rate import ScheduledRate
 from pipeline import batching, determinism, estimator as estimator_lib, evaluation_report, initial_weights, \
     ema as ema_lib, model_dir as model_dir_lib, training_record, tta, undecodable
 from pipeline.distribution import build_cluster_distribution, build_distribution
-from pipeline.errors import UsageError
+from pipeline.errors import FlagError, UsageError
 from pipeline.machine import precision_warning
 from pipeline import results as results_lib
 from pipeline.results import RESULTS_FILE
@@ -229,6 +229,8 @@ def _planned(task, settings, cluster, plan, data, record, trained_on, global_bat
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
                                                   settings.reference_batch_size, settings.lr_scaling)
+    if not settings.eval_only:
+        _check_decay(settings, learning_rate)
     schedule = ScheduledRate(
         learning_rate, steps.images_at_end, settings.lr_schedule,
         round(settings.warm_up_epochs * data.num_train_examples), images_per_step=global_batch,
@@ -261,6 +263,16 @@ def _check_finishing_flags(settings, record, start_step, keeps_best):
     best = read_record(settings.model_dir)["best"] if start_step and (keeps_best or settings.eval_only) else None
     training_record.check_convertible(record.segments, start_step, settings.tflite, settings.model_dir,
                                       settings.eval_only, best["step"] if best else None)
+
+
+def _check_decay(settings, learning_rate):
+    """Raises FlagError (exit 2) when --weight-decay at the run's peak `learning_rate` multiplies the kernels by
+    1 - rate x W <= 0 a step: zeroed or flipped in sign every step, which trained to chance, without a word."""
+    decay = getattr(settings, "weight_decay", 0.0)
+    if decay and learning_rate * decay >= 1:
+        raise FlagError(f"--weight-decay {decay:g} at this run's rate of {learning_rate:g} multiplies the kernels by "
+                        f"1 - {learning_rate:g} x {decay:g} = {1 - learning_rate * decay:.3g} a step, which zeroes or "
+                        f"flips them; pass a --weight-decay below {1 / learning_rate:g}")
 
 
 def _check_data(settings, data):

@@ -410,3 +410,18 @@ def test_sgd_without_a_rate_of_its_own_is_refused_and_with_one_is_taken(job):
     assert (settings.optimizer, settings.learning_rate, settings.weight_decay) == ("sgd", 0.1, 5e-4)
     assert Settings.from_args(parser.parse_args([])).optimizer == "adam"
     assert Settings.from_args(parser.parse_args(["--optimizer", "sgd", "--eval-only"])).eval_only  # builds none
+
+
+def test_a_weight_decay_that_zeroes_or_flips_the_kernels_at_the_run_s_rate_is_refused(tmp_path):
+    # 1 - rate x W <= 0 trained to chance without a word (W 2000 at the rate 0.001: each step multiplied by -1).
+    from pipeline.flags import build_parser
+    from pipeline.roles import run
+    from pipeline.tasks.fashion import TASK
+    model_dir = tmp_path / "m"
+    argv = ["--synthetic", "--max-steps", "1", "--batch-size", "512", "--model-dir", str(model_dir)]
+    with pytest.raises(FlagError, match=r"^--weight-decay 2000 at this run's rate of 0.001 multiplies the kernels by "
+                                        r"1 - 0.001 x 2000 = -1 a step, .*below 1000$"):
+        run(TASK, build_parser(TASK).parse_args(argv + ["--weight-decay", "2000"]))
+    assert not model_dir.exists()
+    with pytest.raises(FlagError, match=r"^--weight-decay 1000 at this run's rate of 0.002 "):  # 2 replicas: 2x
+        run(TASK, build_parser(TASK).parse_args(argv + ["--weight-decay", "1000", "--cpu-replicas", "2"]))
