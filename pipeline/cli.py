@@ -196,8 +196,10 @@ def _tensorflow_failure(error, args):
     if any(words in error.message for words in _MISMATCH):
         detail = next((line for line in error.message.splitlines()
                        if "shape" in line.lower() or "not found in checkpoint" in line), "")
-        shaping = [f"--{dest.replace('_', '-')}" for dest in ("model", "trainable_layers", "precision", "image_size")
-                   if hasattr(args, dest)]  # the flags of this job that shape its graph
+        # The flags of this job that shape its graph (--optimizer: its slots; a checkpoint of step 0, killed before
+        # step 1 was recorded, is resumed with no recipe to compare).
+        shaping = [f"--{dest.replace('_', '-')}" for dest in ("model", "trainable_layers", "precision", "image_size",
+                                                              "optimizer") if hasattr(args, dest)]
         return (f"the checkpoint in {model_dir} does not fit the model these flags build"
                 f"{f' ({detail.strip()[:200]})' if detail else ''}; resume with the flags it was trained "
                 f"with (the same {_either(shaping or ['--precision'])}, say), or pass another --model-dir")
