@@ -49,6 +49,18 @@ def load_predictor(path):
     if path.lower().endswith(".tflite"):  # issue 33: a model converted for devices (--tflite)
         return load_tflite_predictor(path)
     export_dir = resolve_export_dir(path)
+    try:
+        return _saved_model_predictor(export_dir)
+    except (ExportNotFoundError, OSError):
+        if export_dir == path or storage.exists(export_dir):
+            raise
+        # Gone since it was chosen: a run training there replaced it with its new best. Its newest is served.
+        return _saved_model_predictor(resolve_export_dir(path))
+
+
+def _saved_model_predictor(export_dir):
+    """Returns the Predictor of the export at `export_dir`. Raises ExportNotFoundError for one copied in part,
+    damaged or made elsewhere."""
     names_path = storage.join(export_dir, "assets.extra", CLASS_NAMES_FILE)
     missing = [name for name in (storage.join("variables", "variables.index"), storage.join("assets.extra", CLASS_NAMES_FILE))
                if not storage.isfile(storage.join(export_dir, name))]

@@ -264,3 +264,29 @@ def test_a_model_no_run_here_made_is_refused_in_one_line_not_a_traceback(tmp_pat
     with pytest.raises(ExportNotFoundError, match=r"model.tflite is not a model a run here converted: its signature "
                                                   r"takes .* \(float32, 4 dimensions\) and gives dense.*, not uint8"):
         load_predictor(str(tmp_path / "lite" / "model.tflite"))
+
+
+def test_an_export_replaced_by_a_newer_best_while_it_loads_is_served_from_the_newest(tmp_path, monkeypatch):
+    """predict.py beside a run that validates: the run exported a new best and removed the export predict.py had
+    chosen, which it then called copied in part or damaged."""
+    from serving import predict
+    export = tmp_path / "export"
+    (export / "1700000000").mkdir(parents=True)
+    (export / "1700000000" / "saved_model.pb").write_bytes(b"")
+    loaded = []
+
+    def replaced_while_loading(export_dir):
+        loaded.append(export_dir)
+        if len(loaded) == 1:  # the run's new best replaces it, then the load fails on its files
+            os.rename(export / "1700000000", export / "1800000000")
+            raise ExportNotFoundError(f"the export {export_dir} cannot be loaded")
+        return export_dir
+    monkeypatch.setattr(predict, "_saved_model_predictor", replaced_while_loading)
+    assert predict.load_predictor(str(tmp_path)) == str(export / "1800000000")
+    assert loaded == [str(export / "1700000000"), str(export / "1800000000")]
+
+    def damaged(export_dir):  # still there: damaged indeed, and said so
+        raise ExportNotFoundError(f"the export {export_dir} cannot be loaded")
+    monkeypatch.setattr(predict, "_saved_model_predictor", damaged)
+    with pytest.raises(ExportNotFoundError, match="1800000000 cannot be loaded"):
+        predict.load_predictor(str(tmp_path))
