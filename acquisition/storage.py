@@ -178,8 +178,17 @@ def copy_file(source, target):
     """Copies the file `source` to `target` (replacing it), across file systems."""
     if is_url(source) or is_url(target):
         _gfile().copy(source, target, overwrite=True)
-    else:
+        return
+    try:
         shutil.copy2(source, target)
+    except OSError as e:
+        # shutil's in-kernel copy names the source first whatever failed; these fail the target.
+        if e.filename2 is not None and e.errno in _TARGET_ERRORS:
+            e.filename, e.filename2 = e.filename2, e.filename
+        raise
+
+
+_TARGET_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def copy_tree(source, target, last=None):
