@@ -330,10 +330,11 @@ def _flag(dest):
 
 
 def recipe_not_trained_with(segments, start_step, recipe):
-    """Returns ['--augment flip=horizontal (not none)', ...]: each of RECIPE_FLAGS whose value in `recipe`
-    (recipe_of's) is not the one the steps before `start_step` last trained with ([] with none on record)."""
+    """Returns ['--augment flip=horizontal (not none)', ...]: each of RECIPE_FLAGS and RATE_FLAGS whose value in
+    `recipe` (recipe_of's) is not the one the steps before `start_step` last trained with ([] with none on
+    record)."""
     theirs = _recipe_trained_before(segments, start_step) or {}
-    return [f"{flag} {theirs[flag]} (not {recipe[flag]})" for flag in map(_flag, RECIPE_FLAGS)
+    return [f"{flag} {theirs[flag]} (not {recipe[flag]})" for flag in map(_flag, RECIPE_FLAGS + RATE_FLAGS)
             if flag in recipe and flag in theirs and theirs[flag] != recipe[flag]]
 
 

@@ -140,6 +140,8 @@ def test_a_finished_run_asked_again_with_other_flags_refuses_or_notes_them(tmp_p
     run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common, "--label-smoothing", "0.1", "--augment", "flip"))
     assert "note: it was trained with --augment none (not flip=horizontal), --label-smoothing 0 (not 0.1): these " \
            "results are not of this command's flags" in capsys.readouterr().out
+    run(TASK, args_for(data, model_dir, "--model", "small_cnn", *common, "--lr-schedule", "cosine"))  # the rate's too
+    assert "note: it was trained with --lr-schedule constant (not cosine): these results" in capsys.readouterr().out
     assert (tmp_path / "model" / "results.json").read_bytes() == written
     # a run trained in bf16: --eval-only would refuse --tflite, so the note does not send you there
     bf16 = common[:-2] + ["--precision", "bf16"]
