@@ -47,7 +47,7 @@ def _data(source):
 def _recipe(results):
     """Returns what a run did beyond plain training, in the flags' words: the run --init-from started it from
     (the folder's name, and the step read), its seed, --optimizer other than Adam, --weight-decay, --ema's decay,
-    --label-smoothing, --mixup and --cutmix,
+    --label-smoothing, --mixup and --cutmix (and --mix-switch-prob with both),
     --class-weight, --tta's views and --calibrate's temperature; '' for none of them (or a results.json that
     records none)."""
     start = results.get("init_from")
@@ -61,6 +61,8 @@ def _recipe(results):
         parts.append(f"ema {results['ema']['decay']:g}")
     parts += [f"{name.replace('_', '-')} {results[name]:g}" for name in ("label_smoothing", "mixup", "cutmix")
               if results.get(name)]
+    if results.get("mixup") and results.get("cutmix") and results.get("mix_switch_prob") is not None:
+        parts.append(f"mix-switch-prob {results['mix_switch_prob']:g}")  # (it acts only with both)
     if results.get("class_weights"):
         parts.append("class-weight")
     if results.get("tta"):

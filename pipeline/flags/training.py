@@ -2,8 +2,8 @@
 from input_fns import AUGMENTATIONS
 from models import LR_SCHEDULES, OPTIMIZERS, SGD_MOMENTUM
 from pipeline import batching
-from pipeline.flag_types import RecordedStore, augment_list, checkpoint_folder, int_in_range, non_negative_float, open_fraction, \
-    positive_float, positive_int
+from pipeline.flag_types import RecordedStore, augment_list, checkpoint_folder, int_in_range, non_negative_float, \
+    open_fraction, positive_float, positive_int
 
 
 def add_data_dir_flag(parser, default):

@@ -167,7 +167,8 @@ class _ReductionNotingDevices(tf.distribute.ReductionToOneDevice):
         super().__init__(reduce_to_device="/cpu:0")
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
-        _ReductionNotingDevices.devices_match.append(cross_device_ops_lib._all_devices_match(value_destination_pairs))  # noqa: SLF001
+        match = cross_device_ops_lib._all_devices_match(value_destination_pairs)  # noqa: SLF001 - TF 2.15's
+        _ReductionNotingDevices.devices_match.append(match)
         return super().batch_reduce_implementation(reduce_op, value_destination_pairs, options)
 
 

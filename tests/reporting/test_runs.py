@@ -141,11 +141,15 @@ def test_the_recipe_column_tells_apart_runs_that_differ_only_in_the_generalisati
             {**plain, "mixup": 0.2, "cutmix": 1.0}, {**plain, "tta": ["identity", "flip"], "clinical": {}},
             {**plain, "seed": None, "class_weights": [1.5, 0.75]}, {},
             {"init_from": {"model_dir": "/runs/pets-head/", "step": 120, "chosen": "best"}, "seed": 2},
-            {**plain, "optimizer": "adam", "weight_decay": 0.05}, {**plain, "optimizer": "sgd", "weight_decay": 0.0}]
+            {**plain, "optimizer": "adam", "weight_decay": 0.05}, {**plain, "optimizer": "sgd", "weight_decay": 0.0},
+            {**plain, "mixup": 0.2, "cutmix": 1.0, "mix_switch_prob": 0.8},
+            {**plain, "mixup": 0.2, "mix_switch_prob": 0.8}]
     column = compare.table_rows([(f"run{i}", arm) for i, arm in enumerate(arms)])[0].index("recipe")
     recipes = [row[column] for row in compare.table_rows([(f"run{i}", arm) for i, arm in enumerate(arms)])[1:]]
     assert recipes == ["seed 1, temperature 0.67", "seed 1, ema 0.99, temperature 0.67",
                        "seed 1, label-smoothing 0.1, temperature 0.67", "seed 1, mixup 0.2, cutmix 1, temperature 0.67",
                        "seed 1, tta identity+flip", "class-weight, temperature 0.67", "",
                        "init-from pets-head step 120, seed 2",  # (a fine-tuning's second stage looked like a first)
-                       "seed 1, weight-decay 0.05, temperature 0.67", "seed 1, sgd, temperature 0.67"]
+                       "seed 1, weight-decay 0.05, temperature 0.67", "seed 1, sgd, temperature 0.67",
+                       "seed 1, mixup 0.2, cutmix 1, mix-switch-prob 0.8, temperature 0.67",
+                       "seed 1, mixup 0.2, temperature 0.67"]  # (the switch acts only with both)
