@@ -210,8 +210,10 @@ def _already_finished(setup):
     settings = setup.settings
     if settings.eval_only:
         if not setup.start_step:
-            raise UsageError(f"--eval-only needs a trained model dir, and {settings.model_dir} holds no checkpoint; "
-                             "train first (without --eval-only), or pass the --model-dir of a trained run")
+            held = ("holds only the checkpoint of step 0, written before its first step trained"
+                    if model_dir_lib.candidate_checkpoints(settings.model_dir) else "holds no checkpoint")
+            raise UsageError(f"--eval-only needs a trained model dir, and {settings.model_dir} {held}; train first "
+                             "(without --eval-only), or pass the --model-dir of a trained run")
         return None
     if setup.start_step < setup.max_steps:
         return None

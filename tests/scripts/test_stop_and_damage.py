@@ -314,6 +314,25 @@ def test_an_early_stopped_run_left_only_its_report_to_write_refuses_another_prec
     assert json.loads((model_dir / "results.json").read_text())["stopped_because"] == "target_accuracy"
 
 
+def test_a_run_killed_before_its_first_step_names_its_step_0_checkpoint(fashion_data_dir, tmp_path):
+    """Its model dir holds model.ckpt-0 alone: --eval-only said it held no checkpoint, and a relaunch under another
+    --optimizer (no recipe on record yet to compare) was told to keep flags that were the same."""
+    model_dir = tmp_path / "m"
+    train = command(fashion_data_dir, model_dir, "--max-steps", "20", "--optimizer", "sgd", "--learning-rate", "0.01")
+    killed = subprocess.run(train, env=dict(os.environ, PIPELINE_KILL_AT="checkpoint:2"), capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-0")
+    evaluated = subprocess.run(command(fashion_data_dir, model_dir, "--eval-only"), capture_output=True, text=True,
+                               timeout=300)
+    assert evaluated.returncode == 1
+    assert_clean_failure(evaluated, "holds only the checkpoint of step 0, written before its first step trained")
+    other = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", "20"), capture_output=True, text=True,
+                           timeout=300)
+    assert other.returncode == 1
+    assert_clean_failure(other, "does not fit the model these flags build", "--optimizer, say")
+
+
 def test_no_readable_checkpoint_is_one_line(two_checkpoints):
     model_dir, train = two_checkpoints
     before = sorted(os.listdir(model_dir))
