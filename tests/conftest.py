@@ -1,6 +1,8 @@
 """Shared fixtures. The CPU is split into 2 logical devices before TensorFlow
 starts, so the same process can train on 1 replica and mirror over 2."""
+import contextlib
 import os
+import subprocess
 import sys
 import time
 
@@ -41,6 +43,20 @@ def assert_clean_failure(result, *fragments):
     for fragment in fragments:
         assert fragment in last, last
     return last
+
+
+@contextlib.contextmanager
+def small_file_system(folder, size):
+    """Mounts a tmpfs of `size` bytes at `folder` (made here) while entered, a disk that fills up; skips the test
+    where mounting needs root it does not have (.ci/run has it)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root (as .ci/run has)")
+    os.makedirs(folder)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)
 
 
 def write_cpuinfo(tmp_path, flags):

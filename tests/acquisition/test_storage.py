@@ -1,11 +1,11 @@
 """File helpers over tf.io.gfile: the same calls on a local path and on a URL (ram:// here)."""
 import errno
 import os
-import subprocess
 
 import pytest
 
 from acquisition import storage
+from tests.conftest import small_file_system
 
 
 @pytest.mark.parametrize("root", ["local", "ram://storage-test"])
@@ -60,18 +60,11 @@ def test_an_op_error_s_line_is_its_cause_in_graph_and_in_eager_messages():
 def test_a_copy_onto_a_full_disk_names_the_file_it_was_writing(tmp_path):
     """shutil's in-kernel copy named the source: a full disk under the best model's copy named the checkpoint it
     copied, not the file left cut short."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root (as .ci/run has)")
-    small = tmp_path / "small"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
-    try:
-        source = tmp_path / "model.ckpt-3.data-00000-of-00001"
-        source.write_bytes(os.urandom(1 << 20))
+    source = tmp_path / "model.ckpt-3.data-00000-of-00001"
+    source.write_bytes(os.urandom(1 << 20))
+    with small_file_system(tmp_path / "small", 64 << 10) as small:
         target = small / "model.ckpt-3.data-00000-of-00001.tmp"
         with pytest.raises(OSError) as raised:
             storage.copy_file(str(source), str(target))
-        assert raised.value.errno == errno.ENOSPC
-        assert raised.value.filename == str(target) and raised.value.filename2 == str(source)
-    finally:
-        subprocess.run(["umount", "--lazy", str(small)], check=True)
+    assert raised.value.errno == errno.ENOSPC
+    assert raised.value.filename == str(target) and raised.value.filename2 == str(source)

@@ -13,7 +13,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.conftest import ROOT, assert_clean_failure
+from tests.conftest import ROOT, assert_clean_failure, small_file_system
 
 TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
 
@@ -121,18 +121,11 @@ def copy_model_dir(source, model_dir):
 def two_checkpoints_on_a_small_disk(two_checkpoints_made_once, fashion_data_dir, tmp_path):
     """Like two_checkpoints, on a file system of its own (a tmpfs mounted for the test) with 300 KB left
     after the copy: less than the run's next graph file or checkpoint. Yields the model dir and the command."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root (as .ci/run has)")
-    mount = tmp_path / "small"
-    mount.mkdir()
     pages = sum(-(-os.path.getsize(os.path.join(folder, f)) // 4096) for folder, _, files in
                 os.walk(two_checkpoints_made_once) for f in files)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={pages * 4096 + 300_000}", "tmpfs", str(mount)], check=True)
-    try:
+    with small_file_system(tmp_path / "small", pages * 4096 + 300_000) as mount:
         model_dir = copy_model_dir(two_checkpoints_made_once, mount / "m")
         yield model_dir, command(fashion_data_dir, model_dir, "--max-steps", "30")
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
 
 def truncate_data(prefix):
@@ -569,18 +562,11 @@ def test_a_disk_that_fills_up_is_one_line_naming_it_not_memory_and_loses_nothing
 
 def test_output_sent_to_a_file_on_a_full_disk_is_one_line_naming_that_file(fashion_data_dir, tmp_path):
     # `train ... > out.txt` on a full disk: its advice named --model-dir and a checkpoint to resume from.
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root (as .ci/run has)")
-    full = tmp_path / "full"
-    full.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], check=True)
-    try:
+    with small_file_system(tmp_path / "full", 16 << 10) as full:
         (full / "filler").write_bytes(b"\0" * 16384)
         with open(full / "out.txt", "w") as out:
             result = subprocess.run(command(fashion_data_dir, tmp_path / "m", "--max-steps", "2"), stdout=out,
                                     stderr=subprocess.PIPE, text=True, timeout=300)
-    finally:
-        subprocess.run(["umount", "--lazy", str(full)], check=True)
     assert result.returncode == 1 and "Exception ignored" not in result.stderr
     result.stdout = ""
     assert_clean_failure(result, f"error: writing the output to {full / 'out.txt'} failed: No space left on device; "
