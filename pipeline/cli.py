@@ -15,6 +15,7 @@ from cluster.isolation import with_network_advice
 from cluster.tf_config import read_tf_config
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
+from pipeline.gpu_visibility import CUDA_VISIBLE, narrow_visible_gpus
 from pipeline.out_of_memory import out_of_memory_message
 from pipeline.settings import Settings
 from pipeline.signals import Interrupted, stop_at_once
@@ -95,11 +96,11 @@ def set_tensorflow_environment(args, gpus=None, cpu_replicas=None):
     `cpu_replicas` it trains on where its own flags say them)."""
     for name, value in TENSORFLOW_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    shown = visible_gpus(gpus if gpus is not None else getattr(args, "gpus", None),
-                         cpu_replicas if cpu_replicas is not None else getattr(args, "cpu_replicas", None),
-                         os.environ.get(CUDA_VISIBLE))
-    if shown is not None:
-        os.environ[CUDA_VISIBLE] = shown
+    # (Under --cluster slurm with no GPUs allotted, Slurm's resolver shares the node's GPUs among its tasks
+    # first: pipeline.cluster_run narrows each task's share then.)
+    if not (getattr(args, "cluster", None) == "slurm" and CUDA_VISIBLE not in os.environ):
+        narrow_visible_gpus(gpus if gpus is not None else getattr(args, "gpus", None),
+                            cpu_replicas if cpu_replicas is not None else getattr(args, "cpu_replicas", None))
     # Its C++ start-up chatter (in 2.15 even harmless "Unable to register cuDNN factory"
     # errors) hides the job's own lines; --verbose shows its warnings and errors.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if getattr(args, "verbose", False) else "3")
@@ -107,27 +108,6 @@ def set_tensorflow_environment(args, gpus=None, cpu_replicas=None):
     if getattr(args, "xla", False) and "--tf_xla_cpu_global_jit" not in xla_flags:
         # Without it XLA auto-clusters only GPU graphs (see pipeline.estimator.session_config).
         os.environ["TF_XLA_FLAGS"] = f"{xla_flags} --tf_xla_cpu_global_jit".strip()
-
-
-CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
-
-
-def visible_gpus(gpus, cpu_replicas, current):
-    """Returns the CUDA_VISIBLE_DEVICES that shows TensorFlow only the GPUs a run trains on, given the one set
-    now (`current`, None: unset, every GPU): none for --cpu-replicas or --gpus 0, the first N it lists for
-    --gpus N; or `current` where neither flag narrows it (no --gpus: every GPU; more than it lists: the run
-    says how many it sees). Hidden GPUs get no memory reserved and no op placed on them: TensorFlow creates
-    every GPU it sees in each session and reserves nearly all of its memory, and an op a single-device run
-    places on no device goes to GPU 0 (tf.config.set_visible_devices reaches the eager context, not the
-    Estimator's sessions, which are given their own config)."""
-    if cpu_replicas is not None or gpus == 0:
-        return "-1"
-    if gpus is None:
-        return current
-    if current is None:
-        return ",".join(str(index) for index in range(gpus))
-    listed = [name.strip() for name in current.split(",")]
-    return ",".join(listed[:gpus]) if len(listed) >= gpus else current
 
 
 # The module names of requirements.txt's packages where they differ from the package's name.

@@ -16,6 +16,7 @@ from cluster.watch import ClusterWatch
 from hooks.stepping import OwnStepsHook
 from hooks.stop import SessionStartedHook
 from pipeline import model_dir as model_dir_lib, results as results_lib, training_record as progress
+from pipeline.gpu_visibility import narrow_visible_gpus
 from pipeline.validation import agreed_stop
 
 # How often a worker rechecks whether the chief has initialized (or restored) the variables.
@@ -30,6 +31,8 @@ def resolve_cluster(settings):
     follow_launcher()
     if getattr(settings, "cluster", "tf_config") == "slurm":
         os.environ["TF_CONFIG"] = json.dumps(slurm_tf_config(settings.slurm_port_base, settings.slurm_ps))
+        # The resolver gave this task its share of the node's GPUs (where Slurm allotted none): --gpus N of it.
+        narrow_visible_gpus(settings.gpus, settings.cpu_replicas)
     cluster = read_tf_config()
     if cluster is not None:
         os.environ["TF_CONFIG"] = without_evaluator(os.environ["TF_CONFIG"])

@@ -61,19 +61,27 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-GLOB_CHARACTERS = "[*?"
+GLOB_CHARACTERS = "[*?\\"
 
 
 def checkpoint_folder(text):
     """Returns the path `text` of a model dir (or a file in one); ArgumentTypeError when it holds a character
     TensorFlow's checkpoint readers take for a glob pattern: they found nothing at runs/exp[1] (it matches
-    runs/exp1), or another run's files at runs/exp? (runs/exp1's)."""
+    runs/exp1), or another run's files at runs/exp? (runs/exp1's; and a run's clean-up globs its model dir
+    too)."""
     found = [character for character in GLOB_CHARACTERS if character in text]
     if found:
         raise argparse.ArgumentTypeError(
             f"{text}: TensorFlow's checkpoint readers take its {' and '.join(found)} for a pattern matching other "
-            "names (they would find no checkpoint there, or another folder's); pass a path without [ * ?")
+            "names (they would find no checkpoint there, or another folder's); pass a path without [ * ? \\ "
+            "(rename a folder that has them to train on in it)")
     return text
+
+
+def model_path(text):
+    """Returns predict.py's --model `text`: a .tflite file as it is (TFLite reads its path as a name), else a
+    checkpoint_folder (a model dir or an export)."""
+    return text if text.lower().endswith(".tflite") else checkpoint_folder(text)
 
 
 def positive_int(text):

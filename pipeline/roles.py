@@ -70,7 +70,7 @@ def run_local(task, settings, cluster, stop):
     """One machine: trains (validating as it goes), then finishes; returns results.json's dict."""
     with model_dir_lib.locked(settings.model_dir):
         model_dir_lib.remove_leftovers(settings.model_dir)
-        setup = prepare(task, settings, None, local_plan(settings), check_checkpoint=True)
+        setup = prepare(task, settings, None, local_plan(settings), check_checkpoint=True, reprints_early_stop=True)
         finished = _already_finished(setup) or _finished_early(setup)
         if finished:
             return finished
@@ -211,7 +211,7 @@ def _already_finished(setup):
     if settings.eval_only:
         if not setup.start_step:
             held = ("holds only the checkpoint of step 0, written before its first step trained"
-                    if model_dir_lib.candidate_checkpoints(settings.model_dir) else "holds no checkpoint")
+                    if tf.train.latest_checkpoint(settings.model_dir) else "holds no checkpoint")
             raise UsageError(f"--eval-only needs a trained model dir, and {settings.model_dir} {held}; train first "
                              "(without --eval-only), or pass the --model-dir of a trained run")
         return None

@@ -101,12 +101,14 @@ def cluster_plan(settings, cluster):
                                       cpu_replicas=settings.cpu_replicas)
 
 
-def prepare(task, settings, cluster, plan, check_checkpoint=False):
+def prepare(task, settings, cluster, plan, check_checkpoint=False, reprints_early_stop=False):
     """Returns the RunSetup of `task` under `settings` on `plan`: the data prepared (and its recipe
     taken into the settings), the steps planned from the model dir's record, the training input
     positioned for a resumed --deterministic run and the evaluation inputs mirrored when the plan
     mirrors evaluation. `check_checkpoint` (the process that writes the model dir) first checks
-    that its newest checkpoint can be restored, setting a damaged one aside.
+    that its newest checkpoint can be restored, setting a damaged one aside, unless the run only reprints
+    a finished run's results (at its final step, or stopped early there where the caller
+    `reprints_early_stop`: one machine's run does, a cluster's chief does not).
 
     Raises UsageError (or the data's errors) for flags, data or a model dir that cannot go together.
     """
@@ -136,7 +138,7 @@ def prepare(task, settings, cluster, plan, check_checkpoint=False):
         model_dir_lib.restorable_checkpoint(settings.model_dir)
     setup, warnings = _planned(task, settings, cluster, plan, data, record, trained_on, global_batch, validates,
                                initial)
-    if final is not None and not _only_reprints(setup, final.results):
+    if final is not None and not _only_reprints(setup, final.results, reprints_early_stop):
         # It reads its checkpoints after all: a damaged final one is set aside, and the run planned from the one
         # before it.
         if model_dir_lib.restorable_checkpoint(settings.model_dir) != final.prefix:
@@ -175,14 +177,17 @@ def _final_checkpoint_of_finished_run(model_dir):
     return _FinalCheckpoint(newest, results) if model_dir_lib.step_of_checkpoint(newest) == step else None
 
 
-def _only_reprints(setup, results):
+def _only_reprints(setup, results, reprints_early_stop):
     """Returns whether the run `setup` plans reprints the finished run whose `results` are on record, restoring no
-    checkpoint: one at or past its final step, or stopped early at its start step under its own rule and this
-    run's (as pipeline.roles reprints them); not an evaluation."""
+    checkpoint: one at or past its final step, or (where the caller `reprints_early_stop`) stopped early at its
+    start step under its own rule and this run's, as pipeline.roles.run_local reprints them; not an
+    evaluation."""
     if setup.settings.eval_only:
         return False
     if setup.start_step >= setup.steps.max_steps:
         return True
+    if not reprints_early_stop:
+        return False
     because = stopped_early_at_start(setup)
     return because is not None and results.get("stopped_because") == because
 
@@ -229,7 +234,7 @@ def _planned(task, settings, cluster, plan, data, record, trained_on, global_bat
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
     learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
                                                   settings.reference_batch_size, settings.lr_scaling)
-    if not settings.eval_only:
+    if not settings.eval_only and start_step < steps.max_steps:  # (a finished run's reprint trains nothing)
         _check_decay(settings, learning_rate)
     schedule = ScheduledRate(
         learning_rate, steps.images_at_end, settings.lr_schedule,

@@ -319,9 +319,10 @@ def recipe_of(settings):
         if isinstance(value, (list, tuple)):  # --augment's (name, value) pairs, in any order the same
             return ",".join(f"{name}={text(arg)}" for name, arg in sorted(value)) or "none"
         return str(value)
-    both_mixes = getattr(settings, "mixup", 0) and getattr(settings, "cutmix", 0)  # (the switch acts only then)
+    acting = {"mix_switch_prob": bool(getattr(settings, "mixup", 0) and getattr(settings, "cutmix", 0)),
+              "reference_batch_size": getattr(settings, "lr_scaling", "linear") != "none"}  # (else they change nothing)
     return {_flag(dest): text(getattr(settings, dest)) for dest in RECIPE_FLAGS + RATE_FLAGS
-            if hasattr(settings, dest) and (dest != "mix_switch_prob" or both_mixes)}
+            if hasattr(settings, dest) and acting.get(dest, True)}
 
 
 def _flag(dest):

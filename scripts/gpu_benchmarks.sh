@@ -6,6 +6,7 @@
 # is appended to docs/benchmarks.md. Usage, on a machine with GPUs (the data dirs as train_*.py take them):
 #   scripts/gpu_benchmarks.sh [--fashion-data DIR] [--oct-data DIR]   # measure
 #   scripts/gpu_benchmarks.sh --dry-run                                # print each command, run nothing
+#   GPU_BENCHMARKS_DEVICES="4 8.0 A100" scripts/gpu_benchmarks.sh --dry-run  # ... for GPUs not here
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -19,7 +20,7 @@ while [ $# -gt 0 ]; do
        exit 2 ;;
   esac
 done
-# "<count> <lowest compute capability as major.minor> <names>" of the GPUs TensorFlow sees (another in tests only).
+# "<count> <lowest compute capability as major.minor> <names>" of the GPUs TensorFlow sees, unless given.
 devices="${GPU_BENCHMARKS_DEVICES:-$(scripts/in_venv.sh python -c '
 import tensorflow as tf
 gpus = tf.config.list_physical_devices("GPU")

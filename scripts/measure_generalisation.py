@@ -9,7 +9,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flag_types import name_list, non_negative_float, open_fraction, positive_float  # noqa: E402
+from pipeline.flag_types import checkpoint_folder, name_list, non_negative_float, open_fraction, positive_float  # noqa: E402
 from pipeline.flags import build_parser as build_job_parser  # noqa: E402
 from pipeline.tasks.registry import TASKS, tool_parser  # noqa: E402
 from benchmark import ARM_SGD_RATE, ARM_WEIGHT_DECAY, DEFAULT_GENERALISATION_ARMS as DEFAULT_ARMS, \
@@ -50,7 +50,8 @@ def build_parser():
                          "plain model again with --tta, and write each tool's paired difference from the plain "
                          "run in test accuracy, NLL and ECE (results.csv, summary.json, report.md). Needs a "
                          "validation split (temperature scaling is fitted on it).", task_help="which job to train")
-    parser.add_argument("--output", required=True, help="folder for the runs, their reports and the table; "
+    parser.add_argument("--output", required=True, type=checkpoint_folder,  # (the runs' model dirs are in it)
+                        help="folder for the runs, their reports and the table; "
                                                         "a run whose report is there is not made again")
     parser.add_argument("--seeds", type=seed_list, default="1-5", help="the seeds, e.g. 1-5 or 1,4,9")
     parser.add_argument("--name", default=None, help="the data's name in the report (default: the job's)")

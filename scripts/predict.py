@@ -12,14 +12,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flag_types import ArgumentParser, HelpFormatter, checkpoint_folder, positive_int  # noqa: E402
+from pipeline.flag_types import ArgumentParser, HelpFormatter, model_path, positive_int  # noqa: E402
 from pipeline.flags.tta import TTA_HELP, tta_views  # noqa: E402
 
 
 def build_parser():
     """Returns the parser: the export, the images, and the output form."""
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--model", required=True, type=checkpoint_folder,
+    parser.add_argument("--model", required=True, type=model_path,
                         help="a training run's model dir, or the export folder it printed, or the <model "
                              "dir>/export folder above it (the newest export there is used: the best model when "
                              "the run validated), or a .tflite file a run's --tflite wrote (its class_names.txt "

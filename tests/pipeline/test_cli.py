@@ -219,7 +219,7 @@ def test_a_summary_writer_s_full_disk_is_one_line_and_its_thread_s_traceback_sta
     (3, None, "4,5", "4,5"),  # more than it lists: left for the run to say how many it sees
 ])
 def test_a_run_shows_tensorflow_only_the_gpus_it_trains_on(gpus, cpu_replicas, current, expected):
-    from pipeline.cli import visible_gpus
+    from pipeline.gpu_visibility import visible_gpus
     assert visible_gpus(gpus, cpu_replicas, current) == expected
 
 
@@ -230,16 +230,41 @@ def test_a_job_s_command_line_narrows_the_visible_gpus_before_tensorflow_starts(
     from pipeline.cli import set_tensorflow_environment
     from pipeline.flags import build_parser
     from pipeline.tasks.fashion import TASK
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,7")
+    monkeypatch.setattr(os, "environ", dict(os.environ, CUDA_VISIBLE_DEVICES="3,7"))
     set_tensorflow_environment(build_parser(TASK).parse_args(["--synthetic", *argv]))
     assert os.environ["CUDA_VISIBLE_DEVICES"] == expected
+
+
+def test_under_slurm_a_task_takes_its_gpus_from_its_share_of_the_node(monkeypatch):
+    """Where Slurm allotted no GPUs, its resolver shares the node's among the tasks, setting CUDA_VISIBLE_DEVICES
+    (when it is unset): narrowed before that, every task took GPUs 0..N-1."""
+    import json
+    from types import SimpleNamespace
+    from pipeline import cluster_run
+    from pipeline.cli import set_tensorflow_environment
+    from pipeline.flags import build_parser
+    from pipeline.tasks.fashion import TASK
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
+    set_tensorflow_environment(build_parser(TASK).parse_args(["--synthetic", "--cluster", "slurm", "--gpus", "1"]))
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+    def resolved(port_base, ps):  # as TF's SlurmClusterResolver does for the second of two tasks on 4 GPUs
+        os.environ["CUDA_VISIBLE_DEVICES"] = "2,3"
+        return {"cluster": {"chief": ["n1:8888"], "worker": ["n1:8889"]}, "task": {"type": "worker", "index": 0}}
+    monkeypatch.setattr(cluster_run, "slurm_tf_config", resolved)
+    settings = SimpleNamespace(cluster="slurm", slurm_port_base=8888, slurm_ps=0, gpus=1, cpu_replicas=None)
+    assert cluster_run.resolve_cluster(settings) is not None
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2" and json.loads(os.environ["TF_CONFIG"])["task"]["type"] == "worker"
+    os.environ["CUDA_VISIBLE_DEVICES"] = "5,6"  # allotted by Slurm (gres): narrowed at once, as on one machine
+    set_tensorflow_environment(build_parser(TASK).parse_args(["--synthetic", "--cluster", "slurm", "--gpus", "1"]))
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
 
 
 @pytest.mark.parametrize("argv, expected", [(["--gpus", "1,2"], "0,1"), (["--cpu-replicas", "1,2"], "-1"),
                                             ([], "-1")])
 def test_a_benchmark_shows_tensorflow_only_the_gpus_it_sweeps(monkeypatch, tmp_path, argv, expected):
     from benchmark import cli as benchmark_cli
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
     parser = benchmark_cli.build_benchmark_parser()
     benchmark_cli.parse_args(parser, ["--task", "fashion", "--output", str(tmp_path / "b"), *argv])
     assert os.environ["CUDA_VISIBLE_DEVICES"] == expected

@@ -36,7 +36,7 @@ def test_names_are_written_as_they_are_read_back(names):
 
 
 @pytest.mark.parametrize("path, named", [("runs/exp[lr=0.1]", "["), ("runs/exp?", "?"), ("/tmp/*/m", "*"),
-                                         ("gs://b/a[1]?", "[ and ?")])
+                                         ("gs://b/a[1]?", "[ and ?"), ("runs/a\\b", "\\")])
 def test_a_checkpoint_folder_whose_path_tensorflow_reads_as_a_pattern_is_refused(path, named):
     """TensorFlow's checkpoint readers glob: runs/exp[1] found nothing (a cryptic error, a relaunch failing the same
     way), and runs/exp? matches runs/exp1's files too."""
@@ -57,3 +57,10 @@ def test_the_job_s_checkpoint_folders_refuse_pattern_characters(argv, capsys):
         build_parser(TASK).parse_args(["--synthetic", *argv])
     assert exit_.value.code == 2
     assert f"argument {argv[0]}: runs/a[1]: TensorFlow's checkpoint readers" in capsys.readouterr().err
+
+
+def test_predict_takes_a_tflite_file_by_any_name_and_a_model_dir_without_pattern_characters():
+    from pipeline.flag_types import model_path
+    assert model_path("runs/exp[1]/lite/model.tflite") == "runs/exp[1]/lite/model.tflite"  # TFLite does not glob
+    with pytest.raises(argparse.ArgumentTypeError, match=r"take its \[ for a pattern"):
+        model_path("runs/exp[1]")

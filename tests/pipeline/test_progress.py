@@ -315,6 +315,7 @@ def test_a_resume_under_another_recipe_is_refused_and_another_rate_named():
         "this run's flags from here (training_progress.json keeps each run's)")
     older = progress.Segment(0, 0, 32, recipe={k: v for k, v in first.recipe.items() if k != "--reference-batch-size"})
     assert progress.check_same_recipe([older], 10, {**same, "--reference-batch-size": "320"}, "/m") is None
+    assert "--reference-batch-size" not in recipe(lr_scaling="none")  # a rate not scaled: it changes nothing
     both = recipe(mixup=0.2, cutmix=1.0)
     assert both["--mix-switch-prob"] == "0.5"  # the switch counts when both mix
     assert progress.check_same_recipe([progress.Segment(0, 0, 32)], 10, both, "/m") is None  # an earlier version's
