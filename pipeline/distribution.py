@@ -64,7 +64,7 @@ def use_first_gpus(count):
     TF 1's multi-worker strategies take every GPU TensorFlow sees
     (context.num_gpus()), so this is how --gpus N reaches them. It must run
     before TensorFlow's runtime starts. (A command line has hidden the others
-    already, pipeline.cli.visible_gpus: this reaches the eager context alone,
+    already, pipeline.gpu_visibility.visible_gpus: this reaches the eager context alone,
     not the task's TensorFlow server; it keeps a caller in-process right.)
     """
     visible = tf.config.list_physical_devices("GPU")

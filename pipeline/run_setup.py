@@ -219,8 +219,11 @@ def _planned(task, settings, cluster, plan, data, record, trained_on, global_bat
                                      settings.model_dir)
     steps = training_record.plan(record.segments, start_step, global_batch, data.num_train_examples,
                                  epochs=None if settings.max_steps else settings.epochs, max_steps=settings.max_steps)
+    learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
+                                                  settings.reference_batch_size, settings.lr_scaling)
     warnings = []
     if not settings.eval_only and start_step < steps.max_steps:  # an evaluation builds no optimizer
+        _check_decay(settings, learning_rate)
         training_record.check_same_trainable_layers(record.segments, start_step,
                                                     training_record.trainable_layers_of(settings), settings.model_dir)
         rate_changed = training_record.check_same_recipe(record.segments, start_step,
@@ -232,10 +235,6 @@ def _planned(task, settings, cluster, plan, data, record, trained_on, global_bat
                     tta.untrained_flip(getattr(settings, "tta", ()), getattr(settings, "augment", ()))]
     if settings.eval_only or start_step < steps.max_steps:  # a finished run only reprints its results
         _check_finishing_flags(settings, record, start_step, keeps_best=data.validation_input_fn is not None)
-    learning_rate = batching.scaled_learning_rate(settings.learning_rate, global_batch,
-                                                  settings.reference_batch_size, settings.lr_scaling)
-    if not settings.eval_only and start_step < steps.max_steps:  # (a finished run's reprint trains nothing)
-        _check_decay(settings, learning_rate)
     schedule = ScheduledRate(
         learning_rate, steps.images_at_end, settings.lr_schedule,
         round(settings.warm_up_epochs * data.num_train_examples), images_per_step=global_batch,
