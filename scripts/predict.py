@@ -58,7 +58,8 @@ def predict(args):
     unfinished = unfinished_run_note(args.model, predictor.export_dir)
     if unfinished:
         print(f"{time.strftime('%H:%M:%S')} W {unfinished}", file=sys.stderr, flush=True)  # as the runs warn
-    gradcam = _gradcam(args) if args.explain else None  # (--explain-class checked before any image is classified)
+    # The export that classifies, not --model's newest again: a run beside may have replaced its best since.
+    gradcam = _gradcam(args, predictor.export_dir) if args.explain else None  # (--explain-class checked first)
     if args.tta:  # the mean over views of each image (serving.tta)
         from serving.tta import with_views
         predictor = with_views(predictor, args.tta)
@@ -91,11 +92,11 @@ def _print(results, as_json):
     return failed
 
 
-def _gradcam(args):
-    """Returns the GradCam of --model; raises FlagError for an --explain-class it has not."""
+def _gradcam(args, export_dir):
+    """Returns the GradCam of the export at `export_dir`; raises FlagError for an --explain-class it has not."""
     from pipeline.errors import FlagError
     from serving.gradcam import GradCam
-    gradcam = GradCam(args.model)
+    gradcam = GradCam(export_dir)
     if args.explain_class is not None and args.explain_class not in gradcam.class_names:
         gradcam.close()
         raise FlagError(f"--explain-class {args.explain_class} is not a class of this model; "

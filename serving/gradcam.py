@@ -19,7 +19,7 @@ from acquisition import storage
 from acquisition.png_text import png_text
 from input_fns.decode import PIXELS_SIGNATURE
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES, read_class_names, softmax_logits
-from serving.predict import is_pixels_name, read_pixels, resolve_export_dir
+from serving.predict import is_pixels_name, load_newest_export, read_pixels
 
 _CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
 _FOLLOWERS = ("BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Identity", "FusedBatchNormV3", "Cast")
@@ -70,10 +70,20 @@ class GradCam:
     `explain(pixels, class_index, pixels=True)` of raw pixels when the export takes them (`pixels_shape`)."""
 
     def __init__(self, path):
-        self.export_dir = resolve_export_dir(path)
+        load_newest_export(path, self._load)
+
+    def _load(self, export_dir):
+        self.export_dir = export_dir
         self.class_names = read_class_names(storage.join(self.export_dir, "assets.extra", CLASS_NAMES_FILE))
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph)
+        try:
+            self._build()
+        except BaseException:
+            self._session.close()
+            raise
+
+    def _build(self):
         with self._graph.as_default():
             with deprecation.silence():  # "use tf.saved_model.load": which gives no graph to differentiate
                 meta = tf.compat.v1.saved_model.loader.load(self._session, ["serve"], self.export_dir)

@@ -48,14 +48,19 @@ def load_predictor(path):
     at `path` when it ends in .tflite (see serving.tflite.load_tflite_predictor)."""
     if path.lower().endswith(".tflite"):  # issue 33: a model converted for devices (--tflite)
         return load_tflite_predictor(path)
+    return load_newest_export(path, _saved_model_predictor)
+
+
+def load_newest_export(path, load):
+    """Returns load(export_dir) of the export `path` names (see resolve_export_dir). When that export is gone
+    once its load failed (a run training there replaced it with its new best), returns load() of the newest."""
     export_dir = resolve_export_dir(path)
     try:
-        return _saved_model_predictor(export_dir)
-    except (ExportNotFoundError, OSError):
+        return load(export_dir)
+    except (ExportNotFoundError, OSError, tf.errors.OpError):
         if export_dir == path or storage.exists(export_dir):
             raise
-        # Gone since it was chosen: a run training there replaced it with its new best. Its newest is served.
-        return _saved_model_predictor(resolve_export_dir(path))
+        return load(resolve_export_dir(path))
 
 
 def _saved_model_predictor(export_dir):

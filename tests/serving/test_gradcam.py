@@ -116,6 +116,63 @@ def test_a_rerun_into_the_same_folder_replaces_only_the_heatmaps_of_the_same_fil
                                        "scan.gradcam.png"]
 
 
+def test_an_export_replaced_by_a_newer_best_while_it_loads_is_explained_from_the_newest(patch_export, tmp_path,
+                                                                                          monkeypatch):
+    """GradCam of a model dir a run validates in: the run's new best replaced the export it had chosen, whose load
+    then failed, and it stopped there (predict.py's classifier took the newest)."""
+    import shutil
+    from serving import gradcam as gradcam_module
+    export = tmp_path / "export"
+    shutil.copytree(patch_export, export / "1700000000")
+    built = []
+    original_build = GradCam._build
+
+    def replaced_while_loading(self):
+        built.append(os.path.basename(self.export_dir))
+        if len(built) == 1:
+            os.rename(export / "1700000000", export / "1800000000")
+        return original_build(self)
+    monkeypatch.setattr(gradcam_module.GradCam, "_build", replaced_while_loading)
+    gradcam = GradCam(str(tmp_path))
+    assert built == ["1700000000", "1800000000"] and gradcam.export_dir == str(export / "1800000000")
+    images, labels, _ = patch_images(4, np.random.default_rng(4))
+    assert (gradcam.explain([jpeg(i) for i in images])[0].argmax(1) == labels).all()
+    gradcam.close()
+    for shard in (export / "1800000000" / "variables").glob("variables.data-*"):
+        shard.write_bytes(b"damaged")
+    with pytest.raises(tf.errors.OpError):  # still there: the export's own error, not a retry
+        GradCam(str(tmp_path))
+    assert built[2:] == ["1800000000"]
+
+
+def test_predict_py_explains_the_export_that_classified(patch_export, tmp_path, monkeypatch):
+    """predict.py --explain resolved --model again for the heatmaps: a run beside that exported a new best in
+    between had the classes from one model and the heatmaps from another."""
+    import shutil
+    import scripts.predict as predict_script
+    from serving import gradcam as gradcam_module, predict
+    export = tmp_path / "export"
+    shutil.copytree(patch_export, export / "1700000000")
+    original_load = predict._saved_model_predictor
+
+    def then_a_new_best(export_dir):
+        loaded = original_load(export_dir)
+        shutil.copytree(patch_export, export / "1800000000")
+        return loaded
+    monkeypatch.setattr(predict, "_saved_model_predictor", then_a_new_best)
+    explained = []
+    monkeypatch.setattr(gradcam_module.GradCam, "_build",
+                        lambda self, build=gradcam_module.GradCam._build: (explained.append(self.export_dir),
+                                                                            build(self))[1])
+    image = tmp_path / "scan.jpeg"
+    image.write_bytes(jpeg(patch_images(1, np.random.default_rng(5))[0][0]))
+    args = predict_script.build_parser().parse_args(["--model", str(tmp_path), "--explain", str(tmp_path / "maps"),
+                                                     "--json", str(image)])
+    assert predict_script.predict(args) == 0
+    assert explained == [str(export / "1700000000")]
+    assert os.listdir(tmp_path / "maps") == ["scan.gradcam.png"]
+
+
 def test_a_custom_gradient_loaded_in_another_process_is_differentiated_as_autodiff_would():
     """EfficientNet's swish is a tf.custom_gradient, whose gradient is registered by name only in the
     process that built it: --eval-only and predict.py --explain of an efficientnet_b0 export ended in
