@@ -113,11 +113,14 @@ def run_chief(task, settings, cluster, stop):
         estimator, figures = build_estimator(setup, pacing)
         validation = _validation(setup, estimator, pacing, stop)
         stopping = stop_hook(stop.requested, stop)
+        trains = setup.start_step < setup.max_steps  # (else killed before its report: train_and_evaluate would step once)
+        # A chief that only writes the report starts no server, and waits for no cluster.
+        watches = watch_trainer(cluster, settings, setup.max_steps, stop.asked,
+                                lambda: stopping.stopped_at_step is not None) if trains else []
         hooks = build_training_hooks(setup, stopping, validation).adding(
-            watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
-            + _agreed_stop_hooks(setup) + _chief_validation_hooks(setup, validation))
+            watches + _agreed_stop_hooks(setup) + _chief_validation_hooks(setup, validation))
         seconds = 0.0
-        if setup.start_step < setup.max_steps:  # (else killed before its report: train_and_evaluate would step once)
+        if trains:
             _record_start(setup)
             seconds = _train(setup, stop, lambda: _train_in_cluster(setup, estimator, hooks),
                              sets_aside_diverged=True)

@@ -211,7 +211,9 @@ def test_a_worker_stopped_while_it_waits_for_its_cluster_ends_as_its_stop(fashio
 def test_a_chief_killed_before_its_report_is_finished_at_the_final_step_and_a_finished_run_ends_at_once(
         fashion_data_dir, tmp_path):
     # Every task relaunched trained one step past --max-steps (a cluster's StopAtStepHook steps once before it
-    # stops); a finished job relaunched kept its workers waiting --cluster-wait-secs for a chief that had ended.
+    # stops); a finished job relaunched kept its workers waiting --cluster-wait-secs for a chief that had ended;
+    # and the relaunched chief, writing the report alone, waited for a cluster that would never start, ending 1
+    # after --cluster-wait-secs (3 here: its test evaluation and export take longer).
     model_dir = tmp_path / "m"
     flags = train_flags(fashion_data_dir, model_dir, "multi_worker_mirrored", 10)
     killed = subprocess.run([sys.executable, LAUNCHER, "--workers", "1", "--", sys.executable, TRAIN, *flags],
@@ -219,8 +221,9 @@ def test_a_chief_killed_before_its_report_is_finished_at_the_final_step_and_a_fi
                             text=True, timeout=300)
     assert killed.returncode != 0 and not (model_dir / "results.json").exists(), killed.stdout[-2000:]
     for run in ("relaunched", "finished"):
-        result = launch(["--workers", "1"], flags + ["--cluster-wait-secs", "60"], timeout=100)
+        result = launch(["--workers", "1"], flags + ["--cluster-wait-secs", "3"], timeout=100)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        assert "waiting for the cluster" not in result.stdout + result.stderr, run
         assert "worker 0: the model dir has trained to its final step 10 already; nothing to train" in result.stdout
         results = json.loads((model_dir / "results.json").read_text())
         assert results["global_step"] == 10 and not (model_dir / "model.ckpt-11.index").exists(), run
