@@ -16,7 +16,7 @@ import time
 
 import tensorflow as tf
 
-from cluster.peers import kept_checkpoint
+from cluster.peers import PEER_LOST_EXIT, kept_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ HANDLER_GRACE_SECS = 3.0
 class ClusterWatch:
     """A daemon thread that waits for `started()` (the first training session; for the
     evaluator, the first checkpoint in `model_dir`), logging every `every_secs` which
-    tasks do not answer, and exits the process with code 1 after `wait_secs`, or with
+    tasks do not answer, and exits the process after `wait_secs` (see _give_up), or with
     128 + N once `stop_signal()` has returned signal N for HANDLER_GRACE_SECS."""
 
     def __init__(self, cluster, wait_secs, model_dir, every_secs=10.0, prog=None, stop_signal=lambda: None):
@@ -76,9 +76,20 @@ class ClusterWatch:
             waited = self.wait_secs - max(0.0, deadline - time.monotonic())
             missing = f"no answer from {', '.join(silent)}" if silent else "every task answers, no session yet"
             if time.monotonic() >= deadline:
-                self._exit(1, f"error: the cluster did not start within {self.wait_secs:g} s ({missing}); start "
-                              "every task TF_CONFIG lists, or raise --cluster-wait-secs")
+                self._give_up(missing)
             log.info("waiting for the cluster to start: %s (%.0f of %g s)", missing, waited, self.wait_secs)
+
+    def _give_up(self, missing):
+        """Ends the process: exit 1 for a cluster that never trained in the model dir (an address or a task
+        missing from the launch, which a restart does not mend), PEER_LOST_EXIT for one that has (a relaunch,
+        where a peer still pending, say for a node, comes later: schedulers restart on it)."""
+        if tf.train.latest_checkpoint(self.model_dir) is None:
+            self._exit(1, f"error: the cluster did not start within {self.wait_secs:g} s ({missing}); start "
+                          "every task TF_CONFIG lists, or raise --cluster-wait-secs")
+        self._exit(PEER_LOST_EXIT, f"error: the cluster did not start within {self.wait_secs:g} s ({missing}), "
+                                   "though it has trained in this model dir: a task may still wait for a node, or "
+                                   f"have ended (see its log); this one ends (exit {PEER_LOST_EXIT}, retryable): "
+                                   "relaunch every task, or raise --cluster-wait-secs")
 
     def _end_if_stopped(self):
         """Ends the process, waiting for its cluster, when a stop signal came HANDLER_GRACE_SECS ago."""

@@ -14,7 +14,9 @@ def _examples_per_second(global_batch_size, model_dir=None, every_n_steps=100, w
                                  warm_up_steps=warm_up_steps, output_dir=model_dir, excluded_time=excluded_time)
 
 
-def _profiler(model_dir, profile_steps=100, **_):
+def _profiler(model_dir=None, profile_steps=100, **_):
+    if model_dir is None:  # a task that writes no files (a cluster's worker: the chief's timelines stand for it)
+        return None
     from hooks.profiler import DeferredProfilerHook
     return DeferredProfilerHook(save_steps=profile_steps, output_dir=model_dir)
 
@@ -26,11 +28,12 @@ HOOKS = {
 
 
 def build_hooks(names, **params):
-    """Returns a list of hooks, one per name in `names`, built from `params`.
+    """Returns a list of hooks, one per name in `names`, built from `params` (with `model_dir` None, the hooks
+    that only write files are left out, and the others write no summaries).
 
     Raises ValueError for an unknown name, listing the known ones.
     """
     unknown = [n for n in names if n not in HOOKS]
     if unknown:
         raise ValueError(f"unknown hook {', '.join(unknown)}; known hooks: {', '.join(sorted(HOOKS))}")
-    return [HOOKS[name](**params) for name in names]
+    return [hook for hook in (HOOKS[name](**params) for name in names) if hook is not None]

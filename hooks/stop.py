@@ -42,7 +42,8 @@ class StopOnRequestHook(tf.estimator.SessionRunHook):
     requests are not all zero: all after the same step, so none waits in a collective for a trainer
     that has ended (the chief's checkpoint is that step's). A trainer that stops so without a request
     of its own calls `on_agreed(signum)` (`agreed_signal` is then that signal). `after_stop(step)`, if
-    given, is called at the end of a session that stopped after such an agreed step.
+    given, is called at the end of a session that stopped (after an agreed step, or, without the
+    agreement, after its own request).
     """
 
     def __init__(self, should_stop, signal_received=None, on_agreed=None, after_stop=None):
@@ -84,7 +85,7 @@ class StopOnRequestHook(tf.estimator.SessionRunHook):
             run_context.request_stop()
 
     def end(self, session):
-        if self.stopped_at_step is not None and self._agreed is not None and self._after_stop is not None:
+        if self.stopped_at_step is not None and self._after_stop is not None:
             self._after_stop(self.stopped_at_step)
 
 

@@ -64,16 +64,25 @@ def training_finished(model_dir, max_steps=None, current_stop=None):
         return False
 
 
+def finished_check(model_dir, max_steps):
+    """Returns a callable returning training_finished(model_dir, max_steps), its stop record read through an
+    agreed_stop.CurrentStop made now: call it at the task's start."""
+    current_stop = agreed_stop.CurrentStop(model_dir)
+    return lambda: training_finished(model_dir, max_steps, current_stop)
+
+
 def _peer_watch(cluster, settings, max_steps, stop_signal=None, stop_taken=None):
     """Returns the PeerWatch of this task of `cluster` (not started), its recovery lines filtered. A
     lost peer ends the task with cluster.peers.PEER_LOST_EXIT, unless the task was asked to stop: see
     PeerWatch's `stop_signal` and `stop_taken`. `max_steps` is the final step (None on a parameter
-    server)."""
+    server, which also ends when no trainer came within --cluster-wait-secs to a finished model dir)."""
     log_listening_ports(cluster, logging.getLogger(__name__))
-    current_stop = agreed_stop.CurrentStop(settings.model_dir)
+    on_ps = cluster.task_type == "ps"
     peers = PeerWatch(cluster, settings.model_dir, settings.peer_timeout_secs,
-                      finished=lambda: training_finished(settings.model_dir, max_steps, current_stop),
-                      stop_signal=stop_signal or (lambda: None), stop_taken=stop_taken or (lambda: False))
+                      finished=finished_check(settings.model_dir, max_steps),
+                      stop_signal=stop_signal or (lambda: None), stop_taken=stop_taken or (lambda: False),
+                      startup_secs=settings.cluster_wait_secs if on_ps else None,
+                      in_use=lambda: model_dir_lib.run_holding(settings.model_dir) is not None)
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
     return peers
 
@@ -116,15 +125,30 @@ def watch_trainer(cluster, settings, max_steps, stop_signal=None, stop_taken=Non
 def wait_for_chief_checkpoint(cluster, model_dir, step, wait_secs):
     """Waits until the chief's checkpoint of global `step` (or a newer one) is in `model_dir`, the
     chief no longer answers, or `wait_secs` have passed; returns whether the checkpoint is there.
-    For a worker that stopped with the chief after the same step (hooks.stop.StopOnRequestHook): the
-    chief writes that checkpoint as its session ends, and the worker's own last line names it."""
-    deadline, said = time.monotonic() + wait_secs, False
+    For a worker that stopped after `step` (hooks.stop.StopOnRequestHook): the chief writes its
+    checkpoint as its session ends, and the worker's own last line names it; under parameter_server a
+    worker that ended first would have the scheduler end the chief's job step before that save."""
+    return _wait_for_chief(cluster, lambda: model_dir_lib.latest_global_step(model_dir) >= step,
+                           f"the chief's checkpoint of global step {step}", wait_secs)
+
+
+def wait_for_final_checkpoint(cluster, finished):
+    """Waits, for as long as the chief answers, until `finished()` (see finished_check); returns whether it is.
+    For a parameter-server worker at the end of training: its chief may still be validating, then steps once
+    more and saves the final checkpoint, and takes a worker that ends before that for a lost one."""
+    return _wait_for_chief(cluster, finished, "the chief's final checkpoint", wait_secs=None)
+
+
+def _wait_for_chief(cluster, done, waited_for, wait_secs):
+    """Waits until `done()`, the chief no longer answers or `wait_secs` have passed (None: no limit); returns
+    whether done() is."""
+    deadline, said = None if wait_secs is None else time.monotonic() + wait_secs, False
     chief = cluster.addresses["chief"][0]
-    while model_dir_lib.latest_global_step(model_dir) < step:
-        if time.monotonic() >= deadline or probe(chief) is not None:
+    while not done():
+        if (deadline is not None and time.monotonic() >= deadline) or probe(chief) is not None:
             return False
         if not said:
-            logging.getLogger(__name__).info("waiting for the chief's checkpoint of global step %d", step)
+            logging.getLogger(__name__).info("waiting for %s", waited_for)
             said = True
         time.sleep(0.2)
     return True

@@ -66,11 +66,10 @@ def _check_folder(init_from):
     own model dir, by pipeline.init_from.check_folder) or the model dir of a run still training."""
     if not storage.isdir(init_from):
         raise no_such_folder(init_from)
-    lock = storage.join(init_from, model_dir_lib.LOCK_FILE)  # (both only read: a URL's is a lease)
-    lease = locks.Lease(lock) if storage.is_url(init_from) else None
-    training = lease.holder() if lease else locks.held_by(lock)
+    training = model_dir_lib.run_holding(init_from)
     if training:
-        gone = f" (or, if it is gone, {lease.ttl:.0f} s for its lease to expire)" if lease else ""
+        gone = f" (or, if it is gone, {locks.LEASE_SECONDS:.0f} s for its lease to expire)" \
+            if storage.is_url(init_from) else ""
         raise UsageError(f"--init-from {init_from}: another run ({training}) is training there, and its best "
                          f"checkpoint may still change; wait for it to finish{gone}, then start this run")
 

@@ -85,6 +85,13 @@ def locked(model_dir):
             locks.release(held)
 
 
+def run_holding(model_dir):
+    """Returns who holds the lock of the model dir `model_dir` ("pid N on HOST"; a URL's lease holder), or None
+    when no run does; the lock is only read."""
+    path = storage.join(model_dir, LOCK_FILE)
+    return locks.Lease(path).holder() if storage.is_url(model_dir) else locks.held_by(path)
+
+
 def _acquire_in(model_dir, path):
     try:
         return locks.acquire(path)

@@ -14,8 +14,9 @@ from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
 from models.optimizers import precision
 from pipeline import determinism, ema as ema_lib, evaluation_report, initial_weights, model_dir as model_dir_lib, \
     training_record, undecodable
-from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, recheck_model_readiness_every, resolve_cluster, \
-    wait_for_chief_checkpoint, watch_evaluator, watch_parameter_server, watch_trainer
+from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, finished_check, recheck_model_readiness_every, \
+    resolve_cluster, wait_for_chief_checkpoint, wait_for_final_checkpoint, watch_evaluator, watch_parameter_server, \
+    watch_trainer
 from pipeline.errors import FlagError, TrainingError, UsageError
 from pipeline.estimator import build_estimator, build_run_config
 from pipeline.finish import finish
@@ -137,6 +138,7 @@ def run_chief(task, settings, cluster, stop):
 def run_worker(task, settings, cluster, stop):
     """A cluster's worker: trains with the chief until it ends (or an agreed stop); returns None."""
     setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
+    finished = finished_check(settings.model_dir, setup.max_steps)
     if setup.start_step >= setup.max_steps:  # its chief writes the report alone: a finished run, or one killed after
         log.info("worker %d: the model dir has trained to its final step %d already; nothing to train",
                  cluster.index, setup.max_steps)
@@ -153,6 +155,8 @@ def run_worker(task, settings, cluster, stop):
         watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
         + _agreed_stop_hooks(setup))
     _train(setup, stop, lambda: _train_in_cluster(setup, estimator, hooks))
+    if settings.strategy == "parameter_server" and not stop.requested():
+        wait_for_final_checkpoint(cluster, finished)  # (asynchronous: the chief may not be there yet)
     model_dir_lib.remove_worker_scratch(settings.model_dir, cluster.task_type, cluster.index)
     if stop.requested():
         raise Interrupted(stop.received)

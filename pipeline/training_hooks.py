@@ -58,18 +58,20 @@ class TimeElsewhere:
 
 def build_training_hooks(setup, stop, validation=None, writes_summaries=True):
     """Returns the TrainingHooks of `setup` (a RunSetup) that every trainer runs: `stop` (see
-    stop_hook) first, then --hooks, the loss watch, the learning rate (written to TensorBoard with
-    `writes_summaries`) and the progress line. `validation` (a ValidationListener, or None) is left
+    stop_hook) first, then --hooks (writing files with `writes_summaries`: a cluster's workers would write
+    over the chief's), the loss watch, the learning rate (written to TensorBoard with `writes_summaries`)
+    and the progress line. `validation` (a ValidationListener, or None) is left
     out of the timed steps; the role that runs it adds it where it belongs."""
     settings = setup.settings
     loss_watch = LossWatchHook(settings.log_steps)
-    rate_hook = LearningRateHook(settings.model_dir if writes_summaries else None, settings.summary_steps)
+    summary_dir = settings.model_dir if writes_summaries else None
+    rate_hook = LearningRateHook(summary_dir, settings.summary_steps)
     # The checkpoint timer measures each write of the Estimator's checkpoint saver, which runs
     # before every hook here, and the validation listener its evaluations after those writes:
     # the throughput hook leaves both out of its steps.
     checkpoint_timer = CheckpointTimer()
     train_hooks = [stop] + hooks_lib.build_hooks(
-        settings.hooks, global_batch_size=setup.global_batch, model_dir=settings.model_dir,
+        settings.hooks, global_batch_size=setup.global_batch, model_dir=summary_dir,
         every_n_steps=settings.summary_steps, warm_up_steps=settings.warm_up_steps, profile_steps=settings.log_steps,
         excluded_time=TimeElsewhere(checkpoint_timer, validation)) \
         + [loss_watch, rate_hook, ProgressHook(setup.max_steps, setup.global_batch, settings.log_steps)]

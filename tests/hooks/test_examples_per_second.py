@@ -108,3 +108,21 @@ def test_time_spent_writing_checkpoints_during_a_step_is_left_out():
         excluded.seconds += checkpoint_seconds
         hook.after_run(None, Values())
     assert hook.step_times == pytest.approx([0.5, 0.5, 0.5])
+
+
+@pytest.mark.parametrize("writes_summaries", [True, False])
+def test_a_cluster_worker_s_hooks_write_nothing_into_the_chief_s_model_dir(writes_summaries):
+    """Every worker's images_per_sec went into the chief's event folder (one TensorBoard series interleaved from N
+    processes), and under --hooks profiler each wrote the chief's timeline-<step>.json at the same steps."""
+    from types import SimpleNamespace
+    from hooks.stop import StopOnRequestHook
+    from pipeline.training_hooks import build_training_hooks
+    settings = SimpleNamespace(hooks=("examples_per_second", "profiler"), model_dir="/tmp/m", summary_steps=10,
+                               warm_up_steps=2, log_steps=10)
+    built = build_training_hooks(SimpleNamespace(settings=settings, global_batch=32, max_steps=100),
+                                 StopOnRequestHook(lambda: False), writes_summaries=writes_summaries)
+    speed = [hook for hook in built.all if isinstance(hook, ExamplesPerSecondHook)]
+    profilers = [hook for hook in built.all if isinstance(hook, DeferredProfilerHook)]
+    assert len(speed) == 1 and speed[0].output_dir == ("/tmp/m" if writes_summaries else None)
+    assert len(profilers) == (1 if writes_summaries else 0)
+    assert built.rate.output_dir == ("/tmp/m" if writes_summaries else None)

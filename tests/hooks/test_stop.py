@@ -68,11 +68,12 @@ def test_without_the_agreement_a_signal_stops_after_the_step_during_which_it_cam
     with tf.Graph().as_default():
         step = tf.compat.v1.train.get_or_create_global_step()
         train = tf.compat.v1.assign_add(step, 1)
-        hook, runs = StopOnRequestHook(lambda: own[0], after_stop=lambda step: None), 0
+        stopped = []  # a parameter-server worker waits there for the chief's checkpoint: it ended first
+        hook, runs = StopOnRequestHook(lambda: own[0], after_stop=stopped.append), 0
         with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
             while not session.should_stop() and runs < 20:
                 if runs == 3:
                     own[0] = True
                 session.run(train)
                 runs += 1
-    assert runs == 4 and hook.stopped_at_step == 4
+    assert runs == 4 and hook.stopped_at_step == 4 and stopped == [4]

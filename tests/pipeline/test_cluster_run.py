@@ -3,6 +3,7 @@ chief's final checkpoint is written, then the chief stops answering before its r
 after a stop signal, and a task's stopped while it waits for its cluster. Replayed in that order with
 stand-in gRPC peers, so the ordering is deterministic."""
 import json
+import os
 import signal
 import socket
 import threading
@@ -180,6 +181,57 @@ def test_a_ps_ends_0_after_training_finished_though_one_trainer_never_answered_i
     assert watch.code == 0 and "training finished and every trainer ended" in watch.line, watch.line
 
 
+def test_a_ps_relaunched_onto_a_finished_model_dir_ends_0_once_no_trainer_came_and_no_run_holds_it(tmp_path):
+    # Its chief reprinted (or wrote the report alone) and its workers had nothing to train: none started a
+    # server, and the ps, having seen none, served until the scheduler's time limit.
+    refusing = []
+    for _ in range(2):
+        never = socket.socket()
+        never.bind(("127.0.0.1", 0))  # bound, not listening: refuses connections
+        refusing.append(never)
+    chief, worker = (f"127.0.0.1:{never.getsockname()[1]}" for never in refusing)
+    cluster = ClusterTask("ps", 0, 2, {"chief": [chief], "worker": [worker], "ps": ["127.0.0.1:1"]})
+    write_checkpoint(tmp_path, 800, final_step=800)
+    in_use = threading.Event()
+    in_use.set()  # the chief writes the report under the model dir's lock
+    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2, finished=lambda: training_finished(str(tmp_path)),
+                           startup_secs=1, in_use=in_use.is_set).start()
+    try:
+        assert not watch.exited.wait(3), watch.line  # past startup_secs, but a run holds the model dir
+        in_use.clear()
+        assert watch.exited.wait(30), "the watch never ended the ps"
+    finally:
+        for never in refusing:
+            never.close()
+    assert watch.code == 0, watch.line
+    assert "training had finished and no trainer started a server in 1 s" in watch.line, watch.line
+
+
+def test_a_ps_waits_for_a_chief_that_will_train_on_a_finished_model_dir(tmp_path):
+    """A relaunch with a higher --max-steps: the final step on record is reached until the chief records
+    the new one, after its start; a ps that ended meanwhile left the chief waiting for it."""
+    never = socket.socket()
+    never.bind(("127.0.0.1", 0))
+    cluster = ClusterTask("ps", 0, 1, {"chief": [f"127.0.0.1:{never.getsockname()[1]}"], "ps": ["127.0.0.1:1"]})
+    write_checkpoint(tmp_path, 800, final_step=800)
+    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2, finished=lambda: training_finished(str(tmp_path)),
+                           startup_secs=3).start()
+    try:
+        assert not watch.exited.wait(2), watch.line  # the chief is still starting: within startup_secs
+        write_checkpoint(tmp_path, 800, final_step=1600)  # it recorded its new final step
+        assert not watch.exited.wait(3), watch.line
+    finally:
+        never.close()
+
+
+def test_the_run_holding_a_model_dir_is_read_from_its_lock(tmp_path):
+    from pipeline import model_dir as model_dir_lib
+    assert model_dir_lib.run_holding(str(tmp_path)) is None
+    with model_dir_lib.locked(str(tmp_path)):
+        assert f"pid {os.getpid()}" in model_dir_lib.run_holding(str(tmp_path))
+    assert model_dir_lib.run_holding(str(tmp_path)) is None
+
+
 def test_a_ps_asked_to_stop_serves_until_the_chief_has_ended_then_ends_as_its_stop(tmp_path):
     # Its handler never runs (a ps serves inside TensorFlow's C++): it waited for SIGKILL.
     chief, worker = FakeServer(), FakeServer()
@@ -200,6 +252,29 @@ def test_a_ps_asked_to_stop_serves_until_the_chief_has_ended_then_ends_as_its_st
     assert watch.line == (f"stopped by SIGTERM; ps 0 served until the chief, which saves the checkpoints, had "
                           f"ended: the latest checkpoint, model.ckpt-40, is kept in {tmp_path}: run the same command "
                           "to resume")
+
+
+def test_a_parameter_server_worker_at_its_end_waits_for_the_final_checkpoint_while_the_chief_answers(tmp_path):
+    from pipeline.cluster_run import finished_check, wait_for_final_checkpoint
+    chief = FakeServer()
+    cluster = ClusterTask("worker", 0, 2, {"chief": [chief.address], "worker": ["127.0.0.1:1"]})
+    write_checkpoint(tmp_path, 160, final_step=200)  # the chief validates the checkpoint of step 160
+    finished, waited = finished_check(str(tmp_path), 200), []
+    waiting = threading.Thread(target=lambda: waited.append(wait_for_final_checkpoint(cluster, finished)))
+    waiting.start()
+    try:
+        waiting.join(3)
+        assert waiting.is_alive()  # no time limit: the chief answers, and its validation may take minutes
+        write_checkpoint(tmp_path, 201, final_step=200)
+        waiting.join(10)
+        assert waited == [True]
+        write_checkpoint(tmp_path, 160, final_step=200)
+        finished = finished_check(str(tmp_path), 200)
+        chief.close()  # a chief that has gone: no checkpoint is coming
+        assert wait_for_final_checkpoint(cluster, finished) is False
+    finally:
+        chief.close()
+        waiting.join(10)
 
 
 class RecordingClusterWatch(ClusterWatch):
@@ -235,3 +310,17 @@ def test_a_task_asked_to_stop_while_waiting_for_its_cluster_ends_as_its_stop_unl
     assert watch.code == 143
     assert watch.line == ("stopped by SIGTERM while waiting for the cluster to start, before this task's first "
                           f"step: no checkpoint was written in {tmp_path} yet")
+
+
+@pytest.mark.parametrize("trained_before", [False, True])
+def test_a_cluster_that_does_not_start_ends_1_the_first_time_and_retryable_on_a_relaunch(tmp_path, trained_before):
+    """A task missing at the first launch is a launch to mend (exit 1); after a relaunch (the model dir has a
+    checkpoint) it is more likely a pod waiting for a node, which Kubeflow's ExitCode policy gave up on at 1."""
+    cluster = ClusterTask("worker", 0, 2, {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]})
+    if trained_before:
+        write_checkpoint(tmp_path, 40, final_step=800)
+    watch = RecordingClusterWatch(cluster, 1, str(tmp_path), every_secs=0.3).start()
+    assert watch.exited.wait(10), "the watch never ended the task"
+    assert watch.code == (PEER_LOST_EXIT if trained_before else 1), watch.line
+    assert "the cluster did not start within 1 s (no answer from chief 0 at 127.0.0.1:1" in watch.line, watch.line
+    assert ("exit 200, retryable" in watch.line) == trained_before, watch.line

@@ -29,15 +29,17 @@ def train_flags(data_dir, model_dir, strategy, max_steps):
 
 
 PS_TEST = "test_parameter_servers_train_asynchronously_and_are_stopped_at_the_end"
+PS_RELAUNCH_TEST = "test_a_parameter_server_cluster_relaunched_task_by_task_onto_its_finished_model_dir_ends_0"
 PS_STEPS = 400
 
 
 @pytest.fixture(scope="module", autouse=True)
 def parameter_server_launch(request, fashion_data_dir, tmp_path_factory):
-    """The parameter-server cluster of PS_TEST, started in the background before this module's
-    first test, which runs meanwhile. Returns a function that waits for the launch and returns
-    (model dir, CompletedProcess); None when PS_TEST is not selected."""
-    if not any(item.name == PS_TEST and item.module.__name__ == __name__ for item in request.session.items):
+    """The parameter-server cluster of PS_TEST (and PS_RELAUNCH_TEST, which relaunches it), started in the
+    background before this module's first test, which runs meanwhile. Returns a function that waits for the
+    launch and returns (model dir, CompletedProcess); None when neither is selected."""
+    if not any(item.name in (PS_TEST, PS_RELAUNCH_TEST) and item.module.__name__ == __name__
+               for item in request.session.items):
         yield None
         return
     root = tmp_path_factory.mktemp("ps-launch")
@@ -91,6 +93,29 @@ def test_parameter_servers_train_asynchronously_and_are_stopped_at_the_end(param
     assert ran, result.stdout[-3000:]
     steps, first = int(ran.group(1)), int(ran.group(2))
     assert first <= PS_STEPS // 4 and steps >= PS_STEPS // 8, ran.group(0)
+
+
+def test_a_parameter_server_cluster_relaunched_task_by_task_onto_its_finished_model_dir_ends_0(
+        parameter_server_launch, fashion_data_dir):
+    """As Slurm relaunches a job step, each task its own process: the chief reprints, the worker has nothing to
+    train, and neither starts a server; the ps, which had seen no trainer answer, served until the time limit."""
+    from cluster.launcher import free_ports
+    model_dir, launched = parameter_server_launch()
+    assert launched.returncode == 0, launched.stdout[-3000:]
+    addresses = {job: [f"127.0.0.1:{port}"] for job, port in zip(("chief", "worker", "ps"), free_ports(3))}
+    flags = train_flags(fashion_data_dir, model_dir, "parameter_server", PS_STEPS) + ["--cluster-wait-secs", "5"]
+    tasks = {job: subprocess.Popen([sys.executable, TRAIN, *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, env=dict(os.environ, TF_CONFIG=json.dumps(
+                                       {"cluster": addresses, "task": {"type": job, "index": 0}})))
+             for job in ("ps", "chief", "worker")}
+    try:
+        outputs = {job: task.communicate(timeout=120)[0] for job, task in tasks.items()}
+    finally:
+        for task in tasks.values():
+            task.kill()
+    assert {job: task.returncode for job, task in tasks.items()} == {"ps": 0, "chief": 0, "worker": 0}, outputs
+    assert "training had finished and no trainer started a server in 5 s" in outputs["ps"], outputs["ps"][-2000:]
+    assert "nothing to train" in outputs["worker"]
 
 
 def test_a_killed_worker_fails_the_launch_and_a_relaunch_resumes(fashion_data_dir, tmp_path):

@@ -10,7 +10,7 @@ import sys
 import time
 
 
-from acquisition.faults import KILL_VARIABLE
+from acquisition.faults import KILL_VARIABLE, PAUSE_VARIABLE
 from cluster.launcher import cluster_tasks
 from cluster.peers import PEER_LOST_EXIT
 from tests.conftest import ROOT
@@ -70,7 +70,7 @@ def start_cluster(tasks, flags, log_dir, envs=None):
     for label in cluster:
         if label.startswith("worker") and later:
             cluster[label].wait_for(rf"{label} listens on ")
-    cluster.update({label: Task(label, c, flags, log_dir) for label, c in later})
+    cluster.update({label: Task(label, c, flags, log_dir, envs.get(label)) for label, c in later})
     return cluster
 
 
@@ -195,3 +195,23 @@ def test_parameter_server_cluster_ends_when_a_ps_or_a_worker_is_lost_and_relaunc
     # The relaunched ps ended by itself once training finished: nothing was left to stop.
     assert "training finished and every trainer ended" in relaunched["ps 0"].text()
     assert_worker_joined_promptly(relaunched["worker 0"], step, PS_STEPS)
+
+
+def test_parameter_server_workers_that_reach_the_final_step_while_the_chief_validates_wait_for_its_checkpoint(
+        fashion_data_dir, tmp_path):
+    """Asynchronous workers do not wait for the chief's steps: they reached the final step and ended while the
+    chief validated (12 s here, as a large validation split takes), and the chief's watch took them for lost
+    before it had written its final checkpoint: exit 200, and a relaunch met the same race."""
+    fl = flags(fashion_data_dir, tmp_path / "m", "parameter_server", max_steps=200)[:-2] + ["--eval-every-steps", "40"]
+    cluster = start_cluster(cluster_tasks(workers=1, ps=1), fl, tmp_path / "run",
+                            {"chief": {PAUSE_VARIABLE: "validation:1:12000"}})
+    try:
+        codes = {label: task.process.wait(timeout=240) for label, task in cluster.items()}
+        assert codes == {"chief": 0, "worker 0": 0, "ps 0": 0}, {label: task.text()[-2000:]
+                                                               for label, task in cluster.items()}
+    finally:
+        for task in cluster.values():
+            task.end()
+    worker = cluster["worker 0"].text()
+    assert "waiting for the chief's final checkpoint" in worker, worker[-3000:]  # it did get there first
+    assert 200 <= json.loads((tmp_path / "m" / "results.json").read_text())["global_step"] <= 204
