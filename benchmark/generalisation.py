@@ -7,6 +7,7 @@ command (with --deterministic --seed, so a seed gives every arm the same split, 
 input order), each with --calibrate temperature; test-time augmentation is an --eval-only run of the
 baseline's model dir, and temperature scaling reads the baseline's own report after scaling. Every
 figure comes from the run's report.json (reporting.calibration's definitions, 15 equal-count bins)."""
+import contextlib
 import csv
 import dataclasses
 import datetime
@@ -16,15 +17,17 @@ import shutil
 import subprocess
 import sys
 
+from acquisition import locks
 from benchmark import ARM_SGD_RATE, ARM_WEIGHT_DECAY, DEFAULT_GENERALISATION_ARMS, paired
 from cluster.lifeline import held_lifeline
-from pipeline.errors import FlagError, TrainingError
+from pipeline.errors import FlagError, TrainingError, UsageError
 from pipeline.evaluation_report import EVAL_ONLY_DIR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METRICS = (("accuracy", True), ("nll", False), ("ece", False))  # (name, higher is better)
 COMMON_FLAGS = ("--deterministic", "--calibrate", "temperature", "--bootstrap-resamples", "100")
 PLAN_FILE = "measurement.json"  # the flags the runs under --output train with
+LOCK_FILE = ".measurement.lock"  # held by the measurement running in --output
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +73,12 @@ def _run(command, log_path):
     (exit 2), TrainingError on another failure, each naming the log.
     The run holds the read end of a lifeline (cluster.lifeline, which every job follows): if this
     process dies, kill -9 included, the run checkpoints and ends rather than train on unwatched."""
-    with held_lifeline() as (env, lifeline), open(log_path, "w") as log:
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, pass_fds=(lifeline,), env=env)
+    # From the folder the measurement runs in, as the user's own paths say; a run made again after a stop adds to
+    # its log (only one measurement runs in an --output: holding_output).
+    with held_lifeline() as (env, lifeline), open(log_path, "a") as log:
+        log.write(f"=== {datetime.datetime.now():%Y-%m-%d %H:%M:%S}: {' '.join(command)}\n")
+        log.flush()
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, pass_fds=(lifeline,), env=env)
     if code:
         with open(log_path) as log:
             last = (log.read().strip().splitlines() or ["(no output)"])[-1]
@@ -79,17 +86,45 @@ def _run(command, log_path):
         raise error(f"{' '.join(command[1:3])} ... exited {code}: {last} (log: {log_path})")
 
 
-def claim_output(output, job_argv, arms):
+@contextlib.contextmanager
+def holding_output(output):
+    """Holds the lock of the folder `output` (made if absent) for the block: one measurement at a time there.
+    Raises UsageError naming the one running; a folder this left holding nothing else is removed."""
+    made = not os.path.isdir(output)
+    os.makedirs(output, exist_ok=True)
+    path = os.path.join(output, LOCK_FILE)
+    try:
+        held = locks.acquire(path)
+    except locks.LockHeld as e:
+        raise UsageError(f"another measurement ({e.owner}) is running in --output {output}; wait for it to finish, "
+                         "or pass another --output") from None
+    try:
+        yield
+    finally:
+        if os.listdir(output) == [LOCK_FILE]:
+            locks.release_and_remove(held, path)
+            if made:
+                os.rmdir(output)
+        else:
+            locks.release(held)
+
+
+def claim_output(output, job_argv, arms, job_settings=None):
     """Writes the flags this measurement trains with into `output`/PLAN_FILE, or checks them against the
     ones there: kept reports and model dirs are reused by arm and seed, so a measurement made with
-    other flags must not go on in the same folder. Raises FlagError (exit 2) when they differ."""
+    other flags must not go on in the same folder. `job_settings` ({flag: repr of its value}, parsed from
+    `job_argv`) are compared where both plans have them: the same flags in another order are the same.
+    Raises FlagError (exit 2) when they differ."""
     plan = {"job_flags": list(job_argv), "arms": {arm.name: list(arm.flags) for arm in arms.values()}}
+    if job_settings is not None:
+        plan["job_settings"] = dict(job_settings)
     path = os.path.join(output, PLAN_FILE)
     if os.path.exists(path):
         with open(path) as f:
             earlier = json.load(f)
-        if earlier != plan:
-            if earlier.get("job_flags") != plan["job_flags"]:
+        compared = "job_settings" if "job_settings" in earlier and "job_settings" in plan else "job_flags"
+        if earlier.get(compared) != plan[compared] or earlier.get("arms") != plan["arms"]:
+            if earlier.get(compared) != plan[compared]:
                 changed = f"the job's flags were '{' '.join(earlier.get('job_flags', []))}', now '{' '.join(job_argv)}'"
             else:
                 changed = f"the arms' flags were {earlier.get('arms')}, now {plan['arms']}"

@@ -18,6 +18,11 @@ from benchmark import ARM_SGD_RATE, ARM_WEIGHT_DECAY, DEFAULT_GENERALISATION_ARM
 OWN_FLAGS = ("--seed", "--model-dir", "--eval-only", "--deterministic", "--calibrate", "--ema", "--label-smoothing",
              "--mixup", "--cutmix", "--tta", "--weight-decay")
 SGD_ARM_FLAGS = ("--optimizer",)  # with the sgd arm the plain run is Adam's (at the job's --learning-rate)
+# Each arm's value, when not given, and the arm each value flag belongs to.
+ARM_DEFAULTS = {"ema_decay": 0.99, "label_smoothing": 0.1, "mixup": 0.2, "cutmix": 1.0, "tta": "flip",
+                "weight_decay": ARM_WEIGHT_DECAY, "sgd_rate": ARM_SGD_RATE}
+ARM_VALUE_FLAGS = {"--ema-decay": "ema", "--label-smoothing": "label_smoothing", "--mixup": "mixup_cutmix",
+                   "--cutmix": "mixup_cutmix", "--tta": "tta", "--weight-decay": "weight_decay", "--sgd-rate": "sgd"}
 
 
 def seed_list(text):
@@ -55,12 +60,16 @@ def build_parser():
                                                         "a run whose report is there is not made again")
     parser.add_argument("--seeds", type=seed_list, default="1-5", help="the seeds, e.g. 1-5 or 1,4,9")
     parser.add_argument("--name", default=None, help="the data's name in the report (default: the job's)")
-    parser.add_argument("--ema-decay", type=open_fraction, default=0.99, help="the EMA arm's --ema")
-    parser.add_argument("--label-smoothing", type=open_fraction, default=0.1, help="that arm's --label-smoothing")
-    parser.add_argument("--mixup", type=positive_float, default=0.2, help="the mixing arm's --mixup")
-    parser.add_argument("--cutmix", type=positive_float, default=1.0, help="the mixing arm's --cutmix")
-    parser.add_argument("--tta", choices=("flip", "flip,crops"), default="flip", metavar="flip|flip,crops",
-                        help="the TTA arm's views: 'flip' or 'flip,crops'")
+    parser.add_argument("--ema-decay", type=open_fraction, default=None,
+                        help=f"the ema arm's --ema (default {ARM_DEFAULTS['ema_decay']:g})")
+    parser.add_argument("--label-smoothing", type=open_fraction, default=None,
+                        help=f"the label_smoothing arm's --label-smoothing (default {ARM_DEFAULTS['label_smoothing']:g})")
+    parser.add_argument("--mixup", type=positive_float, default=None,
+                        help=f"the mixup_cutmix arm's --mixup (default {ARM_DEFAULTS['mixup']:g})")
+    parser.add_argument("--cutmix", type=positive_float, default=None,
+                        help=f"the mixup_cutmix arm's --cutmix (default {ARM_DEFAULTS['cutmix']:g})")
+    parser.add_argument("--tta", choices=("flip", "flip,crops"), default=None, metavar="flip|flip,crops",
+                        help="the tta arm's views: 'flip' (default) or 'flip,crops'")
     parser.add_argument("--arms", type=arm_list, default=",".join(DEFAULT_ARMS), metavar="ARM,...",
                         help=f"the arms beside the plain run, of {', '.join(ARM_NAMES)}")
     parser.add_argument("--weight-decay", type=non_negative_float, default=None,
@@ -80,11 +89,11 @@ def _parse(parser, argv):
     args, job_argv = parser.parse_known_args(argv)
     task = TASKS[args.task]
     build_job_parser(task).parse_args(job_argv)
-    arm_values = (("--weight-decay", args.weight_decay, "weight_decay"), ("--sgd-rate", args.sgd_rate, "sgd"))
-    for flag, value, arm in arm_values:
-        if value is not None and arm not in args.arms:
+    # (These flags share their names with the job's: given without their arm, they would change nothing.)
+    for flag, arm in ARM_VALUE_FLAGS.items():
+        if getattr(args, flag[2:].replace("-", "_")) is not None and arm not in args.arms:
             parser.error(f"argument {flag}: sets the {arm} arm's value, and --arms does not name that arm; add {arm} "
-                         "to --arms (the measurement's plain run trains with neither)")
+                         f"to --arms (the measurement's plain run trains without it)")
     own = OWN_FLAGS + (SGD_ARM_FLAGS if "sgd" in args.arms else ())
     clash = [f for f in own if any(a == f or a.startswith(f + "=") for a in job_argv)]
     if clash:
@@ -97,15 +106,18 @@ def measure(parsed):
     from benchmark import generalisation  # noqa: PLC0415
     from pipeline.machine import describe_cpu  # noqa: PLC0415
     args, task, job_argv = parsed
-    arms = generalisation.build_arms(args.ema_decay, args.label_smoothing, args.mixup, args.cutmix, args.tta,
-                                     ARM_WEIGHT_DECAY if args.weight_decay is None else args.weight_decay,
-                                     args.sgd_rate or ARM_SGD_RATE, args.arms)
+    value = {name: default if getattr(args, name) is None else getattr(args, name)
+             for name, default in ARM_DEFAULTS.items()}
+    arms = generalisation.build_arms(value["ema_decay"], value["label_smoothing"], value["mixup"], value["cutmix"],
+                                     value["tta"], value["weight_decay"], value["sgd_rate"], args.arms)
     header = (f"{args.name or task.name}: `{' '.join(['scripts/measure_generalisation.py', *sys.argv[1:]])}`; "
               f"seeds {','.join(map(str, args.seeds))}; {describe_cpu()}")
-    generalisation.claim_output(args.output, job_argv, arms)
-    rows = generalisation.measure(f"train_{task.name}.py", job_argv, arms, args.seeds, args.output,
-                                  progress=lambda line: print(line, flush=True))
-    print(generalisation.write_outputs(rows, generalisation.summarise(rows, arms), arms, args.output, header))
+    with generalisation.holding_output(args.output):
+        job_settings = {k: repr(v) for k, v in sorted(vars(build_job_parser(task).parse_args(job_argv)).items())}
+        generalisation.claim_output(args.output, job_argv, arms, job_settings)
+        rows = generalisation.measure(f"train_{task.name}.py", job_argv, arms, args.seeds, args.output,
+                                      progress=lambda line: print(line, flush=True))
+        print(generalisation.write_outputs(rows, generalisation.summarise(rows, arms), arms, args.output, header))
 
 
 if __name__ == "__main__":

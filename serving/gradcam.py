@@ -125,12 +125,20 @@ def overlay(image, heatmap, alpha=0.45):
     maximum) upsampled over it in the 'jet' colours."""
     from matplotlib import colormaps
     from PIL import Image
-    rgb = np.asarray(image.convert("RGB"), np.float32)
+    rgb = _display_rgb(image)
     peak = float(heatmap.max())
     scaled = (heatmap / peak if peak > 0 else np.zeros_like(heatmap)).astype(np.float32)
     grid = Image.fromarray(scaled, mode="F").resize(image.size, Image.BILINEAR)
     colours = colormaps["jet"](np.clip(np.asarray(grid), 0, 1))[..., :3] * 255
     return np.clip((1 - alpha) * rgb + alpha * colours, 0, 255).astype(np.uint8)
+
+
+def _display_rgb(image):
+    """Returns the PIL `image` as float32 RGB from 0 to 255: a 16-bit gray one scaled down (PIL's convert clips
+    it at 255, a white square), as the model's decoder reads it."""
+    if image.mode.startswith("I"):
+        return np.repeat(np.asarray(image, np.float32)[..., None] / 257, 3, axis=-1)
+    return np.asarray(image.convert("RGB"), np.float32)
 
 
 def write_heatmap_png(image, heatmap, out_path, source=None):
@@ -145,8 +153,9 @@ def write_heatmap_png(image, heatmap, out_path, source=None):
 
 
 def source_digest(source):
-    """Returns the sha256 (hex) of the path `source`, as a heatmap of it records it."""
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+    """Returns the sha256 (hex) of the path `source`, as a heatmap of it records it (of its bytes: a name that is
+    not UTF-8 comes as Python's surrogate escapes)."""
+    return hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def heatmap_source(path):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from benchmark import generalisation, paired
-from pipeline.errors import FlagError, TrainingError
+from pipeline.errors import FlagError, TrainingError, UsageError
 from tests.conftest import ROOT, assert_ends
 
 
@@ -106,6 +106,31 @@ def test_the_tta_arm_reads_the_report_its_eval_only_run_writes_beside_the_baseli
     assert json.loads((tmp_path / "out" / "reports" / "baseline-seed1.json").read_text())["accuracy"]["value"] == 0.8
 
 
+def test_relative_paths_are_the_user_s_and_a_second_measurement_in_the_same_output_is_refused(tmp_path,
+                                                                                                  monkeypatch):
+    """The runs were started in the repo: a relative --output trained into the checkout, and the measurement then
+    looked for the reports in the user's folder; a second measurement of the same --output wrote into the
+    first one's logs."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train_fake.py").write_text(FAKE_JOB)
+    monkeypatch.setattr(generalisation, "ROOT", str(tmp_path))
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path / "mine")
+    arms = {"baseline": generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")["baseline"]}
+    with generalisation.holding_output("out"):
+        with pytest.raises(UsageError, match=rf"another measurement \(pid {os.getpid()} on .*\) is running in "
+                                             r"--output out; wait for it to finish, or pass another --output"):
+            with generalisation.holding_output("out"):
+                pass
+        rows = generalisation.measure("train_fake.py", [], arms, [1], "out", progress=lambda line: None)
+    assert rows[0]["accuracy"] == 0.8
+    assert (tmp_path / "mine" / "out" / "runs" / "baseline-seed1" / "report.json").exists()
+    assert not (tmp_path / "out").exists()
+    with generalisation.holding_output("nothing"):  # a folder it made and left empty goes
+        pass
+    assert not (tmp_path / "mine" / "nothing").exists()
+
+
 def test_an_output_folder_goes_on_only_with_the_flags_it_was_begun_with(tmp_path):
     arms = generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")
     generalisation.claim_output(str(tmp_path), ["--max-steps", "20"], arms)
@@ -116,6 +141,13 @@ def test_an_output_folder_goes_on_only_with_the_flags_it_was_begun_with(tmp_path
     with pytest.raises(FlagError, match="the arms' flags were"):
         generalisation.claim_output(str(tmp_path), ["--max-steps", "20"],
                                     generalisation.build_arms(0.9, 0.1, 0.2, 1.0, "flip"))
+    # With the parsed settings on record, the same flags in another order are the same measurement.
+    settings = {"batch_size": "16", "max_steps": "300"}
+    generalisation.claim_output(str(tmp_path / "b"), ["--batch-size", "16", "--max-steps", "300"], arms, settings)
+    generalisation.claim_output(str(tmp_path / "b"), ["--max-steps", "300", "--batch-size", "16"], arms, settings)
+    with pytest.raises(FlagError, match="the job's flags were '--batch-size 16 --max-steps 300', now"):
+        generalisation.claim_output(str(tmp_path / "b"), ["--max-steps", "30", "--batch-size", "16"], arms,
+                                    {**settings, "max_steps": "30"})
 
 
 def test_a_failed_run_names_its_last_line_and_its_log(tmp_path):
@@ -185,6 +217,12 @@ def test_a_run_ends_when_the_measurement_is_killed(tmp_path):
     (["--arms", "ema", "--weight-decay", "0.01"], "argument --weight-decay: sets the weight_decay arm's value, and "
                                                   "--arms does not name that arm"),
     (["--sgd-rate", "0.1"], "argument --sgd-rate: sets the sgd arm's value, and --arms does not name that arm"),
+    # The job's flags of the same names: the tool took them for its arms' and measured without them.
+    (["--arms", "ema", "--mixup", "0.3"], "argument --mixup: sets the mixup_cutmix arm's value, and --arms does not"),
+    (["--arms", "ema", "--cutmix=1"], "argument --cutmix: sets the mixup_cutmix arm's value"),
+    (["--arms", "tta", "--label-smoothing", "0.1"], "argument --label-smoothing: sets the label_smoothing arm's"),
+    (["--arms", "tta", "--ema-decay", "0.9"], "argument --ema-decay: sets the ema arm's value"),
+    (["--arms", "ema", "--tta", "flip"], "argument --tta: sets the tta arm's value"),
 ])
 def test_the_command_line_refuses_in_one_line_with_exit_2(argv, fragment, tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "measure_generalisation.py"),

@@ -173,6 +173,25 @@ def test_predict_py_explains_the_export_that_classified(patch_export, tmp_path, 
     assert os.listdir(tmp_path / "maps") == ["scan.gradcam.png"]
 
 
+def test_a_file_name_that_is_not_utf_8_and_a_16_bit_scan_get_their_heatmaps(patch_export, tmp_path):
+    """A name that is not UTF-8 ended predict.py --explain in a traceback (its digest encoded it strictly), and
+    a 16-bit PNG's heatmap was drawn over a white square (PIL's convert clips 16-bit gray at 255)."""
+    image = patch_images(1, np.random.default_rng(6))[0][0]
+    odd = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"caf\xe9.png"))
+    Image.fromarray(image[..., 0]).save(odd)
+    wide = tmp_path / "scan16.png"
+    Image.fromarray(image[..., 0].astype(np.uint16) * 257).save(wide)
+    gradcam = GradCam(patch_export)
+    results = explain_files(gradcam, [{"file": odd, "class": CLASSES[0]}, {"file": str(wide), "class": CLASSES[0]}],
+                            str(tmp_path / "out"))
+    gradcam.close()
+    assert os.path.basename(results[0]["heatmap"]) == os.fsdecode(b"caf\xe9.gradcam.png")
+    assert heatmap_source(results[0]["heatmap"]) == source_digest(odd)
+    with Image.open(results[0]["heatmap"]) as plain, Image.open(results[1]["heatmap"]) as deep:
+        difference = np.abs(np.asarray(plain, np.int16) - np.asarray(deep, np.int16))
+    assert difference.max() <= 1  # the 16-bit scan's overlay is the 8-bit one's
+
+
 def test_a_custom_gradient_loaded_in_another_process_is_differentiated_as_autodiff_would():
     """EfficientNet's swish is a tf.custom_gradient, whose gradient is registered by name only in the
     process that built it: --eval-only and predict.py --explain of an efficientnet_b0 export ended in
