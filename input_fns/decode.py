@@ -55,14 +55,18 @@ def decode_and_resize(contents, image_size, channels=1, fast=False):
     """Returns the image `contents` (see decode_image) as a uint8 [height, width, channels] image of
     `image_size`.
 
-    With `fast`, libjpeg decodes at 1/2, 1/4 or 1/8 scale when the result is still
+    With `fast`, libjpeg decodes a JPEG at 1/2, 1/4 or 1/8 scale when the result is still
     at least the target size: much less work for large images, and closer to an
-    antialiased resize than a full decode followed by a bilinear resize.
+    antialiased resize than a full decode followed by a bilinear resize. Other formats
+    (a PNG sent to an export of such a job, say) are decoded in full.
     """
     if fast:
-        branches = [lambda r=r: tf.io.decode_jpeg(contents, channels=channels, ratio=r)
-                    for r in _DECODE_RATIOS]
-        image = tf.switch_case(decode_ratio(contents, image_size), branches)
+        def reduced():
+            branches = [lambda r=r: tf.io.decode_jpeg(contents, channels=channels, ratio=r)
+                        for r in _DECODE_RATIOS]
+            return tf.ensure_shape(tf.switch_case(decode_ratio(contents, image_size), branches),
+                                   [None, None, channels])
+        image = tf.cond(tf.io.is_jpeg(contents), reduced, lambda: decode_image(contents, channels))
     else:
         image = decode_image(contents, channels)
     image = tf.image.resize(image, image_size)

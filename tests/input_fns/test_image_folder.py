@@ -140,3 +140,20 @@ def test_odd_jpegs_are_skipped_and_listed_with_their_problem(oct_sample, tmp_pat
         pattern(root, "test"), OCT_CLASSES, SIZE, 8, training=False, scan=scan, on_bad_image="skip"))
     _, labels = read_all(input_fn)
     assert len(labels) == 24  # the good ones, decoded without an error
+
+
+def test_a_reduced_decode_takes_png_bmp_and_gif_in_full(oct_sample, capfd):
+    """An export of an OCT run with --decode reduced refused PNG, BMP and GIF files as 'Invalid JPEG data', with
+    libjpeg's own 'Not a JPEG file' lines on the terminal: its decode was libjpeg's alone."""
+    import io
+    from PIL import Image
+    path = os.path.join(oct_sample, "CNV", sorted(os.listdir(os.path.join(oct_sample, "CNV")))[0])
+    with Image.open(path) as scan:
+        scan = scan.convert("L")
+    full = decode.decode_and_resize(tf.io.read_file(path), (64, 64), fast=False).numpy()
+    for kind in ("PNG", "BMP", "GIF"):
+        buffer = io.BytesIO()
+        scan.save(buffer, kind)
+        fast = decode.decode_and_resize(tf.constant(buffer.getvalue()), (64, 64), fast=True).numpy()
+        assert fast.shape == (64, 64, 1) and np.abs(fast.astype(float) - full).mean() < 2, kind
+    assert "Not a JPEG file" not in capfd.readouterr().err

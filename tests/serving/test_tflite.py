@@ -374,6 +374,15 @@ def test_the_oct_jobs_pixels_signature_converts_and_agrees(oct_tree, tmp_path, c
     assert [r["class"] for r in saved] == [r["class"] for r in lite] and len(saved) == 6
     assert np.allclose([list(r["probabilities"].values()) for r in saved],
                        [list(r["probabilities"].values()) for r in lite], atol=1e-4)
+    # A PNG of a scan: decoded in full, not refused as 'Invalid JPEG data' by both.
+    from PIL import Image
+    with Image.open(scans[0]) as scan:
+        scan.convert("L").save(tmp_path / "scan.png")
+    for predictor, by_jpeg in zip(predictors, (saved, lite)):
+        from_png, = classify_files(predictor, [str(tmp_path / "scan.png")])
+        assert "error" not in from_png, from_png
+        assert np.allclose(list(from_png["probabilities"].values()), list(by_jpeg[0]["probabilities"].values()),
+                           atol=0.05)
 
 
 def test_explain_refuses_a_tflite_file_in_one_line(tmp_path):
