@@ -119,14 +119,23 @@ def find_runs(folders):
         if unfinished:
             log.warning("left out %d run%s of %s with no %s yet (unfinished, or stopped): %s", len(unfinished),
                         "" if len(unfinished) == 1 else "s", folder, RESULTS_FILE, ", ".join(unfinished))
-        read = {name: _read(posixpath.join(folder, name), strict=False) for name in inside}
-        others = [name for name in inside if read[name] is None]
-        if len(others) == len(inside):
+        read, damaged = {}, []
+        for name in inside:
+            try:
+                read[name] = _read(posixpath.join(folder, name), strict=False)
+            except RunsError:
+                damaged.append(name)
+        others = [name for name in read if read[name] is None]
+        if len(others) + len(damaged) == len(inside):
             _read(posixpath.join(folder, inside[0]))  # (raises, naming it)
+        if damaged:  # one run's damaged file hid every other run's figures
+            log.warning("left out %d run%s of %s whose %s is damaged (not valid JSON): %s; run each one's command "
+                        "again, which writes it anew", len(damaged), "" if len(damaged) == 1 else "s", folder,
+                        RESULTS_FILE, ", ".join(damaged))
         if others:  # a benchmark's output beside the runs, say: its results.json is another kind
             log.warning("left out %d folder%s of %s whose %s is not a run's results (a benchmark's, say): %s",
                         len(others), "" if len(others) == 1 else "s", folder, RESULTS_FILE, ", ".join(others))
-        runs.extend((posixpath.join(folder, name), read[name]) for name in inside if read[name] is not None)
+        runs.extend((posixpath.join(folder, name), read[name]) for name in inside if read.get(name) is not None)
     return runs
 
 
@@ -148,8 +157,8 @@ def _read(folder, strict=True):
         with tf.io.gfile.GFile(path) as f:
             results = json.load(f)
     except ValueError as e:
-        raise RunsError(f"{path} is not valid JSON ({e}): the run that wrote it did not finish; "
-                        "leave it out or run it again") from None
+        raise RunsError(f"{path} is not valid JSON ({e}): it is damaged (a run writes it whole, by a rename); "
+                        "run that run's command again, which writes it anew, or leave it out") from None
     if not isinstance(results, dict) or "task" not in results:
         if not strict:
             return None

@@ -21,6 +21,11 @@ def _atomic_write(path, data):
     return storage.write_atomically(path, data)
 
 
+def _cell(name):
+    """Returns a class name for a Markdown table's cell: its | escaped (a class folder may be named a|b)."""
+    return name.replace("|", "\\|")
+
+
 def _percent(figure):
     """Returns '97.8% (96.9-98.6)' for {'value', 'ci'}, 'n/a' for None."""
     if figure is None or (isinstance(figure, dict) and figure["value"] is None):
@@ -113,7 +118,7 @@ def calibration_markdown(figures):
              "| Brier, one against the rest |",
              "|---|---:|---|---:|---:|"]
     for name, f in figures["per_class"].items():
-        lines.append(f"| {name} | {f['images']} | {_ece(f['ece'])} | {_plain(f['nll'])} | "
+        lines.append(f"| {_cell(name)} | {f['images']} | {_ece(f['ece'])} | {_plain(f['nll'])} | "
                      f"{_plain(f['brier'])} |")
     return lines + (temperature_markdown(figures["temperature"]) if figures.get("temperature") else [])
 
@@ -148,7 +153,7 @@ def markdown(report, title="Test evaluation"):
              "|---|---:|---|---|---:|---:|---|"]
     for name, f in report["per_class"].items():
         note = f" ({f['undefined']})" if f.get("undefined") else ""
-        lines.append(f"| {name}{note} | {f['positives']} | {_percent(f['sensitivity'])} | "
+        lines.append(f"| {_cell(name)}{note} | {f['positives']} | {_percent(f['sensitivity'])} | "
                      f"{_percent(f['specificity'])} | {_percent(f['precision'])} | {_percent(f['f1'])} | "
                      f"{_decimal(f['auc'])} |")
     macro, micro = report["macro"], report["micro"]
@@ -161,8 +166,8 @@ def markdown(report, title="Test evaluation"):
         lines += referral_markdown(report["referral"])
     lines += calibration_markdown(report["calibration"])
     lines += ["", "Confusion matrix (rows: true class, columns: predicted):", "",
-              "| | " + " | ".join(report["class_names"]) + " |", "|---|" + "---:|" * len(report["class_names"])]
-    lines += [f"| {name} | " + " | ".join(str(v) for v in row) + " |"
+              "| | " + " | ".join(map(_cell, report["class_names"])) + " |", "|---|" + "---:|" * len(report["class_names"])]
+    lines += [f"| {_cell(name)} | " + " | ".join(str(v) for v in row) + " |"
               for name, row in zip(report["class_names"], report["confusion_matrix"])]
     lines += _labels_in_plots(report["class_names"])
     return "\n".join(lines) + "\n"

@@ -173,3 +173,22 @@ def test_the_plots_of_class_names_in_a_script_the_font_lacks_say_nothing_on_stde
     pngs = plot_pngs(clinical_report(probabilities, labels, names, resamples=10), probabilities, labels)
     assert pngs and all(png.startswith(b"\x89PNG") for png in pngs.values())
     assert not [w for w in recwarn if "Glyph" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+def test_a_class_named_with_a_bar_keeps_report_md_s_tables_whole():
+    """A class folder named a|b split its row of every table (and the confusion matrix's header) in two."""
+    rng = np.random.default_rng(1)
+    names = ["a|b", "c", "d"]
+    probabilities, labels = rng.dirichlet(np.ones(3), size=60), rng.integers(0, 3, 60)
+    text = markdown(clinical_report(probabilities, labels, names, resamples=20))
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    tables, columns = [], None
+    for line in text.splitlines() + [""]:  # each table's rows have as many cells as its header
+        if line.startswith("|"):
+            cells = len(line.replace("\\|", "").split("|"))
+            columns = columns or cells
+            tables.append((cells, columns, line))
+        else:
+            columns = None
+    assert rows and all(cells == header for cells, header, _ in tables), [t for t in tables if t[0] != t[1]]
+    assert any(line.startswith("| a\\|b ") for line in rows)

@@ -89,8 +89,20 @@ def test_a_folder_without_runs_and_a_half_written_results_file_are_named(tmp_pat
         compare.find_runs([str(tmp_path / "empty")])
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "results.json").write_text('{"task": ')
-    with pytest.raises(RunsError, match="is not valid JSON"):
+    with pytest.raises(RunsError, match="is not valid JSON .*: it is damaged .*; run that run's command again"):
         compare.find_runs([str(tmp_path / "half")])
+
+
+def test_a_damaged_results_file_in_a_folder_of_runs_is_left_out_with_a_warning(tmp_path, caplog):
+    """One damaged results.json failed the whole table of a folder of runs."""
+    for name, text in (("good", '{"task": "fashion"}'), ("half", '{"task": ')):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "results.json").write_text(text)
+    assert compare.find_runs([str(tmp_path / "runs")]) == [(str(tmp_path / "runs" / "good"), {"task": "fashion"})]
+    assert "left out 1 run of" in caplog.text and "results.json is damaged (not valid JSON): half" in caplog.text
+    shutil.rmtree(tmp_path / "runs" / "good")
+    with pytest.raises(RunsError, match="half/results.json is not valid JSON"):  # nothing else to show
+        compare.find_runs([str(tmp_path / "runs")])
 
 
 def test_a_results_file_given_itself_is_its_run_and_one_holding_no_object_is_named(tmp_path):
