@@ -18,6 +18,7 @@ from hooks.stop import SessionStartedHook
 from pipeline import model_dir as model_dir_lib, results as results_lib, training_record as progress
 from pipeline.gpu_visibility import narrow_visible_gpus
 from pipeline.validation import agreed_stop
+from pipeline.validation.early_stopping import early_stopping_of
 
 # How often a worker rechecks whether the chief has initialized (or restored) the variables.
 WORKER_READY_RECHECK_SECS = 1.0
@@ -64,11 +65,12 @@ def training_finished(model_dir, max_steps=None, current_stop=None):
         return False
 
 
-def finished_check(model_dir, max_steps):
-    """Returns a callable returning training_finished(model_dir, max_steps), its stop record read through an
-    agreed_stop.CurrentStop made now: call it at the task's start."""
-    current_stop = agreed_stop.CurrentStop(model_dir)
-    return lambda: training_finished(model_dir, max_steps, current_stop)
+def finished_check(settings, max_steps):
+    """Returns a callable returning training_finished(settings.model_dir, max_steps), its stop record read
+    through an agreed_stop.CurrentStop made now under the settings' early-stopping rule: call it at the task's
+    start."""
+    current_stop = agreed_stop.CurrentStop(settings.model_dir, early_stopping_of(settings))
+    return lambda: training_finished(settings.model_dir, max_steps, current_stop)
 
 
 def _peer_watch(cluster, settings, max_steps, stop_signal=None, stop_taken=None):
@@ -79,7 +81,7 @@ def _peer_watch(cluster, settings, max_steps, stop_signal=None, stop_taken=None)
     log_listening_ports(cluster, logging.getLogger(__name__))
     on_ps = cluster.task_type == "ps"
     peers = PeerWatch(cluster, settings.model_dir, settings.peer_timeout_secs,
-                      finished=finished_check(settings.model_dir, max_steps),
+                      finished=finished_check(settings, max_steps),
                       stop_signal=stop_signal or (lambda: None), stop_taken=stop_taken or (lambda: False),
                       startup_secs=settings.cluster_wait_secs if on_ps else None,
                       in_use=lambda: model_dir_lib.run_holding(settings.model_dir) is not None)

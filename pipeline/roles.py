@@ -31,6 +31,7 @@ from pipeline.training_hooks import build_training_hooks, stop_hook
 from pipeline.validation import agreed_stop
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.validation.cadence import Pacing, cadence_for
+from pipeline.validation.early_stopping import early_stopping_of
 from pipeline.validation.listener import build_validation
 from pipeline.validation.record import read_record
 from reporting import hparams
@@ -103,10 +104,13 @@ def run_chief(task, settings, cluster, stop):
     stop with them through the model dir), then finishes; returns results.json's dict."""
     with model_dir_lib.locked(settings.model_dir):
         model_dir_lib.remove_leftovers(settings.model_dir)
-        if agreed_stop.remove_stop(settings.model_dir):
-            log.info("removed an earlier run's stop record (%s)", agreed_stop.STOP_FILE)
         setup = prepare(task, settings, cluster, cluster_plan(settings, cluster), check_checkpoint=True)
-        finished = _already_finished(setup)
+        # Stopped early at its newest checkpoint (killed before its report, or relaunched after it): as every
+        # task of the cluster decides, nobody trains. Else a stop record is an earlier run's.
+        stopped = _honoured_stop(setup)
+        if stopped is None and agreed_stop.remove_stop(settings.model_dir):
+            log.info("removed an earlier run's stop record (%s)", agreed_stop.STOP_FILE)
+        finished = _already_finished(setup) or (_finished_results(setup, stopped["because"]) if stopped else None)
         if finished:
             return finished
         pacing = _pacing(setup)
@@ -114,7 +118,11 @@ def run_chief(task, settings, cluster, stop):
         estimator, figures = build_estimator(setup, pacing)
         validation = _validation(setup, estimator, pacing, stop)
         stopping = stop_hook(stop.requested, stop)
-        trains = setup.start_step < setup.max_steps  # (else killed before its report: train_and_evaluate would step once)
+        # (Else killed before its report: train_and_evaluate would step once.)
+        trains = setup.start_step < setup.max_steps and stopped is None
+        if stopped is not None:
+            _check_report_only(setup)
+            validation.stopped_by_record(setup.start_step, stopped["because"])
         # A chief that only writes the report starts no server, and waits for no cluster.
         watches = watch_trainer(cluster, settings, setup.max_steps, stop.asked,
                                 lambda: stopping.stopped_at_step is not None) if trains else []
@@ -138,10 +146,15 @@ def run_chief(task, settings, cluster, stop):
 def run_worker(task, settings, cluster, stop):
     """A cluster's worker: trains with the chief until it ends (or an agreed stop); returns None."""
     setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
-    finished = finished_check(settings.model_dir, setup.max_steps)
+    finished = finished_check(settings, setup.max_steps)
     if setup.start_step >= setup.max_steps:  # its chief writes the report alone: a finished run, or one killed after
         log.info("worker %d: the model dir has trained to its final step %d already; nothing to train",
                  cluster.index, setup.max_steps)
+        return None
+    stopped = _honoured_stop(setup)
+    if stopped is not None:
+        log.info("worker %d: training stopped early after step %d (%s) already; nothing to train", cluster.index,
+                 stopped["stop_after_step"], stopped["because"])
         return None
     pacing = _pacing(setup)
     _announce(setup, pacing)
@@ -175,7 +188,8 @@ def run_evaluator(task, settings, cluster, stop):
     with stop.training():
         # What train_and_evaluate runs on an evaluator, with a listener that also ends it after the
         # final checkpoint of an early stop (it would otherwise wait for --max-steps' for ever).
-        agreed_stop.evaluate_until_training_ends(estimator, train_spec, eval_spec, settings.model_dir)
+        agreed_stop.evaluate_until_training_ends(estimator, train_spec, eval_spec, settings.model_dir,
+                                                 early_stopping_of(settings))
     if stop.requested():
         raise Interrupted(stop.received)
     log.info("evaluator %d finished", cluster.index)
@@ -315,6 +329,14 @@ def _started_from(setup):
     if setup.initial_weights:
         return setup.initial_weights.as_record()
     return initial_weights.started_from(setup.record.segments) if not setup.start_step else None
+
+
+def _honoured_stop(setup):
+    """Returns the stop record of a cluster's training that stopped early at the newest checkpoint under this run's
+    rule (agreed_stop.honoured_stop), or None (none, an earlier run's, or no validation split)."""
+    if setup.data.validation_input_fn is None or setup.settings.eval_only:
+        return None
+    return agreed_stop.honoured_stop(setup.settings.model_dir, setup.start_step, early_stopping_of(setup.settings))
 
 
 def _agreed_stop_hooks(setup):

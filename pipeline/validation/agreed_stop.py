@@ -28,6 +28,8 @@ from tensorflow_estimator.python.estimator import training as training_lib
 from acquisition import storage
 from acquisition.files import write_json_atomically
 from pipeline import model_dir as model_dir_lib
+from pipeline.errors import UsageError
+from pipeline.validation.record import read_record
 
 log = logging.getLogger(__name__)
 STOP_FILE = "stop.json"
@@ -64,17 +66,37 @@ def remove_stop(model_dir):
     return True
 
 
+def honoured_stop(model_dir, newest_step, early_stopping):
+    """Returns the stop record when training stopped early there under this run's rule, else None: the newest
+    checkpoint (`newest_step`) has reached its step, and the validation record's evaluations before it stop
+    training under `early_stopping` (an EarlyStopping) for the reason it names. Every task of a relaunch
+    decides alike from the same files and flags: the chief then writes the report alone (or reprints it) and
+    nobody trains; else the record is an earlier run's, resumed with another rule, which the chief removes."""
+    record = read_stop(model_dir)
+    if record is None or newest_step < record["stop_after_step"]:
+        return None
+    try:
+        evaluations = [e for e in read_record(model_dir)["evaluations"] if e["step"] < record["stop_after_step"]]
+    except UsageError:  # (a damaged validation record: the chief's own checks name it)
+        return None
+    return record if evaluations and early_stopping.reason(evaluations) == record["because"] else None
+
+
 class CurrentStop:
     """A callable returning this run's stop record (as read_stop), or None. A record that was already
     there when this object was made (at the task's start) belongs to an earlier run, early-stopped
     and now resumed, while no checkpoint newer than the newest one then has been written: the chief
     removes it before training, but a parameter server, an evaluator or a peer watch may look first
-    (and would take training as finished at once, so that a lost trainer meant exit 0, not a restart)."""
+    (and would take training as finished at once, so that a lost trainer meant exit 0, not a restart).
+    Unless it is `early_stopping`'s honoured_stop: then training has ended there (a relaunch after the
+    stop, or an evaluator restarted after it), and it counts."""
 
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, early_stopping=None):
         self._model_dir = model_dir
-        self._found_at_start = read_stop(model_dir)
-        self._step_at_start = model_dir_lib.latest_global_step(model_dir) if self._found_at_start else None
+        newest = model_dir_lib.latest_global_step(model_dir)
+        honoured = early_stopping is not None and honoured_stop(model_dir, newest, early_stopping) is not None
+        self._found_at_start = None if honoured else read_stop(model_dir)
+        self._step_at_start = newest if self._found_at_start else None
 
     def __call__(self):
         record = read_stop(self._model_dir)
@@ -129,10 +151,11 @@ class ChiefValidation:
 
 class _EndsAtAgreedStop(training_lib._ContinuousEvalListener):  # noqa: SLF001 - the listener TF's evaluator takes
     """Ends an evaluator's continuous evaluation once it has evaluated a checkpoint at or past the
-    stop record's step (TensorFlow's own ends it at max_steps only)."""
+    stop record's step (TensorFlow's own ends it at max_steps only); a record there at its start counts when
+    it is `early_stopping`'s (see CurrentStop)."""
 
-    def __init__(self, model_dir):
-        self._current_stop, self._evaluated_step = CurrentStop(model_dir), None
+    def __init__(self, model_dir, early_stopping):
+        self._current_stop, self._evaluated_step = CurrentStop(model_dir, early_stopping), None
 
     def after_eval(self, eval_result):
         if eval_result.status == training_lib._EvalStatus.EVALUATED:  # noqa: SLF001
@@ -146,12 +169,12 @@ class _EndsAtAgreedStop(training_lib._ContinuousEvalListener):  # noqa: SLF001 -
         return True
 
 
-def evaluate_until_training_ends(estimator, train_spec, eval_spec, model_dir):
+def evaluate_until_training_ends(estimator, train_spec, eval_spec, model_dir, early_stopping):
     """Runs an evaluator task as tf.estimator.train_and_evaluate does (each new checkpoint evaluated,
-    until the one of --max-steps), but ends it too after the checkpoint of an agreed early stop;
-    returns None."""
+    until the one of --max-steps), but ends it too after the checkpoint of an agreed early stop (under
+    `early_stopping`, the run's rule); returns None."""
     executor = functools.partial(training_lib._TrainingExecutor,  # noqa: SLF001 - TF 2.15's, frozen
-                                 continuous_eval_listener=_EndsAtAgreedStop(model_dir))
+                                 continuous_eval_listener=_EndsAtAgreedStop(model_dir, early_stopping))
     if coordinator.should_run_distribute_coordinator(estimator.config):
         coordinator.train_and_evaluate(estimator, train_spec, eval_spec, executor)
     else:

@@ -75,6 +75,13 @@ class ValidationListener(tf.estimator.CheckpointSaverListener):
                      self.early_stopping.describe_stop(self.stopped_because))
         return self.stopped_because is not None
 
+    def stopped_by_record(self, step, because):
+        """Takes training as stopped early at global `step` for `because`, as a cluster's stop record says (its
+        chief evaluated the step before and stopped after the next: see agreed_stop.honoured_stop)."""
+        self.stopped_because = because
+        log.info("not training past step %d: the cluster's training stopped early there (%s)", step,
+                 self.early_stopping.describe_stop(because))
+
     def end(self, session, global_step_value):
         step = int(global_step_value)
         if step > self._last_step and not self._stop_requested() and self.stopped_because is None:

@@ -5,6 +5,8 @@ import collections
 import json
 
 from pipeline.validation import agreed_stop
+from pipeline.validation.early_stopping import EarlyStopping
+from pipeline.validation.record import write_record
 from pipeline.cluster_run import training_finished
 from pipeline.training_record import PROGRESS_FILE
 
@@ -99,7 +101,7 @@ Result = collections.namedtuple("Result", "status metrics checkpoint_path")
 
 
 def test_the_evaluator_ends_after_evaluating_the_checkpoint_of_the_stop(tmp_path):
-    listener = agreed_stop._EndsAtAgreedStop(str(tmp_path))  # noqa: SLF001
+    listener = agreed_stop._EndsAtAgreedStop(str(tmp_path), EarlyStopping())  # noqa: SLF001
     evaluated = lambda step: Result("evaluated", {"global_step": step}, f"model.ckpt-{step}")  # noqa: E731
     assert listener.after_eval(evaluated(30))
     agreed_stop.record_stop(str(tmp_path), 41, "target_accuracy")
@@ -124,7 +126,7 @@ def test_an_earlier_runs_record_is_set_aside_until_this_run_has_trained_on(tmp_p
     write_checkpoint(tmp_path, 41)
     agreed_stop.record_stop(str(tmp_path), 41, "target_accuracy")
     current_stop = agreed_stop.CurrentStop(str(tmp_path))
-    evaluator = agreed_stop._EndsAtAgreedStop(str(tmp_path))  # noqa: SLF001
+    evaluator = agreed_stop._EndsAtAgreedStop(str(tmp_path), EarlyStopping())  # noqa: SLF001
     assert current_stop() is None
     assert training_finished(str(tmp_path))  # read as it is, the old record says training has ended
     assert not training_finished(str(tmp_path), current_stop=current_stop)  # a lost trainer: restart, not exit 0
@@ -143,3 +145,40 @@ def test_a_record_written_after_the_task_started_counts_at_once(tmp_path):
     current_stop = agreed_stop.CurrentStop(str(tmp_path))
     agreed_stop.record_stop(str(tmp_path), 30, "patience")
     assert current_stop() == {"stop_after_step": 30, "because": "patience"}
+
+
+def stopped_early_at_41(model_dir):
+    """Writes what a cluster's training that stopped early after step 41 leaves: the evaluations (the one of step
+    40 reached accuracy 0.25), the stop record and the final checkpoint."""
+    record_final_step(model_dir, 400)
+    write_record(str(model_dir), {"evaluations": [{"step": 20, "validation_accuracy": 0.1, "validation_loss": 2.0},
+                                                  {"step": 40, "validation_accuracy": 0.25, "validation_loss": 1.8}],
+                                  "best": None})
+    agreed_stop.record_stop(str(model_dir), 41, "target_accuracy")
+    write_checkpoint(model_dir, 41)
+
+
+def test_a_stop_is_honoured_where_its_step_was_reached_and_this_run_s_rule_stops_there_too(tmp_path):
+    """A relaunched chief removed the record of its own run's early stop and trained on past it."""
+    stopped_early_at_41(tmp_path)
+    record = {"stop_after_step": 41, "because": "target_accuracy"}
+    assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping(stop_at_accuracy=0.2)) == record
+    assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping(stop_at_accuracy=0.3)) is None  # stricter
+    assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping(patience=1)) is None  # another rule
+    assert agreed_stop.honoured_stop(str(tmp_path), 40, EarlyStopping(stop_at_accuracy=0.2)) is None  # not reached
+    assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping()) is None
+
+
+def test_an_evaluator_restarted_after_the_stop_ends_and_the_watches_take_training_as_finished(tmp_path):
+    """Restarted while the chief wrote its report, the evaluator took the record for an earlier run's and evaluated
+    on for ever; a relaunched ps or peer watch took training as going on."""
+    stopped_early_at_41(tmp_path)
+    rule = EarlyStopping(stop_at_accuracy=0.2)
+    evaluator = agreed_stop._EndsAtAgreedStop(str(tmp_path), rule)  # noqa: SLF001
+    assert not evaluator.after_eval(Result("evaluated", {"global_step": 41}, "model.ckpt-41"))
+    assert training_finished(str(tmp_path), current_stop=agreed_stop.CurrentStop(str(tmp_path), rule))
+    # Under a stricter rule the run trains on: the record is an earlier run's until then.
+    stricter = EarlyStopping(stop_at_accuracy=0.3)
+    assert agreed_stop._EndsAtAgreedStop(str(tmp_path), stricter).after_eval(  # noqa: SLF001
+        Result("evaluated", {"global_step": 41}, "model.ckpt-41"))
+    assert not training_finished(str(tmp_path), current_stop=agreed_stop.CurrentStop(str(tmp_path), stricter))

@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -259,7 +260,8 @@ def test_a_parameter_server_worker_at_its_end_waits_for_the_final_checkpoint_whi
     chief = FakeServer()
     cluster = ClusterTask("worker", 0, 2, {"chief": [chief.address], "worker": ["127.0.0.1:1"]})
     write_checkpoint(tmp_path, 160, final_step=200)  # the chief validates the checkpoint of step 160
-    finished, waited = finished_check(str(tmp_path), 200), []
+    settings = SimpleNamespace(model_dir=str(tmp_path), stop_at_accuracy=None, patience=None, min_delta=0.0)
+    finished, waited = finished_check(settings, 200), []
     waiting = threading.Thread(target=lambda: waited.append(wait_for_final_checkpoint(cluster, finished)))
     waiting.start()
     try:
@@ -269,7 +271,7 @@ def test_a_parameter_server_worker_at_its_end_waits_for_the_final_checkpoint_whi
         waiting.join(10)
         assert waited == [True]
         write_checkpoint(tmp_path, 160, final_step=200)
-        finished = finished_check(str(tmp_path), 200)
+        finished = finished_check(settings, 200)
         chief.close()  # a chief that has gone: no checkpoint is coming
         assert wait_for_final_checkpoint(cluster, finished) is False
     finally:

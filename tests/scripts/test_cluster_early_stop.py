@@ -71,3 +71,29 @@ def test_asynchronous_workers_the_parameter_server_and_the_evaluator_end_after_a
                      r"ends", result.stdout), result.stdout[-3000:]
     assert "[launcher] all tasks finished" in result.stdout
     assert "removed an earlier run's stop record" in result.stdout
+
+
+def test_a_relaunch_after_an_early_stop_writes_the_report_there_and_trains_no_further(fashion_data_dir, tmp_path):
+    """The chief killed before its report after an early stop: its relaunch removed the stop record as an earlier
+    run's and trained on past the stop, to the next evaluation that met the rule again."""
+    import os
+    model_dir = tmp_path / "m"
+    os.environ["PIPELINE_KILL_AT"] = "test_evaluation:1"
+    try:
+        killed = launch(["--workers", "1"], "multi_worker_mirrored", fashion_data_dir, model_dir, 10)
+    finally:
+        del os.environ["PIPELINE_KILL_AT"]
+    assert killed.returncode != 0 and not (model_dir / "results.json").exists(), killed.stdout[-3000:]
+    stop = json.loads((model_dir / "stop.json").read_text())["stop_after_step"]
+    result = launch(["--workers", "1"], "multi_worker_mirrored", fashion_data_dir, model_dir, 10)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert f"not training past step {stop}: the cluster's training stopped early there" in result.stdout
+    assert f"worker 0: training stopped early after step {stop} (target_accuracy) already; nothing to train" \
+        in result.stdout
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["global_step"] == stop and results["start_global_step"] == stop
+    assert_stopped_at_the_first_evaluation_reaching_the_target(results)
+    assert not list(model_dir.glob(f"model.ckpt-{stop + 1}*"))
+    again = launch(["--workers", "1"], "multi_worker_mirrored", fashion_data_dir, model_dir, 10)  # a finished job
+    assert again.returncode == 0 and f"already finished at global step {stop}" in again.stdout, again.stdout[-3000:]
+    assert json.loads((model_dir / "results.json").read_text()) == results
