@@ -47,6 +47,13 @@ def _parse(parser, argv):
     args, task, task_args = parse_tool_args(parser, argv)
     if not 0 <= args.worker_index < args.workers:
         parser.error(f"--worker-index {args.worker_index} must be from 0 to --workers - 1 ({args.workers - 1})")
+    # Applied inside the model, to each step's batch: the input pipeline this tool reads never shows them.
+    shown_nowhere = [flag for flag, name in (("--augment", "augment"), ("--mixup", "mixup"), ("--cutmix", "cutmix"),
+                                             ("--label-smoothing", "label_smoothing"))
+                     if getattr(task_args, name, None)]
+    if shown_nowhere:
+        parser.error(f"argument {shown_nowhere[0]}: applied inside the model to each step's batch, after the input "
+                     "pipeline this tool shows; leave it out (the batches and the sheet are the same without it)")
     return args, task, task_args
 
 

@@ -104,6 +104,16 @@ def test_a_worker_index_out_of_range_is_a_flag_error():
     assert "--worker-index 2 must be from 0 to --workers - 1 (1)" in assert_clean_failure(result)
 
 
+@pytest.mark.parametrize("flags", [["--mixup", "0.2"], ["--augment", "flip"], ["--cutmix=1"],
+                                   ["--label-smoothing", "0.1"]])
+def test_a_flag_applied_inside_the_model_is_refused_not_silently_left_unshown(flags):
+    """The sheet showed unmixed, unaugmented images though the command named --mixup or --augment."""
+    result = subprocess.run([sys.executable, SCRIPT, "--task", "fashion", "--synthetic", *flags],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert f"argument {flags[0].split('=')[0]}: applied inside the model" in assert_clean_failure(result)
+
+
 def test_a_stopped_inspection_prints_the_batches_it_read_then_ends_as_its_stop():
     """Ctrl-C or SIGTERM lost every batch counted, minutes into a large --batches."""
     process = subprocess.Popen([sys.executable, SCRIPT, "--task", "fashion", "--synthetic", "--batches", str(10 ** 12),
