@@ -232,7 +232,8 @@ def image_paths(paths, left_out_folder=None, note=None):
             yield path
         unread = unread_images(others)
         if unread and note:
-            note(f"left out {sum(unread.values())} files of {path} in formats the export cannot read "
+            count = sum(unread.values())
+            note(f"left out {count} file{'' if count == 1 else 's'} of {path} in formats the export cannot read "
                  f"({describe_unread(unread)}); convert them to PNG or JPEG to classify them")
 
 

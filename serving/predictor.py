@@ -30,5 +30,5 @@ def check_class_count(class_names, outputs, names_path, model_path):
     """Raises ExportNotFoundError when `names_path` names another number of classes than the model at
     `model_path` has `outputs`: every probability would be shown under another class's name."""
     if len(class_names) != outputs:
-        raise ExportNotFoundError(f"{names_path} names {len(class_names)} classes but the model at {model_path} "
-                                  f"has {outputs} outputs: use the class_names.txt of the run that made the model")
+        raise ExportNotFoundError(f"{names_path} names {len(class_names)} class{'' if len(class_names) == 1 else 'es'} "
+                                  f"but the model at {model_path} has {outputs} outputs: use the class_names.txt of the run that made the model")

@@ -38,6 +38,9 @@ def test_pictures_in_formats_the_export_cannot_read_are_named_in_a_line_not_left
                      "convert them to PNG or JPEG to classify them"]
     assert list(image_paths([str(tmp_path / "only")], note=notes.append)) == [str(tmp_path / "only")]
     assert notes[-1].startswith(f"left out 2 files of {tmp_path / 'only'} in formats the export cannot read (2 .heic)")
+    os.remove(tmp_path / "only" / "d.heic")
+    list(image_paths([str(tmp_path / "only")], note=notes.append))
+    assert notes[-1].startswith(f"left out 1 file of {tmp_path / 'only'} in formats")  # (it said '1 files')
 
 
 def test_linked_folders_are_walked_each_once_and_a_link_up_the_tree_ends(tmp_path):
@@ -290,3 +293,12 @@ def test_an_export_replaced_by_a_newer_best_while_it_loads_is_served_from_the_ne
     monkeypatch.setattr(predict, "_saved_model_predictor", damaged)
     with pytest.raises(ExportNotFoundError, match="1800000000 cannot be loaded"):
         predict.load_predictor(str(tmp_path))
+
+
+def test_a_class_names_file_of_another_count_is_named_in_words_that_agree():
+    from serving.predictor import check_class_count
+    with pytest.raises(ExportNotFoundError, match="names 1 class but the model at m has 3 outputs"):
+        check_class_count(["a"], 3, "names.txt", "m")
+    with pytest.raises(ExportNotFoundError, match="names 2 classes but"):
+        check_class_count(["a", "b"], 3, "names.txt", "m")
+    check_class_count(["a", "b", "c"], 3, "names.txt", "m")
