@@ -112,8 +112,9 @@ def holding_output(output):
 def claim_output(output, job_argv, arms, job_settings=None):
     """Writes the flags this measurement trains with into `output`/PLAN_FILE, or checks them against the
     ones there: kept reports and model dirs are reused by arm and seed, so a measurement made with
-    other flags must not go on in the same folder. `job_settings` ({flag: repr of its value}, parsed from
-    `job_argv`) are compared where both plans have them: the same flags in another order are the same.
+    other flags must not go on in the same folder. The same `job_argv`, or where both plans have them the same
+    `job_settings` ({setting: repr of its value}, of the flags given: the same flags in another order), is the
+    same job.
     Raises FlagError (exit 2) when they differ."""
     plan = {"job_flags": list(job_argv), "arms": {arm.name: list(arm.flags) for arm in arms.values()}}
     if job_settings is not None:
@@ -122,9 +123,10 @@ def claim_output(output, job_argv, arms, job_settings=None):
     if os.path.exists(path):
         with open(path) as f:
             earlier = json.load(f)
-        compared = "job_settings" if "job_settings" in earlier and "job_settings" in plan else "job_flags"
-        if earlier.get(compared) != plan[compared] or earlier.get("arms") != plan["arms"]:
-            if earlier.get(compared) != plan[compared]:
+        same_job = earlier.get("job_flags") == plan["job_flags"] or (
+            "job_settings" in earlier and earlier["job_settings"] == plan.get("job_settings"))
+        if not same_job or earlier.get("arms") != plan["arms"]:
+            if not same_job:
                 changed = f"the job's flags were '{' '.join(earlier.get('job_flags', []))}', now '{' '.join(job_argv)}'"
             else:
                 changed = f"the arms' flags were {earlier.get('arms')}, now {plan['arms']}"

@@ -92,12 +92,10 @@ class PeerWatch:
     """
 
     def __init__(self, cluster, model_dir, timeout_secs=DEFAULT_PEER_TIMEOUT_SECS, finished=lambda: False,
-                 prog=None, stop_signal=lambda: None, stop_taken=lambda: False, startup_secs=None,
-                 in_use=lambda: False):
+                 prog=None, stop_signal=lambda: None, stop_taken=lambda: False, chief_came_and_went=lambda: False):
         self.cluster, self.model_dir, self.timeout_secs, self.finished = cluster, model_dir, timeout_secs, finished
         self.stop_signal, self.stop_taken = stop_signal, stop_taken
-        self.startup_secs, self.in_use = startup_secs, in_use
-        self._started_at = time.monotonic()
+        self.chief_came_and_went = chief_came_and_went
         self.prog = prog or os.path.basename(sys.argv[0])
         self.peers = peers_of(cluster)
         self.every_secs = max(0.5, min(5.0, timeout_secs / 4))
@@ -157,28 +155,22 @@ class PeerWatch:
     def _end_parameter_server(self, reasons):
         """Ends this parameter server when its work is done, by this round's probes (`reasons`, by peer): training
         finished and no trainer answers (exit 0; trainers it never saw count too, as one relaunched onto a
-        finished model dir ends at once; when none ever answered, once _no_trainer_came), or a stop signal came and the chief, which writes the checkpoints
+        finished model dir ends at once; when none ever answered, once `chief_came_and_went()`), or a stop signal came and the chief, which writes the checkpoints
         from the variables a ps holds, no longer answers (128 + N: a ps serves inside TensorFlow's C++, where
         Python's handler never runs). Returns otherwise."""
         me = f"ps {self.cluster.index}"
         if all(reasons.values()) and any(self._seen.values()) and self.finished():
             self._exit(0, f"{me}: training finished and every trainer ended; stopping this parameter server")
-        if all(reasons.values()) and self._no_trainer_came() and self.finished():
-            self._exit(0, f"{me}: training had finished and no trainer started a server in {self.startup_secs:g} s "
-                          "(a relaunch onto a finished model dir); stopping this parameter server")
+        if all(reasons.values()) and not any(self._seen.values()) and self.chief_came_and_went() and self.finished():
+            # A relaunch onto a finished model dir: its chief reprinted or wrote the report alone, its workers had
+            # nothing to train, and none started a server.
+            self._exit(0, f"{me}: training had finished, and the chief came and went without training; stopping "
+                          "this parameter server")
         signum = self.stop_signal()
         if signum is not None and reasons.get("chief 0"):
             self._exit(128 + signum, lambda: f"stopped by {signal.Signals(signum).name}; {me} served until the "
                                              f"chief, which saves the checkpoints, had ended: "
                                              f"{self.describe_kept_checkpoint()}")
-
-    def _no_trainer_came(self):
-        """Returns whether, `startup_secs` after this watch was made, no trainer has ever answered and no run holds
-        the model dir (`in_use()`): a relaunch onto a finished model dir, whose chief reprints or writes the report
-        alone and whose workers have nothing to train, starts no server at all. A chief that will train takes
-        the lock at its start, long before its server, so a slow one is not taken for none."""
-        return (self.startup_secs is not None and not any(self._seen.values())
-                and time.monotonic() - self._started_at >= self.startup_secs and not self.in_use())
 
     def recovery_filter(self):
         """Returns a logging.Filter for TensorFlow's logger that calls session_recreated() when the

@@ -83,7 +83,8 @@ class ClusterWatch:
         """Ends the process: exit 1 for a cluster that never trained in the model dir (an address or a task
         missing from the launch, which a restart does not mend), PEER_LOST_EXIT for one that has (a relaunch,
         where a peer still pending, say for a node, comes later: schedulers restart on it)."""
-        if tf.train.latest_checkpoint(self.model_dir) is None:
+        latest = tf.train.latest_checkpoint(self.model_dir)
+        if latest is None or latest.endswith("-0"):  # (a parameter_server chief saves step 0 as its session starts)
             self._exit(1, f"error: the cluster did not start within {self.wait_secs:g} s ({missing}); start "
                           "every task TF_CONFIG lists, or raise --cluster-wait-secs")
         self._exit(PEER_LOST_EXIT, f"error: the cluster did not start within {self.wait_secs:g} s ({missing}), "

@@ -83,10 +83,35 @@ def _peer_watch(cluster, settings, max_steps, stop_signal=None, stop_taken=None)
     peers = PeerWatch(cluster, settings.model_dir, settings.peer_timeout_secs,
                       finished=finished_check(settings, max_steps),
                       stop_signal=stop_signal or (lambda: None), stop_taken=stop_taken or (lambda: False),
-                      startup_secs=settings.cluster_wait_secs if on_ps else None,
-                      in_use=lambda: model_dir_lib.run_holding(settings.model_dir) is not None)
+                      chief_came_and_went=_lock_taken_and_released_since(settings.model_dir, process_started_at())
+                      if on_ps else (lambda: False))
     tf.get_logger().filters.insert(0, peers.recovery_filter())  # before the filter that drops INFO lines
     return peers
+
+
+def _lock_taken_and_released_since(model_dir, since):
+    """Returns a callable returning whether a run took the lock of `model_dir` after `since` (time.time()) and
+    none holds it now: this launch's chief came and went. A chief that trains records its final step before it
+    lets the lock go, so training is not finished by then (see training_finished). A lease (a URL's lock) is
+    removed when let go: never true there."""
+    def came_and_went():
+        taken = model_dir_lib.lock_taken_at(model_dir)
+        return taken is not None and taken > since and model_dir_lib.run_holding(model_dir) is None
+    return came_and_went
+
+
+def process_started_at():
+    """Returns when this process started, in seconds since the epoch (to a second: /proc's boot time is whole
+    seconds), or now where /proc does not say. Not when a watch starts: a relaunched chief may take its model
+    dir's lock while this task still imports TensorFlow."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks since boot
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
 
 
 def _startup_watch(cluster, settings, stop_signal=None):
@@ -138,21 +163,24 @@ def wait_for_final_checkpoint(cluster, finished):
     """Waits, for as long as the chief answers, until `finished()` (see finished_check); returns whether it is.
     For a parameter-server worker at the end of training: its chief may still be validating, then steps once
     more and saves the final checkpoint, and takes a worker that ends before that for a lost one."""
-    return _wait_for_chief(cluster, finished, "the chief's final checkpoint", wait_secs=None)
+    return _wait_for_chief(cluster, finished, "the chief's final checkpoint", wait_secs=None, every_secs=1.0)
 
 
-def _wait_for_chief(cluster, done, waited_for, wait_secs):
-    """Waits until `done()`, the chief no longer answers or `wait_secs` have passed (None: no limit); returns
-    whether done() is."""
-    deadline, said = None if wait_secs is None else time.monotonic() + wait_secs, False
+def _wait_for_chief(cluster, done, waited_for, wait_secs, every_secs=0.2):
+    """Waits until `done()`, the chief no longer answers or `wait_secs` have passed (None: no limit), looking every
+    `every_secs` and saying so every minute; returns whether done() is."""
+    start = time.monotonic()
+    deadline, said = None if wait_secs is None else start + wait_secs, None
     chief = cluster.addresses["chief"][0]
     while not done():
-        if (deadline is not None and time.monotonic() >= deadline) or probe(chief) is not None:
+        now = time.monotonic()
+        if (deadline is not None and now >= deadline) or probe(chief) is not None:
             return False
-        if not said:
-            logging.getLogger(__name__).info("waiting for %s", waited_for)
-            said = True
-        time.sleep(0.2)
+        if said is None or now - said >= 60:
+            logging.getLogger(__name__).info("waiting for %s (%.0f s so far; the chief answers)", waited_for,
+                                             now - start)
+            said = now
+        time.sleep(every_secs)
     return True
 
 

@@ -3,6 +3,7 @@
 Importable without TensorFlow: every room's error type is defined in a module
 that does not import it.
 """
+from cluster.peers import PEER_LOST_EXIT
 from cluster.tf_config import ClusterConfigError
 from acquisition.errors import InputDataError
 from models import WeightsUnavailableError
@@ -22,6 +23,11 @@ class FlagError(UsageError):
 
 class TrainingError(Exception):
     """Training cannot go on (the loss diverged, say); the message says what to change."""
+
+
+class PeerLostError(TrainingError):
+    """A cluster task this one needs has gone: exit PEER_LOST_EXIT, which schedulers retry (cluster.peers)."""
+    exit_code = PEER_LOST_EXIT
 
 
 USER_ERRORS = (UsageError, InputDataError, WeightsUnavailableError, TrainingError, ClusterConfigError,

@@ -92,6 +92,15 @@ def run_holding(model_dir):
     return locks.Lease(path).holder() if storage.is_url(model_dir) else locks.held_by(path)
 
 
+def lock_taken_at(model_dir):
+    """Returns when the lock of `model_dir` was last taken (its file's modification time, seconds since the epoch,
+    as its file system's clock says), or None when it has no lock file."""
+    try:
+        return tf.io.gfile.stat(storage.join(model_dir, LOCK_FILE)).mtime_nsec / 1e9
+    except tf.errors.NotFoundError:
+        return None
+
+
 def _acquire_in(model_dir, path):
     try:
         return locks.acquire(path)

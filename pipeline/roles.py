@@ -9,6 +9,7 @@ import time
 import tensorflow as tf
 
 from acquisition import storage
+from cluster.peers import PEER_LOST_EXIT
 from hooks.loss_watch import DivergenceError
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
 from models.optimizers import precision
@@ -17,7 +18,7 @@ from pipeline import determinism, ema as ema_lib, evaluation_report, initial_wei
 from pipeline.cluster_run import WORKER_READY_RECHECK_SECS, finished_check, recheck_model_readiness_every, \
     resolve_cluster, wait_for_chief_checkpoint, wait_for_final_checkpoint, watch_evaluator, watch_parameter_server, \
     watch_trainer
-from pipeline.errors import FlagError, TrainingError, UsageError
+from pipeline.errors import FlagError, PeerLostError, TrainingError, UsageError
 from pipeline.estimator import build_estimator, build_run_config
 from pipeline.finish import finish
 from pipeline.logs import configure_logging
@@ -168,8 +169,12 @@ def run_worker(task, settings, cluster, stop):
         watch_trainer(cluster, settings, setup.max_steps, stop.asked, lambda: stopping.stopped_at_step is not None)
         + _agreed_stop_hooks(setup))
     _train(setup, stop, lambda: _train_in_cluster(setup, estimator, hooks))
-    if settings.strategy == "parameter_server" and not stop.requested():
-        wait_for_final_checkpoint(cluster, finished)  # (asynchronous: the chief may not be there yet)
+    # (Asynchronous: the chief may not be there yet.)
+    if settings.strategy == "parameter_server" and not stop.requested() \
+            and not wait_for_final_checkpoint(cluster, finished):
+        raise PeerLostError(f"lost chief 0 at {cluster.addresses['chief'][0]} before its final checkpoint; worker "
+                            f"{cluster.index} ends (exit {PEER_LOST_EXIT}, retryable). Relaunch every task of the "
+                            f"cluster with the same command: it resumes from {tf.train.latest_checkpoint(settings.model_dir)}")
     model_dir_lib.remove_worker_scratch(settings.model_dir, cluster.task_type, cluster.index)
     if stop.requested():
         raise Interrupted(stop.received)

@@ -127,7 +127,7 @@ def find_runs(folders):
                 damaged.append(name)
         others = [name for name in read if read[name] is None]
         if len(others) + len(damaged) == len(inside):
-            _read(posixpath.join(folder, inside[0]))  # (raises, naming it)
+            _read(posixpath.join(folder, (damaged or inside)[0]))  # (raises, naming it)
         if damaged:  # one run's damaged file hid every other run's figures
             log.warning("left out %d run%s of %s whose %s is damaged (not valid JSON): %s; run each one's command "
                         "again, which writes it anew", len(damaged), "" if len(damaged) == 1 else "s", folder,

@@ -101,6 +101,26 @@ def _parse(parser, argv):
     return args, task, job_argv
 
 
+def given_settings(parser, argv):
+    """Returns {setting: repr of its value} of the flags `argv` sets to other than their defaults, as `parser` (the
+    job's) reads them: the same flags in any order give the same, and so do defaults that change (a new flag, HOME)."""
+    values = vars(parser.parse_args(argv))
+    defaults = {action.dest: _parsed_default(action) for action in parser._actions}  # noqa: SLF001 - argparse's own
+    return {name: repr(value) for name, value in sorted(values.items())
+            if name in defaults and value != defaults[name]}  # (not the parser's own bookkeeping)
+
+
+def _parsed_default(action):
+    """Returns the value argparse gives `action`'s dest when its flag is not given (a string default goes through
+    its type)."""
+    if isinstance(action.default, str) and action.type is not None:
+        try:
+            return action.type(action.default)
+        except (argparse.ArgumentTypeError, TypeError, ValueError):
+            return action.default
+    return action.default
+
+
 def measure(parsed):
     """Runs the measurement and prints the table."""
     from benchmark import generalisation  # noqa: PLC0415
@@ -113,8 +133,7 @@ def measure(parsed):
     header = (f"{args.name or task.name}: `{' '.join(['scripts/measure_generalisation.py', *sys.argv[1:]])}`; "
               f"seeds {','.join(map(str, args.seeds))}; {describe_cpu()}")
     with generalisation.holding_output(args.output):
-        job_settings = {k: repr(v) for k, v in sorted(vars(build_job_parser(task).parse_args(job_argv)).items())}
-        generalisation.claim_output(args.output, job_argv, arms, job_settings)
+        generalisation.claim_output(args.output, job_argv, arms, given_settings(build_job_parser(task), job_argv))
         rows = generalisation.measure(f"train_{task.name}.py", job_argv, arms, args.seeds, args.output,
                                       progress=lambda line: print(line, flush=True))
         print(generalisation.write_outputs(rows, generalisation.summarise(rows, arms), arms, args.output, header))

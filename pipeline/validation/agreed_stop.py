@@ -67,19 +67,26 @@ def remove_stop(model_dir):
 
 
 def honoured_stop(model_dir, newest_step, early_stopping):
-    """Returns the stop record when training stopped early there under this run's rule, else None: the newest
-    checkpoint (`newest_step`) has reached its step, and the validation record's evaluations before it stop
-    training under `early_stopping` (an EarlyStopping) for the reason it names. Every task of a relaunch
-    decides alike from the same files and flags: the chief then writes the report alone (or reprints it) and
-    nobody trains; else the record is an earlier run's, resumed with another rule, which the chief removes."""
+    """Returns {'stop_after_step', 'because'} when a cluster's training stopped early at its newest checkpoint
+    (`newest_step`) under this run's rule `early_stopping` (an EarlyStopping), else None. There is a stop record,
+    the newest checkpoint has reached its step (or is the one evaluated last: the chief was killed between the
+    record and its next step), and the validation record's evaluations up to it stop training under the rule, for
+    the reason given now (a stricter rule's too, as one machine's run takes it). Every task of a relaunch decides
+    alike from the same files and flags: the chief then writes the report alone (or reprints it) and nobody trains;
+    else the record is an earlier run's, resumed under another rule, which the chief removes."""
     record = read_stop(model_dir)
-    if record is None or newest_step < record["stop_after_step"]:
+    if record is None:
         return None
     try:
-        evaluations = [e for e in read_record(model_dir)["evaluations"] if e["step"] < record["stop_after_step"]]
-    except UsageError:  # (a damaged validation record: the chief's own checks name it)
+        evaluations = [e for e in read_record(model_dir)["evaluations"]
+                       if e["step"] < record["stop_after_step"] and e["step"] <= newest_step]
+        because = early_stopping.reason(evaluations)
+    except (UsageError, KeyError, TypeError, ValueError):  # (a damaged validation record: the chief's checks name it)
         return None
-    return record if evaluations and early_stopping.reason(evaluations) == record["because"] else None
+    reached = newest_step >= record["stop_after_step"] or (evaluations and evaluations[-1]["step"] == newest_step)
+    if not because or not reached:
+        return None
+    return {"stop_after_step": min(record["stop_after_step"], newest_step), "because": because}
 
 
 class CurrentStop:
@@ -94,11 +101,13 @@ class CurrentStop:
     def __init__(self, model_dir, early_stopping=None):
         self._model_dir = model_dir
         newest = model_dir_lib.latest_global_step(model_dir)
-        honoured = early_stopping is not None and honoured_stop(model_dir, newest, early_stopping) is not None
-        self._found_at_start = None if honoured else read_stop(model_dir)
+        self._honoured = honoured_stop(model_dir, newest, early_stopping) if early_stopping is not None else None
+        self._found_at_start = None if self._honoured else read_stop(model_dir)
         self._step_at_start = newest if self._found_at_start else None
 
     def __call__(self):
+        if self._honoured is not None:  # nobody trains on
+            return self._honoured
         record = read_stop(self._model_dir)
         if record is not None and record == self._found_at_start \
                 and model_dir_lib.latest_global_step(self._model_dir) <= self._step_at_start:

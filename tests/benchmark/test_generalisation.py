@@ -249,3 +249,16 @@ def test_the_plain_run_may_keep_its_rate_beside_the_sgd_arm():
                                                    "--learning-rate", "0.002", "--weight-decay", "0.1"])
     assert (args.arms, args.weight_decay, args.sgd_rate) == (("sgd", "weight_decay"), 0.1, None)  # (its default)
     assert job_argv == ["--learning-rate", "0.002"]  # the sgd arm's --learning-rate comes after it, and wins
+
+
+def test_the_job_settings_compared_are_the_flags_given_in_any_order():
+    """The measurement compared the job's whole parsed namespace: defaults that depend on HOME or on a flag added
+    since were taken for other flags."""
+    from pipeline.flags import build_parser as build_job_parser
+    from pipeline.tasks.registry import TASKS
+    from scripts.measure_generalisation import given_settings
+    parser = build_job_parser(TASKS["fashion"])
+    given = given_settings(parser, ["--batch-size", "16", "--max-steps", "300"])
+    assert given == {"batch_size": "16", "max_steps": "300"}
+    assert given_settings(parser, ["--max-steps=300", "--batch-size", "16"]) == given
+    assert given_settings(parser, ["--max-steps", "30", "--batch-size", "16"]) != given

@@ -165,8 +165,17 @@ def test_a_stop_is_honoured_where_its_step_was_reached_and_this_run_s_rule_stops
     assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping(stop_at_accuracy=0.2)) == record
     assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping(stop_at_accuracy=0.3)) is None  # stricter
     assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping(patience=1)) is None  # another rule
-    assert agreed_stop.honoured_stop(str(tmp_path), 40, EarlyStopping(stop_at_accuracy=0.2)) is None  # not reached
     assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping()) is None
+    # The chief killed between the record and its next step: the newest checkpoint is the one evaluated last.
+    assert agreed_stop.honoured_stop(str(tmp_path), 40, EarlyStopping(stop_at_accuracy=0.2)) == {
+        "stop_after_step": 40, "because": "target_accuracy"}
+    assert agreed_stop.honoured_stop(str(tmp_path), 39, EarlyStopping(stop_at_accuracy=0.2)) is None  # not reached
+    # Another rule that stops there too: its reason, as a resumed run on one machine takes a stricter rule's.
+    agreed_stop.record_stop(str(tmp_path), 41, "patience")
+    assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping(stop_at_accuracy=0.2)) == record
+    # A validation record of another shape is no stop, not a traceback in every task.
+    (tmp_path / "validation.json").write_text('{"evaluations": [{"step": 40}], "best": null}')
+    assert agreed_stop.honoured_stop(str(tmp_path), 41, EarlyStopping(stop_at_accuracy=0.2)) is None
 
 
 def test_an_evaluator_restarted_after_the_stop_ends_and_the_watches_take_training_as_finished(tmp_path):

@@ -182,47 +182,61 @@ def test_a_ps_ends_0_after_training_finished_though_one_trainer_never_answered_i
     assert watch.code == 0 and "training finished and every trainer ended" in watch.line, watch.line
 
 
-def test_a_ps_relaunched_onto_a_finished_model_dir_ends_0_once_no_trainer_came_and_no_run_holds_it(tmp_path):
-    # Its chief reprinted (or wrote the report alone) and its workers had nothing to train: none started a
-    # server, and the ps, having seen none, served until the scheduler's time limit.
+def refusing_cluster():
+    """Returns (the ps's ClusterTask of a chief and a worker that refuse connections, their sockets to close)."""
     refusing = []
     for _ in range(2):
         never = socket.socket()
         never.bind(("127.0.0.1", 0))  # bound, not listening: refuses connections
         refusing.append(never)
     chief, worker = (f"127.0.0.1:{never.getsockname()[1]}" for never in refusing)
-    cluster = ClusterTask("ps", 0, 2, {"chief": [chief], "worker": [worker], "ps": ["127.0.0.1:1"]})
+    return ClusterTask("ps", 0, 2, {"chief": [chief], "worker": [worker], "ps": ["127.0.0.1:1"]}), refusing
+
+
+def ps_watch(cluster, model_dir):
+    from pipeline.cluster_run import _lock_taken_and_released_since
+    time.sleep(0.05)  # (the lock file's clock: a whole run later than the model dir's own files)
+    return RecordingWatch(cluster, str(model_dir), timeout_secs=2, finished=lambda: training_finished(str(model_dir)),
+                          chief_came_and_went=_lock_taken_and_released_since(str(model_dir), time.time())).start()
+
+
+def test_a_ps_relaunched_onto_a_finished_model_dir_ends_0_once_its_chief_came_and_went(tmp_path):
+    # Its chief reprinted (or wrote the report alone) and its workers had nothing to train: none started a
+    # server, and the ps, having seen none, served until the scheduler's time limit.
+    from pipeline import model_dir as model_dir_lib
+    cluster, refusing = refusing_cluster()
     write_checkpoint(tmp_path, 800, final_step=800)
-    in_use = threading.Event()
-    in_use.set()  # the chief writes the report under the model dir's lock
-    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2, finished=lambda: training_finished(str(tmp_path)),
-                           startup_secs=1, in_use=in_use.is_set).start()
+    with model_dir_lib.locked(str(tmp_path)):  # the run that finished
+        pass
+    watch = ps_watch(cluster, tmp_path)
     try:
-        assert not watch.exited.wait(3), watch.line  # past startup_secs, but a run holds the model dir
-        in_use.clear()
+        assert not watch.exited.wait(2), watch.line  # no chief yet: one that will train may still be starting
+        with model_dir_lib.locked(str(tmp_path)):  # the chief reprints under the model dir's lock
+            assert not watch.exited.wait(2), watch.line
         assert watch.exited.wait(30), "the watch never ended the ps"
     finally:
         for never in refusing:
             never.close()
     assert watch.code == 0, watch.line
-    assert "training had finished and no trainer started a server in 1 s" in watch.line, watch.line
+    assert "training had finished, and the chief came and went without training" in watch.line, watch.line
 
 
 def test_a_ps_waits_for_a_chief_that_will_train_on_a_finished_model_dir(tmp_path):
-    """A relaunch with a higher --max-steps: the final step on record is reached until the chief records
-    the new one, after its start; a ps that ended meanwhile left the chief waiting for it."""
-    never = socket.socket()
-    never.bind(("127.0.0.1", 0))
-    cluster = ClusterTask("ps", 0, 1, {"chief": [f"127.0.0.1:{never.getsockname()[1]}"], "ps": ["127.0.0.1:1"]})
+    """A relaunch with a higher --max-steps: the final step on record is reached until the chief records the new
+    one, under the model dir's lock; a ps that ended meanwhile left the chief waiting for it (exit 200)."""
+    from pipeline import model_dir as model_dir_lib
+    cluster, refusing = refusing_cluster()
     write_checkpoint(tmp_path, 800, final_step=800)
-    watch = RecordingWatch(cluster, str(tmp_path), timeout_secs=2, finished=lambda: training_finished(str(tmp_path)),
-                           startup_secs=3).start()
+    watch = ps_watch(cluster, tmp_path)
     try:
-        assert not watch.exited.wait(2), watch.line  # the chief is still starting: within startup_secs
-        write_checkpoint(tmp_path, 800, final_step=1600)  # it recorded its new final step
-        assert not watch.exited.wait(3), watch.line
+        assert not watch.exited.wait(2), watch.line  # the chief's pod still waits for a node, say
+        with model_dir_lib.locked(str(tmp_path)):
+            assert not watch.exited.wait(2), watch.line
+            write_checkpoint(tmp_path, 800, final_step=1600)  # it records its final step, then trains
+        assert not watch.exited.wait(3), watch.line  # (a chief that trains starts its server: seen from then)
     finally:
-        never.close()
+        for never in refusing:
+            never.close()
 
 
 def test_the_run_holding_a_model_dir_is_read_from_its_lock(tmp_path):
@@ -314,15 +328,42 @@ def test_a_task_asked_to_stop_while_waiting_for_its_cluster_ends_as_its_stop_unl
                           f"step: no checkpoint was written in {tmp_path} yet")
 
 
-@pytest.mark.parametrize("trained_before", [False, True])
-def test_a_cluster_that_does_not_start_ends_1_the_first_time_and_retryable_on_a_relaunch(tmp_path, trained_before):
-    """A task missing at the first launch is a launch to mend (exit 1); after a relaunch (the model dir has a
-    checkpoint) it is more likely a pod waiting for a node, which Kubeflow's ExitCode policy gave up on at 1."""
+@pytest.mark.parametrize("trained_before, step", [(False, None), (False, 0), (True, 40)])
+def test_a_cluster_that_does_not_start_ends_1_the_first_time_and_retryable_on_a_relaunch(tmp_path, trained_before,
+                                                                                         step):
+    """A task missing at the first launch is a launch to mend (exit 1; a parameter_server chief's step-0 checkpoint
+    is no training); after a relaunch (the model dir has trained) it is more likely a pod waiting for a node, which
+    Kubeflow's ExitCode policy gave up on at 1."""
     cluster = ClusterTask("worker", 0, 2, {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]})
-    if trained_before:
-        write_checkpoint(tmp_path, 40, final_step=800)
+    if step is not None:
+        write_checkpoint(tmp_path, step, final_step=800)
     watch = RecordingClusterWatch(cluster, 1, str(tmp_path), every_secs=0.3).start()
     assert watch.exited.wait(10), "the watch never ended the task"
     assert watch.code == (PEER_LOST_EXIT if trained_before else 1), watch.line
     assert "the cluster did not start within 1 s (no answer from chief 0 at 127.0.0.1:1" in watch.line, watch.line
     assert ("exit 200, retryable" in watch.line) == trained_before, watch.line
+
+
+def test_a_process_start_is_read_from_proc_before_its_imports():
+    import subprocess
+    import sys
+    before = time.time()
+    started = float(subprocess.run([sys.executable, "-c", "import time; time.sleep(1.5); "
+                                    "from pipeline.cluster_run import process_started_at; print(process_started_at())"],
+                                   capture_output=True, text=True, check=True).stdout)
+    assert before - 1.5 < started < before + 1.0  # (whole seconds of boot time), not the 1.5 s and imports later
+
+
+def test_a_worker_whose_chief_is_lost_before_its_final_checkpoint_ends_200_in_one_line(capsys):
+    """It returned from its wait and ended 0 ('worker finished'): a TFJob never restarts such a pod."""
+    import argparse
+    from pipeline.cli import run_command
+    from pipeline.errors import PeerLostError
+
+    def work(args):
+        raise PeerLostError("lost chief 0 at 127.0.0.1:1 before its final checkpoint; worker 0 ends (exit 200, "
+                            "retryable)")
+    assert run_command(argparse.ArgumentParser(prog="train_fashion.py"), work, []) == PEER_LOST_EXIT
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "train_fashion.py: error: lost chief 0 at 127.0.0.1:1 before its final checkpoint; worker 0 ends (exit 200, "
+        "retryable)")
