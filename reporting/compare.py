@@ -184,7 +184,7 @@ def as_markdown(rows):
     numeric = [all(_is_number(row[i]) for row in rows[1:] if row[i]) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(rows[0]) + " |",
              "|" + "|".join("---:" if num else "---" for num in numeric) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows[1:]]  # (a|b: a run)
     return "\n".join(lines)
 
 

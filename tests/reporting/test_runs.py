@@ -165,3 +165,8 @@ def test_the_recipe_column_tells_apart_runs_that_differ_only_in_the_generalisati
                        "seed 1, weight-decay 0.05, temperature 0.67", "seed 1, sgd, temperature 0.67",
                        "seed 1, mixup 0.2, cutmix 1, mix-switch-prob 0.8, temperature 0.67",
                        "seed 1, mixup 0.2, temperature 0.67"]  # (the switch acts only with both)
+
+
+def test_a_run_folder_named_with_a_bar_keeps_its_row_whole():
+    rows = [["run", "test acc"], ["runs/a|b", "0.5000"]]
+    assert compare.as_markdown(rows).splitlines()[-1] == "| runs/a\\|b | 0.5000 |"
