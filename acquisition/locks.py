@@ -122,11 +122,12 @@ def exclusive(path):
 
 
 @contextlib.contextmanager
-def exclusive_leaving_no_trace(path, made_folder):
-    """Holds the lock at `path` for the duration of the block, waiting for it if needed; then, when the
-    lock file is alone in its folder (the block wrote nothing there: a failed download), removes it, and
-    the folder too when `made_folder` (this process made it), so a failure leaves nothing behind."""
-    fd = acquire(path, wait=True)
+def exclusive_leaving_no_trace(path, made_folder, wait=True):
+    """Holds the lock at `path` for the duration of the block, waiting for it if needed (without `wait`,
+    raises LockHeld at once); then, when the lock file is alone in its folder (the block wrote nothing
+    there: a failed download), removes it, and the folder too when `made_folder` (this process made it),
+    so a failure leaves nothing behind."""
+    fd = acquire(path, wait=wait)
     folder = os.path.dirname(path) or "."
     try:
         yield

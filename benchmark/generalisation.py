@@ -92,21 +92,13 @@ def holding_output(output):
     Raises UsageError naming the one running; a folder this left holding nothing else is removed."""
     made = not os.path.isdir(output)
     os.makedirs(output, exist_ok=True)
-    path = os.path.join(output, LOCK_FILE)
-    try:
-        held = locks.acquire(path)
-    except locks.LockHeld as e:
-        raise UsageError(f"another measurement ({e.owner}) is running in --output {output}; wait for it to finish, "
-                         "or pass another --output") from None
-    try:
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(locks.exclusive_leaving_no_trace(os.path.join(output, LOCK_FILE), made, wait=False))
+        except locks.LockHeld as e:
+            raise UsageError(f"another measurement ({e.owner}) is running in --output {output}; wait for it to "
+                             "finish, or pass another --output") from None
         yield
-    finally:
-        if os.listdir(output) == [LOCK_FILE]:
-            locks.release_and_remove(held, path)
-            if made:
-                os.rmdir(output)
-        else:
-            locks.release(held)
 
 
 def claim_output(output, job_argv, arms, job_settings=None):
