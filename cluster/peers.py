@@ -155,9 +155,10 @@ class PeerWatch:
     def _end_parameter_server(self, reasons):
         """Ends this parameter server when its work is done, by this round's probes (`reasons`, by peer): training
         finished and no trainer answers (exit 0; trainers it never saw count too, as one relaunched onto a
-        finished model dir ends at once; when none ever answered, once `chief_came_and_went()`), or a stop signal came and the chief, which writes the checkpoints
-        from the variables a ps holds, no longer answers (128 + N: a ps serves inside TensorFlow's C++, where
-        Python's handler never runs). Returns otherwise."""
+        finished model dir ends at once; when none ever answered, once `chief_came_and_went()`), or a stop
+        signal came and the chief, which writes the checkpoints from the variables a ps holds, no longer
+        answers (128 + N: a ps serves inside TensorFlow's C++, where Python's handler never runs). Returns
+        otherwise."""
         me = f"ps {self.cluster.index}"
         if all(reasons.values()) and any(self._seen.values()) and self.finished():
             self._exit(0, f"{me}: training finished and every trainer ended; stopping this parameter server")
@@ -208,16 +209,7 @@ class PeerWatch:
                 return
             self._exit(128 + signum, lambda: f"stopped by {signal.Signals(signum).name}; {peer}, and this task "
                                              f"waited for it inside TensorFlow: {self.describe_kept_checkpoint()}")
-        me = f"{self.cluster.task_type} {self.cluster.index}"
-        self._exit(PEER_LOST_EXIT, lambda:
-                   f"error: lost {peer}; {me} ends (exit {PEER_LOST_EXIT}, retryable). Relaunch every task of "
-                   f"the cluster with the same command: it resumes from {self.describe_checkpoint()}")
-
-    def describe_checkpoint(self):
-        """Returns the checkpoint a relaunch resumes from, named for a person."""
-        import tensorflow as tf  # noqa: PLC0415 - loaded long before a peer can be lost
-        latest = tf.train.latest_checkpoint(self.model_dir)
-        return f"{latest}" if latest else f"scratch (no checkpoint in {self.model_dir} yet)"
+        self._exit(PEER_LOST_EXIT, lambda: f"error: {lost_peer_line(peer, self.cluster, self.model_dir)}")
 
     def describe_kept_checkpoint(self):
         """Returns what a stopped task says of the checkpoint a relaunch resumes from."""
@@ -233,6 +225,16 @@ class PeerWatch:
             sys.stderr.write(f"{self.prog}: {line() if callable(line) else line}\n")
             sys.stderr.flush()
             os._exit(code)  # the main thread may be blocked inside TensorFlow: nothing else ends it
+
+
+def lost_peer_line(peer, cluster, model_dir):
+    """Returns the line (without 'error: ') of this task of `cluster` ending on the loss of `peer` (its words:
+    'chief 0 at host:port refuses connections'): exit PEER_LOST_EXIT, and the checkpoint in `model_dir` a
+    relaunch of every task resumes from."""
+    import tensorflow as tf  # noqa: PLC0415 - loaded long before a peer can be lost
+    latest = tf.train.latest_checkpoint(model_dir) or f"scratch (no checkpoint in {model_dir} yet)"
+    return (f"lost {peer}; {cluster.task_type} {cluster.index} ends (exit {PEER_LOST_EXIT}, retryable). Relaunch "
+            f"every task of the cluster with the same command: it resumes from {latest}")
 
 
 def kept_checkpoint(model_dir):

@@ -77,7 +77,7 @@ def _peer_watch(cluster, settings, max_steps, stop_signal=None, stop_taken=None)
     """Returns the PeerWatch of this task of `cluster` (not started), its recovery lines filtered. A
     lost peer ends the task with cluster.peers.PEER_LOST_EXIT, unless the task was asked to stop: see
     PeerWatch's `stop_signal` and `stop_taken`. `max_steps` is the final step (None on a parameter
-    server, which also ends when no trainer came within --cluster-wait-secs to a finished model dir)."""
+    server, which also ends on a finished model dir once this launch's chief came and went)."""
     log_listening_ports(cluster, logging.getLogger(__name__))
     on_ps = cluster.task_type == "ps"
     peers = PeerWatch(cluster, settings.model_dir, settings.peer_timeout_secs,
@@ -170,16 +170,16 @@ def _wait_for_chief(cluster, done, waited_for, wait_secs, every_secs=0.2):
     """Waits until `done()`, the chief no longer answers or `wait_secs` have passed (None: no limit), looking every
     `every_secs` and saying so every minute; returns whether done() is."""
     start = time.monotonic()
-    deadline, said = None if wait_secs is None else start + wait_secs, None
+    deadline, said_at = None if wait_secs is None else start + wait_secs, None
     chief = cluster.addresses["chief"][0]
     while not done():
         now = time.monotonic()
         if (deadline is not None and now >= deadline) or probe(chief) is not None:
             return False
-        if said is None or now - said >= 60:
+        if said_at is None or now - said_at >= 60:
             logging.getLogger(__name__).info("waiting for %s (%.0f s so far; the chief answers)", waited_for,
                                              now - start)
-            said = now
+            said_at = now
         time.sleep(every_secs)
     return True
 

@@ -9,7 +9,7 @@ import time
 import tensorflow as tf
 
 from acquisition import storage
-from cluster.peers import PEER_LOST_EXIT
+from cluster.peers import lost_peer_line
 from hooks.loss_watch import DivergenceError
 from hooks.stop import BetweenStepsHook, StopAtAgreedStepHook
 from models.optimizers import precision
@@ -147,7 +147,6 @@ def run_chief(task, settings, cluster, stop):
 def run_worker(task, settings, cluster, stop):
     """A cluster's worker: trains with the chief until it ends (or an agreed stop); returns None."""
     setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
-    finished = finished_check(settings, setup.max_steps)
     if setup.start_step >= setup.max_steps:  # its chief writes the report alone: a finished run, or one killed after
         log.info("worker %d: the model dir has trained to its final step %d already; nothing to train",
                  cluster.index, setup.max_steps)
@@ -157,6 +156,7 @@ def run_worker(task, settings, cluster, stop):
         log.info("worker %d: training stopped early after step %d (%s) already; nothing to train", cluster.index,
                  stopped["stop_after_step"], stopped["because"])
         return None
+    finished = finished_check(settings, setup.max_steps)  # (before training: see agreed_stop.CurrentStop)
     pacing = _pacing(setup)
     _announce(setup, pacing)
     estimator, _ = build_estimator(setup, pacing, probe_peak=False)
@@ -172,9 +172,8 @@ def run_worker(task, settings, cluster, stop):
     # (Asynchronous: the chief may not be there yet.)
     if settings.strategy == "parameter_server" and not stop.requested() \
             and not wait_for_final_checkpoint(cluster, finished):
-        raise PeerLostError(f"lost chief 0 at {cluster.addresses['chief'][0]} before its final checkpoint; worker "
-                            f"{cluster.index} ends (exit {PEER_LOST_EXIT}, retryable). Relaunch every task of the "
-                            f"cluster with the same command: it resumes from {tf.train.latest_checkpoint(settings.model_dir)}")
+        raise PeerLostError(lost_peer_line(f"chief 0 at {cluster.addresses['chief'][0]} before its final checkpoint",
+                                           cluster, settings.model_dir))
     model_dir_lib.remove_worker_scratch(settings.model_dir, cluster.task_type, cluster.index)
     if stop.requested():
         raise Interrupted(stop.received)

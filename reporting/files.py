@@ -166,7 +166,8 @@ def markdown(report, title="Test evaluation"):
         lines += referral_markdown(report["referral"])
     lines += calibration_markdown(report["calibration"])
     lines += ["", "Confusion matrix (rows: true class, columns: predicted):", "",
-              "| | " + " | ".join(map(_cell, report["class_names"])) + " |", "|---|" + "---:|" * len(report["class_names"])]
+              "| | " + " | ".join(map(_cell, report["class_names"])) + " |",
+              "|---|" + "---:|" * len(report["class_names"])]
     lines += [f"| {_cell(name)} | " + " | ".join(str(v) for v in row) + " |"
               for name, row in zip(report["class_names"], report["confusion_matrix"])]
     lines += _labels_in_plots(report["class_names"])

@@ -63,7 +63,8 @@ def build_parser():
     parser.add_argument("--ema-decay", type=open_fraction, default=None,
                         help=f"the ema arm's --ema (default {ARM_DEFAULTS['ema_decay']:g})")
     parser.add_argument("--label-smoothing", type=open_fraction, default=None,
-                        help=f"the label_smoothing arm's --label-smoothing (default {ARM_DEFAULTS['label_smoothing']:g})")
+                        help="the label_smoothing arm's --label-smoothing "
+                             f"(default {ARM_DEFAULTS['label_smoothing']:g})")
     parser.add_argument("--mixup", type=positive_float, default=None,
                         help=f"the mixup_cutmix arm's --mixup (default {ARM_DEFAULTS['mixup']:g})")
     parser.add_argument("--cutmix", type=positive_float, default=None,
