@@ -124,21 +124,16 @@ def exclusive(path):
 @contextlib.contextmanager
 def exclusive_leaving_no_trace(path, made_folder, wait=True):
     """Holds the lock at `path` for the duration of the block, waiting for it if needed (without `wait`,
-    raises LockHeld at once); then, when the lock file is alone in its folder (the block wrote nothing
-    there: a failed download), removes it, and the folder too when `made_folder` (this process made it),
-    so a failure leaves nothing behind."""
+    raises LockHeld at once); then removes the lock file, and its folder too when `made_folder` (this
+    process made it) and the folder is empty (a failed download), so the lock leaves no file behind."""
     fd = acquire(path, wait=wait)
-    folder = os.path.dirname(path) or "."
     try:
         yield
     finally:
-        if os.listdir(folder) != [os.path.basename(path)]:
-            release(fd)
-        else:
-            release_and_remove(fd, path)  # a process waiting on it locks the path anew (acquire)
-            if made_folder:
-                with contextlib.suppress(OSError):  # another process's lock or files came in meanwhile
-                    os.rmdir(folder)
+        release_and_remove(fd, path)  # a process waiting on it locks the path anew (acquire)
+        if made_folder:
+            with contextlib.suppress(OSError):  # not empty: the block's files, or another process's lock
+                os.rmdir(os.path.dirname(path) or ".")
 
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long is taken over: its owner is gone

@@ -334,6 +334,11 @@ def _calibration_line(figures):
         line += (f"\n           WARNING: the temperature made the test NLL worse ({before:.3f} to {after:.3f}), and "
                  "the calibrated export serves its probabilities: the validation split is too small or too easy to "
                  "fit on; hold out more (--validation-fraction), or drop --calibrate")
+    if scaling.get("at_bound"):
+        low, high = calibration.TEMPERATURE_BOUNDS
+        line += (f"\n           WARNING: the temperature lies at a bound of its search ({low:g} to {high:g}): the "
+                 "validation probabilities are far from calibrated or carry next to no information, and the "
+                 "calibrated export serves them so; see report.md")
     return line
 
 

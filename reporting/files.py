@@ -126,8 +126,9 @@ def calibration_markdown(figures):
 def temperature_markdown(scaling):
     """Returns report.md's lines on temperature scaling (the calibration's 'temperature' object)."""
     nll = scaling["validation_nll"]
-    bound = (" It lies at a bound of the search (0.05 to 20): the probabilities are far from calibrated, or "
-             "carry next to no information." if scaling["at_bound"] else "")
+    low, high = calibration.TEMPERATURE_BOUNDS
+    bound = (f" It lies at a bound of the search ({low:g} to {high:g}): the probabilities are far from calibrated, "
+             "or carry next to no information." if scaling["at_bound"] else "")
     return ["", f"Temperature scaling (--calibrate temperature): T = {scaling['temperature']:.4f}, fitted on the "
             f"{scaling['validation_images']} validation images, never the test split, by minimising their NLL "
             f"(from {nll['before']:.3f} to {nll['after']:.3f} nats).{bound} The export serves softmax(ln p / T), "

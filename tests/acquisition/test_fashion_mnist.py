@@ -30,18 +30,20 @@ def test_download_fetches_only_missing_files(fashion_data_dir, tmp_path, slash):
     assert sorted(fetched) == ["t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
                                "train-labels-idx1-ubyte.gz"]
     assert fashion_mnist.missing_files(str(target)) == []
-    assert sorted(os.listdir(target)) == sorted([fashion_mnist.DOWNLOAD_LOCK] + [n for p in fashion_mnist.FILES.values()
-                                                                                 for n in p])
+    assert sorted(os.listdir(target)) == sorted(n for p in fashion_mnist.FILES.values() for n in p)  # no lock left
 
 
 def test_offline_download_is_a_clear_error_and_leaves_nothing_behind(tmp_path):
     # Port 9 (discard) on loopback refuses the connection at once, like a machine offline.
-    made, kept = tmp_path / "new" / "fashion", tmp_path / "kept"
+    made, kept, partial = tmp_path / "new" / "fashion", tmp_path / "kept", tmp_path / "partial"
     kept.mkdir()
-    for data_dir in (made, kept):
+    partial.mkdir()
+    (partial / "t10k-labels-idx1-ubyte.gz").write_bytes(b"the user's")
+    for data_dir in (made, kept, partial):
         with pytest.raises(DownloadError, match=r"not in .* and downloading http://127\.0\.0\.1:9/"):
             fashion_mnist.download(str(data_dir), base_url="http://127.0.0.1:9/", timeout=5)
     assert not made.exists() and os.listdir(kept) == []  # a folder the user made stays, empty
+    assert os.listdir(partial) == ["t10k-labels-idx1-ubyte.gz"]  # its download lock stayed, before
 
 
 def test_tfrecords_hold_exactly_the_idx_bytes(fashion_data_dir, tmp_path):

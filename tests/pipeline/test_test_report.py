@@ -244,3 +244,6 @@ def test_the_headline_warns_when_the_temperature_made_the_test_nll_worse():
     assert worse[1].strip().startswith("WARNING: the temperature made the test NLL worse (0.377 to 2.095)")
     figures["temperature"]["test_nll"]["after"] = 0.301
     assert len(_calibration_line(figures).splitlines()) == 1
+    figures["temperature"].update(temperature=20.0, at_bound=True)  # said in report.md only, before
+    at_bound = _calibration_line(figures).splitlines()
+    assert len(at_bound) == 2 and "WARNING: the temperature lies at a bound of its search (0.05 to 20)" in at_bound[1]
