@@ -43,6 +43,7 @@ def print_header(setup, cadence=None):
           f"{data.num_eval_examples} test images\n"
           f"{_describe_classes(data.class_names)}"
           f"{_describe_channels(data.report)}"
+          f"{_describe_model(setup)}"
           f"  devices:       {plan.description}\n"
           f"  {'eval batch:' if args.eval_only else 'batch:':<15}{args.batch_size} per replica x {plan.replicas} "
           f"replica(s) = {setup.global_batch} global\n"
@@ -69,6 +70,23 @@ def _describe_classes(class_names, shown=12):
                       for name in class_names[:shown])
     names += f", ... ({len(class_names)} in all)" if len(class_names) > shown else ""
     return f"  classes:       {names}\n"
+
+
+def _describe_model(setup):
+    """Returns the header's line on the network trained: --model (or the task's own network), where its weights
+    come from and which of its backbone's layers train; '' for a job without --weights (Fashion's one CNN)."""
+    args = setup.settings
+    if not hasattr(args, "weights"):
+        return ""
+    name = getattr(args, "model", None) or setup.task.network
+    weights = ("every weight from --init-from's checkpoint" if setup.initial_weights else
+               "random weights (--weights none)" if args.weights == "none" else
+               "ImageNet weights" if args.weights == "imagenet" else f"the weights of {args.weights}")
+    layers = trainable_layers_of(args)
+    trainable = ("every layer trainable" if layers == "all" else "the head only trainable" if layers == 0 else
+                 "the head and the backbone's last layer trainable" if layers == 1 else
+                 f"the head and the backbone's last {layers} layers trainable")
+    return f"  model:         {name}, {weights}, {trainable}\n"
 
 
 def _describe_channels(report):

@@ -81,6 +81,8 @@ class Task:
     # A function of the run's Settings raising FlagError for those the task refuses whatever its data; called
     # before any folder is made (None: it refuses none beyond the common checks).
     check_settings: Optional[Callable] = None
+    # The network a job without --model trains, as the run header names it (None: the header names none).
+    network: Optional[str] = None
 
     def check(self, settings):
         """Raises FlagError for `settings` this task refuses whatever its data: an --init-from every job

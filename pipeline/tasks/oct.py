@@ -68,4 +68,5 @@ TASK = Task(
     input_variants=("pipeline", "pipeline-reduced", "pipeline-cached", "records", "design", "bare"),
     group_pattern=PATIENT_PATTERN,
     augment_forbidden=FORBIDDEN_FLIPS,
+    network="VGG16 with a new head",
 )

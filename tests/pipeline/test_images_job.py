@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import types
 
 import pytest
 
@@ -281,6 +282,26 @@ def test_a_run_that_fails_in_a_folder_of_yours_leaves_it_as_it_was(tmp_path):
 def test_the_header_quotes_a_class_name_with_a_comma_or_a_space_at_an_end():
     from pipeline.run_output import _describe_classes
     assert _describe_classes([" DME", "CNV ", "a, b", "NORMAL"]) == '  classes:       " DME", "CNV ", "a, b", NORMAL\n'
+
+
+def test_the_header_names_the_network_its_weights_and_the_layers_that_train():
+    from pipeline.run_output import _describe_model
+    from pipeline.tasks.fashion import TASK as FASHION
+    from pipeline.tasks.oct import TASK as OCT
+
+    def line(task, initial_weights=None, **settings):
+        return _describe_model(types.SimpleNamespace(task=task, settings=types.SimpleNamespace(**settings),
+                                                     initial_weights=initial_weights))
+    assert line(TASK, model="vgg16", weights="imagenet", trainable_layers=0) == \
+        "  model:         vgg16, ImageNet weights, the head only trainable\n"
+    assert line(TASK, model="small_cnn", weights="none", trainable_layers=None) == \
+        "  model:         small_cnn, random weights (--weights none), every layer trainable\n"
+    assert line(OCT, weights="/w/vgg.h5", trainable_layers=1) == \
+        ("  model:         VGG16 with a new head, the weights of /w/vgg.h5, the head and the backbone's last layer "
+         "trainable\n")
+    assert "every weight from --init-from's checkpoint" in line(TASK, "the head run", model="small_cnn", weights="none",
+                                                                 trainable_layers=3)
+    assert line(FASHION, batch_size=32) == ""  # one network, no --weights
 
 
 def test_pictures_in_formats_no_job_reads_and_images_beside_the_class_folders_are_named_not_left_out_silently(

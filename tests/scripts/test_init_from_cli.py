@@ -141,6 +141,9 @@ def test_fine_tuning_more_layers_of_a_batch_norm_network_on_two_replicas(shapes,
         np.testing.assert_array_equal(started[key], source[key], err_msg=key)
     results = json.loads((tmp_path / "fine" / "results.json").read_text())
     assert results["trainable_layers"] == 6 and results["init_from"]["step"] == 4
+    model_line = next(line for line in fine.stdout.splitlines() if line.startswith("  model:"))
+    assert model_line.endswith("every weight from --init-from's checkpoint, the head and the backbone's last 6 layers "
+                               "trainable"), model_line
 
 
 @pytest.mark.parametrize("flags, words", [
