@@ -80,6 +80,16 @@ def test_a_dead_evaluator_is_warned_about_once_and_training_goes_on():
     assert "[launcher] all tasks finished" in text
 
 
+def test_an_evaluator_still_running_after_its_grace_is_stopped_and_the_launch_succeeds():
+    out = io.StringIO()
+    cluster = LocalCluster(stand_in({"evaluator": "forever"}), workers=1, evaluator=True, out=out,
+                           evaluator_grace_secs=1)
+    started = time.monotonic()
+    assert cluster.run() == 0, out.getvalue()  # 1 before: training had succeeded
+    assert time.monotonic() - started < 60 and cluster.processes["evaluator"].poll() is not None
+    assert "[launcher] the evaluator was still running 1 s after training ended; stopping it" in out.getvalue()
+
+
 def test_a_parameter_server_may_end_by_itself_once_the_chief_has_finished():
     out = io.StringIO()
     assert LocalCluster(stand_in({"ps": "sleep 3", "worker": "sleep 6"}), workers=1, ps=1, out=out).run() == 0
