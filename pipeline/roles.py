@@ -183,7 +183,7 @@ def run_worker(task, settings, cluster, stop):
 
 def run_evaluator(task, settings, cluster, stop):
     """A cluster's evaluator: evaluates each new checkpoint on the validation split (the test split
-    when there is none; TensorBoard's eval_validation) until training ends; returns None."""
+    when there is none; TensorBoard's eval_evaluator_validation, see _specs) until training ends; returns None."""
     setup = prepare(task, settings, cluster, cluster_plan(settings, cluster))
     _announce(setup, None)
     estimator, _ = build_estimator(setup, probe_peak=False, trains=False)
@@ -216,6 +216,7 @@ def run_ps(task, settings, cluster, stop):
     return None
 
 
+EVALUATOR_EVAL_NAME = "evaluator"  # TensorBoard: <model dir>/eval_evaluator_validation (or _test)
 ROLES = {"chief": run_chief, "worker": run_worker, "evaluator": run_evaluator, "ps": run_ps}
 
 
@@ -362,9 +363,12 @@ def _chief_validation_hooks(setup, validation):
 
 def _specs(setup, hooks):
     """Returns train_and_evaluate's (TrainSpec, EvalSpec): the evaluator evaluates the validation split,
-    or the test split when there is none."""
+    or the test split when there is none. Its summaries go to a folder of their own (eval_evaluator_<split>):
+    the chief writes eval_validation itself, and two writers there plotted each step twice (and, starting in
+    the same second on one host, could open the same event file name)."""
     data = setup.data
-    evaluated = (data.validation_input_fn, "validation") if data.validation_input_fn else (data.eval_input_fn, None)
+    evaluated = ((data.validation_input_fn, f"{EVALUATOR_EVAL_NAME}_validation") if data.validation_input_fn
+                 else (data.eval_input_fn, f"{EVALUATOR_EVAL_NAME}_test"))
     train_spec = tf.estimator.TrainSpec(data.train_input_fn, max_steps=setup.max_steps, hooks=hooks.all,
                                         saving_listeners=hooks.listeners)
     eval_spec = tf.estimator.EvalSpec(evaluated[0], steps=None, name=evaluated[1], start_delay_secs=0,

@@ -60,6 +60,14 @@ def parameter_server_launch(request, fashion_data_dir, tmp_path_factory):
             process.wait(30)
 
 
+def evaluated_steps(folder):
+    """Returns the sorted steps of the accuracy summaries in the event files of `folder`."""
+    import tensorflow as tf
+    return sorted(event.step for path in folder.glob("events.out.tfevents.*")
+                  for event in tf.compat.v1.train.summary_iterator(str(path))
+                  if any(value.tag == "accuracy" for value in event.summary.value))
+
+
 def test_chief_and_two_workers_train_synchronously_to_the_requested_step_and_an_evaluator_follows(
         fashion_data_dir, tmp_path):
     result = launch(["--workers", "2", "--evaluator"],
@@ -75,6 +83,10 @@ def test_chief_and_two_workers_train_synchronously_to_the_requested_step_and_an_
     # The evaluator evaluates checkpoints as they come, the last one too.
     assert re.search(r"\[evaluator\] .*Saving dict for global step 20: accuracy", result.stdout)
     assert "[launcher] all tasks finished" in result.stdout
+    # In TensorBoard the evaluator's curve is its own, and the chief's test evaluation is plotted once (the
+    # evaluator wrote into the chief's eval/ too, with no validation split: step 20 twice, among its others).
+    evaluated = {name: evaluated_steps(tmp_path / "m" / name) for name in ("eval", "eval_evaluator_test")}
+    assert evaluated["eval_evaluator_test"][-1] == 20 and evaluated["eval"] == [20], evaluated
     # The workers' copies of the chief's checkpoints and summaries (TensorFlow's tmp_worker_N) are gone.
     assert not [name for name in os.listdir(tmp_path / "m") if name.startswith("tmp_")], os.listdir(tmp_path / "m")
 
