@@ -76,6 +76,14 @@ def use_first_gpus(count):
     return [f"/gpu:{i}" for i in range(count)]
 
 
+def _evaluator_devices(gpus, cpu_replicas):
+    """Returns (the one device an evaluator evaluates on: its first GPU, else the CPU; the replicas each trainer
+    has, from the same device flags): an evaluator needs one GPU, whatever --gpus the trainers take."""
+    visible = 0 if cpu_replicas is not None else gpu_count(None)
+    trainers = 1 if cpu_replicas is not None else gpus if gpus is not None else visible
+    return use_first_gpus(min(visible, 1)) or ["/cpu:0"], max(trainers, 1)
+
+
 def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=None):
     """Returns the DistributionPlan of one task of a TF_CONFIG cluster.
 
@@ -88,7 +96,9 @@ def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=N
     the ps tasks, so a step is one worker's replicas' batch. The evaluator gets
     no strategy (given one, TF 2.15 fails in worker_count()), but the same
     `replicas` as the trainers, so that every task computes the same final step
-    from --epochs; give every task the same device flags.
+    from --epochs; give every task the same device flags. It evaluates on one
+    device, its first GPU (it needs no more than one, whatever --gpus says), else
+    the CPU.
     The Estimator's distribute coordinator configures the strategy per task.
     """
     if strategy_name not in ("multi_worker_mirrored", "parameter_server"):
@@ -97,8 +107,12 @@ def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=N
     if cpu_replicas is not None and cpu_replicas > 1:
         raise UsageError(f"--cpu-replicas {cpu_replicas}: in a cluster each worker trains one replica on its CPU "
                          "(TF's multi-worker strategies cannot split it); drop --cpu-replicas, or add workers")
-    devices = use_first_gpus(0 if cpu_replicas is not None else gpu_count(gpus)) or ["/cpu:0"]
-    on_gpus, per_worker = devices[0].startswith("/gpu"), len(devices)
+    if cluster.task_type == "evaluator":
+        devices, per_worker = _evaluator_devices(gpus, cpu_replicas)
+    else:
+        devices = use_first_gpus(0 if cpu_replicas is not None else gpu_count(gpus)) or ["/cpu:0"]
+        per_worker = len(devices)
+    on_gpus = devices[0].startswith("/gpu")
     if strategy_name == "multi_worker_mirrored":
         replicas = per_worker * cluster.num_workers
         description = f"MultiWorkerMirroredStrategy over {cluster.num_workers} workers x {per_worker} replica(s)"

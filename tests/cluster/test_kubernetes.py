@@ -70,7 +70,8 @@ def test_the_manifest_restarts_on_retryable_exits_and_gives_every_task_gpus_data
         flag = lambda name: args[args.index(name) + 1]  # noqa: E731
         assert container["command"][-1] == "scripts/train_oct.py"
         assert flag("--strategy") == "multi_worker_mirrored"
-        assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == int(flag("--gpus"))
+        gpus = 1 if spec is specs["Evaluator"] else int(flag("--gpus"))  # it evaluates on one (pipeline.distribution)
+        assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == gpus
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         assert flag("--data-dir").startswith(mounts["data"] + "/") and flag("--model-dir").startswith(
             mounts["runs"] + "/")

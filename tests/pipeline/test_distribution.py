@@ -39,4 +39,11 @@ def test_a_cluster_cannot_split_the_cpu_into_replicas():
 
 def test_a_cluster_checks_gpus_like_one_machine():
     with pytest.raises(UsageError, match=r"--gpus 2 asks for 2 GPUs but 0 are visible"):
-        build_cluster_distribution("multi_worker_mirrored", ClusterTask("evaluator", 0, num_workers=2), gpus=2)
+        build_cluster_distribution("multi_worker_mirrored", ClusterTask("worker", 0, num_workers=2), gpus=2)
+
+
+@pytest.mark.parametrize("strategy,replicas", [("multi_worker_mirrored", 4), ("parameter_server", 2)])
+def test_the_evaluator_needs_one_device_of_the_gpus_the_trainers_take_and_counts_theirs(strategy, replicas):
+    """Refused before where it saw fewer GPUs than --gpus: a Kubernetes evaluator had to hold as many as a trainer."""
+    plan = build_cluster_distribution(strategy, ClusterTask("evaluator", 0, num_workers=2), gpus=2)
+    assert plan.replicas == replicas and plan.devices == ["/cpu:0"]  # (no GPU here: its CPU)
