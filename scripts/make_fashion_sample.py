@@ -2,6 +2,7 @@
 """Split a t10k-only Fashion-MNIST sample (by default the 1,000 images shipped with the
 project) into train and test IDX files, making a --data-dir that train_fashion.py can use."""
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,7 +31,18 @@ def make_sample(args):
                                                          args.out, args.train, args.seed)
     except ValueError as e:
         raise FlagError(f"argument --train: {e}") from None  # (a bound only the source's size gives: exit 2)
-    print(f"wrote {num_train} training and {num_test} test images to {args.out}")
+    print(f"wrote {num_train} training and {num_test} test images to {args.out}; train with\n"
+          f"  scripts/train_fashion.py --data-dir {shlex.quote(args.out)} {recipe_flags()}\n"
+          "(the shipped sample's recipe: the defaults, made for the full dataset's 60,000 images, learn next to "
+          "nothing from so few)")
+
+
+def recipe_flags():
+    """Returns the flags of the shipped sample's recipe (pipeline.tasks.fashion_dataset.SAMPLE_RECIPE), which a
+    run applies by itself only when it falls back to the sample."""
+    from pipeline.tasks.fashion_dataset import SAMPLE_RECIPE
+    return " ".join(f"--{name.replace('_', '-')} {value:g}" if isinstance(value, float) else
+                    f"--{name.replace('_', '-')} {value}" for name, value in SAMPLE_RECIPE.items() if value is not None)
 
 
 if __name__ == "__main__":

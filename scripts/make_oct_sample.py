@@ -3,6 +3,7 @@
 OCT2017 tree (train/ and test/ class folders), a --data-dir that train_oct.py, inspect_input.py
 and benchmark.py can use offline. Far too small to train a useful model: for smoke runs."""
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,7 +32,7 @@ def make_sample(args):
         raise UsageError(f"{root} already exists; pass another --out, or remove it first")
     num_train, num_test = retinal_oct.make_sample_tree(root, args.source or retinal_oct.SHIPPED_SAMPLE_DIR,
                                                        args.test_per_class)
-    print(f"wrote {num_train} training and {num_test} test scans to {root}; train with --data-dir {args.out}")
+    print(f"wrote {num_train} training and {num_test} test scans to {root}; train with --data-dir {shlex.quote(args.out)}")
 
 
 if __name__ == "__main__":

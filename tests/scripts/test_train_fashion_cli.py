@@ -2,12 +2,16 @@
 import gzip
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 
 import pytest
 
+from pipeline.flags import build_parser
+from pipeline.tasks.fashion import TASK as FASHION
+from pipeline.tasks.fashion_dataset import SAMPLE_RECIPE
 from tests.conftest import ROOT, assert_clean_failure
 
 SCRIPT = os.path.join(ROOT, "scripts", "train_fashion.py")
@@ -80,12 +84,20 @@ def test_help_explains_the_batch_semantics():
 
 
 def test_make_fashion_sample_splits_the_real_sample(fashion_sample, tmp_path):
+    out = tmp_path / "my sample"
     result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_fashion_sample.py"),
-                             "--source", fashion_sample, "--out", str(tmp_path), "--train", "900"],
+                             "--source", fashion_sample, "--out", str(out), "--train", "900"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "900 training and 100 test images" in result.stdout
-    assert len(os.listdir(tmp_path)) == 4
+    # The command to train on it, with the sample's recipe (applied by itself only to the fallback) and the folder
+    # quoted for a shell.
+    command = shlex.split(result.stdout.splitlines()[1])
+    assert command[:3] == ["scripts/train_fashion.py", "--data-dir", str(out)]
+    parsed = build_parser(FASHION).parse_args(command[1:])
+    assert {name: getattr(parsed, name) for name in SAMPLE_RECIPE if SAMPLE_RECIPE[name] is not None} == \
+        {name: value for name, value in SAMPLE_RECIPE.items() if value is not None}
+    assert len(os.listdir(out)) == 4
     too_many = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_fashion_sample.py"), "--source",
                                fashion_sample, "--out", str(tmp_path / "x"), "--train", "1000"],
                               capture_output=True, text=True, timeout=120)
