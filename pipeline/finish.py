@@ -11,7 +11,7 @@ from acquisition import faults, storage
 from pipeline import ema as ema_lib, evaluation_report, initial_weights, mfu as mfu_lib, mixing, model_dir as model_dir_lib, \
     results as results_lib, training_record, tta
 from pipeline.errors import UsageError
-from pipeline.run_output import print_summary, reader_may_leave
+from pipeline.run_output import print_report_headline, print_summary, reader_may_leave
 from pipeline.validation.best import BEST_EXPORT_DIR
 from pipeline.machine import describe_cpu
 from pipeline.metrics import CROSS_ENTROPY
@@ -101,7 +101,7 @@ def finish(setup, estimator, hooks, figures, train_seconds, validation=None, ext
     written = results.as_dict()
     with reader_may_leave(path):
         print_summary(written, path)
-        evaluation_report.print_headline(written, evaluation_report.report_dir(args))
+        print_report_headline(written, evaluation_report.report_dir(args))
     return written
 
 

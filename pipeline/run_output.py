@@ -4,6 +4,7 @@ import logging
 import os
 import unicodedata
 
+from acquisition import storage
 from models import SGD_MOMENTUM
 from pipeline import determinism, mfu as mfu_lib, mixing, results as results_lib, tta
 from pipeline.flag_types import names_text
@@ -11,6 +12,7 @@ from pipeline.flags.tta import tta_text
 from pipeline.stdout import silence_stdout
 from pipeline.training_record import describe_trainable_layers, trainable_layers_of
 from pipeline.validation.early_stopping import early_stopping_of
+from reporting import calibration, files as report_files
 
 
 log = logging.getLogger(__name__)
@@ -195,10 +197,78 @@ def print_summary(results, path):
               "(listed with their problems in results.json)")
     if results.get("export_dir"):
         print(f"  export:  {results['export_dir']}")
-    if results.get("tflite"):  # the export for devices: a line per .tflite file, and any warning
-        from serving.tflite import current_record, summary_lines
-        print("\n".join(summary_lines(current_record(results["tflite"]))))  # (the files there now)
+    tflite = _tflite_now(results)
+    if tflite:  # the export for devices: a line per .tflite file, and any warning
+        from serving.tflite import summary_lines
+        print("\n".join(summary_lines(tflite)))
     print(f"  results: {path}", flush=True)
+
+
+def _tflite_now(results):
+    """Returns the record of the .tflite files of `results`' export as they are now (serving.tflite.current_record):
+    the training run's, or those an --eval-only --tflite converted later beside an export the run made without
+    them; None when there are none."""
+    if not results.get("tflite") and not results.get("export_dir"):
+        return None
+    from serving.tflite import current_record, output_dir
+    record = current_record(results.get("tflite") or {"dir": output_dir(results["export_dir"])})
+    return record if record.get("files") else None
+
+
+def _interval(figure):
+    value, ci = figure["value"], figure["ci"]
+    return "n/a" if value is None else f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def _ece(figure):
+    """Returns ECE as measured, then bias-corrected with its interval (see reporting.bootstrap)."""
+    if figure["value"] is None or figure.get("bias_corrected") is None:
+        return _interval(figure)
+    return f"{figure['value']:.3f}, bias-corrected {_interval({**figure, 'value': figure['bias_corrected']})}"
+
+
+def _calibration_line(figures):
+    """Returns the headline's line of the report's 'calibration' object; with a temperature, the test NLL
+    before and after it, and a warning when the scaling made the test NLL worse."""
+    scaling = figures.get("temperature")
+    line = (f"           calibration: ECE {_ece(figures['ece'])} ({figures['bins']['used']} equal-count bins), "
+            f"NLL {figures['nll']['value']:.3f}, Brier {figures['brier']['value']:.3f}")
+    if not scaling:
+        return line
+    before, after = scaling["test_nll"]["before"], scaling["test_nll"]["after"]
+    line += (f"; temperature {scaling['temperature']:.3f}, fitted on the {scaling['validation_images']} validation "
+             f"images (test NLL {before:.3f} before it)")
+    if after > before:
+        line += (f"\n           WARNING: the temperature made the test NLL worse ({before:.3f} to {after:.3f}), and "
+                 "the calibrated export serves its probabilities: the validation split is too small or too easy to "
+                 "fit on; hold out more (--validation-fraction), or drop --calibrate")
+    if scaling.get("at_bound"):
+        low, high = calibration.TEMPERATURE_BOUNDS
+        line += (f"\n           WARNING: the temperature lies at a bound of its search ({low:g} to {high:g}): the "
+                 "validation probabilities are far from calibrated or carry next to no information, and the "
+                 "calibrated export serves them so; see report.md")
+    return line
+
+
+def print_report_headline(results, folder):
+    """Prints the clinical report's accuracy, referral and calibration figures with their intervals, if results
+    has one, and the path of its report.md in `folder`."""
+    report = results.get("clinical")
+    if not report:
+        return
+    boot = report["bootstrap"]
+    lines = [f"  report:  accuracy {_interval(report['accuracy'])} (95% bootstrap interval, {boot['resamples']} "
+             f"resamples of {boot['groups']} {'groups' if boot['unit'] == 'group' else 'images'})"]
+    referral = report.get("referral")
+    if referral and referral.get("sensitivity"):
+        auc = _interval(referral["auc"]) if referral["auc"] else "n/a"
+        lines.append(f"           referral {'+'.join(referral['positive_classes'])}: sensitivity "
+                     f"{_interval(referral['sensitivity'])}, specificity "
+                     f"{_interval(referral['specificity']) if referral['specificity'] else 'n/a'}, AUC {auc}")
+    if report.get("calibration"):
+        lines.append(_calibration_line(report["calibration"]))
+    lines.append(f"           {storage.join(folder, report_files.REPORT_MD)}")
+    print("\n".join(lines), flush=True)
 
 
 def per_class_lines(results):
@@ -269,6 +339,7 @@ def finished_results(model_dir, step, max_steps, settings, stopped_because=None,
                   "bf16, whose bfloat16 tensors TFLite cannot hold, so no --eval-only converts it; train another "
                   "--model-dir with --precision fp32 or bf16-amp to convert one", flush=True)
         print_summary(results, os.path.join(model_dir, results_lib.RESULTS_FILE))
+        print_report_headline(results, model_dir)
     return results
 
 

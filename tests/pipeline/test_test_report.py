@@ -234,7 +234,7 @@ def test_the_bootstrap_resamples_the_groups_group_by_names_else_the_task_s():
 def test_the_headline_warns_when_the_temperature_made_the_test_nll_worse():
     """21 validation images, all classified right, fitted T=0.146: the test NLL went from 0.377 to 2.095 and the
     summary showed only the after-figure."""
-    from pipeline.evaluation_report import _calibration_line
+    from pipeline.run_output import _calibration_line
     figures = {"ece": {"value": 0.48, "ci": [0.389, 0.631], "bias_corrected": 0.479}, "bins": {"used": 6},
                "nll": {"value": 2.095}, "brier": {"value": 0.68},
                "temperature": {"temperature": 0.146, "validation_images": 21,

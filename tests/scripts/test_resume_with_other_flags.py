@@ -41,6 +41,9 @@ def test_a_resume_with_a_doubled_batch_trains_the_images_that_remain(fashion_dat
     # its per-class lines in class order, as the run printed them (results.json's keys are sorted)
     per_class = [line.split()[0] for line in again.stdout.splitlines() if " recall " in line]
     assert per_class == [name.split()[0] for name in results["clinical"]["class_names"]], again.stdout
+    # and its report's headline, as the run printed it (the reprint had none)
+    headline = rerun.stdout[rerun.stdout.index("  report:  accuracy "):]
+    assert again.stdout.endswith(headline) and headline.rstrip().endswith(str(model_dir / "report.md")), again.stdout
 
     # A smaller --max-steps cannot take training back, and says so.
     behind = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", "5"), capture_output=True,

@@ -333,6 +333,11 @@ def test_eval_only_converts_a_trained_model_dir_again(fashion_run, fashion_data_
     print_summary(recorded_here(json.loads(before), model_dir), "results.json")
     (int8_line,) = [l for l in capsys.readouterr().out.splitlines() if l.startswith("  tflite:  int8")]
     assert int8_line == [l for l in tflite.summary_lines(record) if l.startswith("  tflite:  int8")][0]
+    # that of a run trained without --tflite, whose export --eval-only converted later: its files too (none before)
+    without = {key: value for key, value in json.loads(before).items() if key != "tflite"}
+    print_summary(recorded_here(without, model_dir), "results.json")
+    assert [l for l in capsys.readouterr().out.splitlines() if l.startswith("  tflite:")] == \
+        tflite.summary_lines(record)
     moved = str(tmp_path / "moved")  # and after the model dir moved: the files where they are now
     shutil.copytree(model_dir, moved)
     print_summary(recorded_here(json.loads(before), moved), "results.json")
