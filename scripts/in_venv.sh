@@ -7,8 +7,17 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${VENV:-$root/.venv}"
-python="${PYTHON:-python3.11}"
-command -v "$python" >/dev/null 2>&1 || python=python3
+if [ -n "${PYTHON:-}" ]; then
+  python="$PYTHON"
+  if ! command -v "$python" >/dev/null 2>&1; then
+    echo "in_venv.sh: error: PYTHON=$python is not an interpreter found here; set PYTHON to the path of a" \
+         "Python 3.9-3.11 (python3.11, say), or leave it unset" >&2
+    exit 1
+  fi
+else
+  python=python3.11
+  command -v "$python" >/dev/null 2>&1 || python=python3
+fi
 if ! "$python" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 11))'; then
   echo "in_venv.sh: error: TensorFlow 2.15 (the last release with tf.estimator) needs Python 3.9-3.11;" \
        "$python is $("$python" -V 2>&1). Set PYTHON=/path/to/python3.11." >&2

@@ -168,6 +168,16 @@ def test_a_python_without_the_packages_is_told_to_use_the_venv_in_one_line(scrip
     assert not (tmp_path / "model").exists()
 
 
+def test_in_venv_refuses_a_python_that_is_not_there_in_one_line(tmp_path):
+    """It went on with python3 without a word, where PYTHON named a path with a typo."""
+    result = subprocess.run([os.path.join(ROOT, "scripts", "in_venv.sh"), "true"], capture_output=True, text=True,
+                            timeout=60, env=dict(os.environ, PYTHON=str(tmp_path / "python3.11"),
+                                                 VENV=str(tmp_path / "venv")))
+    assert result.returncode == 1 and not (tmp_path / "venv").exists(), result.stderr
+    assert_clean_failure(result, f"in_venv.sh: error: PYTHON={tmp_path / 'python3.11'} is not an interpreter found "
+                                 "here; set PYTHON to the path of a Python 3.9-3.11")
+
+
 @pytest.mark.parametrize("name", ["pipline", "tensorflow.python.not_in_this_version", "scipy"])
 def test_a_missing_module_that_is_no_absent_requirement_stays_a_bug(name):
     """A misspelt module of the project's, one inside an installed package, or a package the project does
