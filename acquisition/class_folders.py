@@ -97,15 +97,15 @@ class Layout:
     unread_folders: Tuple[str, ...]  # a split dir's val/ or validation/, which its layout does not read
 
 
-def read_layout(data_dir):
+def read_layout(data_dir, flag="--data-dir"):
     """Returns the Layout of `data_dir` from its folders' names alone (no image is read, no TensorFlow imported:
     a wrong --data-dir is answered at once).
 
     Raises InputDataError when the dir is missing, has fewer than 2 class folders, or a test class unknown to
-    training.
+    training; the fixes it names pass the folder as `flag`.
     """
     if not storage.isdir(data_dir):
-        raise InputDataError(f"no folder {data_dir}; pass --data-dir with a folder of class folders "
+        raise InputDataError(f"no folder {data_dir}; pass {flag} with a folder of class folders "
                              "(DIR/<class>/<image>)")
     if is_not_utf8(data_dir):
         raise InputDataError(f"the data dir {shown_path(data_dir)} {NOT_UTF8}")
@@ -124,7 +124,7 @@ def read_layout(data_dir):
         where = storage.join(layout.folders.get("train", data_dir), garbled)
         raise InputDataError(f"class folder {shown_path(where)} {NOT_UTF8}")
     if len(layout.class_names) < 2:
-        raise _too_few_classes(layout.folders.get("train", data_dir), layout.class_names, presplit)
+        raise _too_few_classes(layout.folders.get("train", data_dir), layout.class_names, presplit, flag)
     return layout
 
 
@@ -145,7 +145,7 @@ def _split_layout(data_dir, top):
                   tuple(storage.join(data_dir, top[s]) for s in sorted(set(top) - set(SPLITS))))
 
 
-def _too_few_classes(folder, class_names, presplit):
+def _too_few_classes(folder, class_names, presplit, flag):
     """Returns the InputDataError for `folder`, holding fewer than 2 `class_names`: where its loose images are a
     class's, says which folder to pass."""
     loose = sum(1 for name in storage.listdir(folder) if is_image_name(name))
@@ -155,19 +155,19 @@ def _too_few_classes(folder, class_names, presplit):
     if loose and not class_names:
         parent = os.path.dirname(storage.absolute(folder).rstrip("/"))
         return InputDataError(f"{folder} holds {loose} image(s) and no class folders: it looks like one class's "
-                              f"folder; pass --data-dir {parent}, whose every folder is a class, if that is the "
+                              f"folder; pass {flag} {parent}, whose every folder is a class, if that is the "
                               "dataset")
     return InputDataError(f"{folder} holds {len(class_names)} class folder(s); "
                           "a classifier needs at least 2 (one folder of images per class)")
 
 
-def scan_class_folders(data_dir, channels=None, workers=4):
+def scan_class_folders(data_dir, channels=None, workers=4, flag="--data-dir"):
     """Returns the ClassFolders of `data_dir` (see read_layout), each image checked for decoding to `channels`
     (1, 3 or None: its own).
 
-    Raises InputDataError as read_layout does, and for a class without images.
+    Raises InputDataError as read_layout does (naming `flag`), and for a class without images.
     """
-    layout = read_layout(data_dir)
+    layout = read_layout(data_dir, flag)
     scans, gray, ignored, loose = {}, True, [], []
     for split, folder in layout.folders.items():
         scans[split], split_gray, split_ignored = _scan(folder, layout.class_names, channels, workers)

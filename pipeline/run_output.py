@@ -39,10 +39,10 @@ def print_header(setup, cadence=None):
     resume = (f"resuming from step {steps.start_step}" if steps.start_step else
               f"starting from the weights of {setup.initial_weights.describe()} (--init-from)"
               if setup.initial_weights else "starting from scratch")
-    validation = (f" / {data.num_validation_examples} validation" if getattr(data, "num_validation_examples", 0)
+    validation = (f" / {data.num_validation_examples:,} validation" if getattr(data, "num_validation_examples", 0)
                   else "")
-    print(f"{task.name}: {data.source} data, {data.num_train_examples} training{validation} / "
-          f"{data.num_eval_examples} test images\n"
+    print(f"{task.name}: {data.source} data, {data.num_train_examples:,} training{validation} / "
+          f"{data.num_eval_examples:,} test images\n"
           f"{_describe_classes(data.class_names)}"
           f"{_describe_channels(data.report)}"
           f"{_describe_model(setup)}"
@@ -176,7 +176,8 @@ def print_summary(results, path):
     seconds = (f" ({results['validation_seconds']:.1f} s{' in this run' if before else ''})"
                if results.get("validation_seconds") else "")
     validation = (f"  valid.:  best accuracy {best['validation_accuracy']:.4f} at step {best['step']} of "
-                  f"{len(results['evaluations'])} evaluations on {results['validation_examples']} images"
+                  f"{len(results['evaluations'])} evaluation{'' if len(results['evaluations']) == 1 else 's'} on "
+                  f"{results['validation_examples']} images"
                   f"{seconds}; stopped: {results['stopped_because']}\n" if best else "")
     chosen = f" (the best checkpoint, step {results['eval_step']})" if best else ""
     ended = (f"evaluated at global step {results['global_step']}, where training stopped short of its planned "

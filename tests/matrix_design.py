@@ -37,7 +37,7 @@ def refusal(cell):
     if cell["data"] == "synthetic" and cell["validation"] == "on":
         return "--validation-fraction 0.1 holds out a share of the training data, and --synthetic data"
     if stop_flag and cell["validation"] == "off":
-        return f"{stop_flag} stop training on the validation split's accuracy"
+        return f"{stop_flag} stops training on the validation split's accuracy"
     return None
 
 

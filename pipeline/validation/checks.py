@@ -33,6 +33,8 @@ def check_early_stopping(settings, data):
                                       ("--patience", settings.patience)) if value is not None]
     if asked and data.validation_input_fn is None:
         synthetic = data.source == "synthetic"  # which holds no split to hold out
-        raise FlagError(f"{' and '.join(asked)} stop training on the validation split's accuracy, and "
-                        f"{'--synthetic data has' if synthetic else 'this run has'} no validation split; drop them"
+        one = len(asked) == 1
+        raise FlagError(f"{' and '.join(asked)} stop{'s' if one else ''} training on the validation split's "
+                        f"accuracy, and {'--synthetic data has' if synthetic else 'this run has'} no validation "
+                        f"split; drop {'it' if one else 'them'}"
                         f"{'' if synthetic else ', or hold out a split (--validation-fraction above 0)'}")

@@ -104,7 +104,7 @@ def test_early_stopping_with_nothing_to_watch_is_refused_before_training(fashion
     no_split = refused("--data-dir", fashion_data_dir, "--model-dir", str(tmp_path / "a"), "--validation-fraction",
                        "0", "--patience", "2", "--max-steps", "5")
     assert no_split.returncode == 2
-    assert_clean_failure(no_split, "--patience stop training on the validation split", "--validation-fraction")
+    assert_clean_failure(no_split, "--patience stops training on the validation split", "--validation-fraction")
     synthetic = refused("--synthetic", "--model-dir", str(tmp_path / "b"), "--stop-at-accuracy", "0.9",
                         "--max-steps", "5")
     assert synthetic.returncode == 2 and "--synthetic data has no validation split" in synthetic.stderr

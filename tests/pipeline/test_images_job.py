@@ -1,6 +1,7 @@
 """The images job's split in the model dir: written once, reused on resume, and guarded."""
 import json
 import os
+import re
 import shutil
 import types
 
@@ -191,6 +192,10 @@ def test_flags_the_data_would_leave_unused_or_cannot_serve_are_refused(tmp_path)
     with pytest.raises(InputDataError, match=r"--validation-dir .*held has no folder for class\(es\) 'square', "
                                              "which training has: .* pass --validation-fraction instead"):
         images_job.validation_sides(args, images_job.load_dataset(args))
+    one_class = os.path.join(held, "circle")  # a class's folder, not a folder of them: the fix names this flag
+    with pytest.raises(InputDataError, match=re.escape(f"pass --validation-dir {held}, whose every folder is a class")):
+        images_job.validation_sides(args_for(data, model_dir, "--validation-dir", one_class),
+                                    images_job.load_dataset(args))
     presplit = str(tmp_path / "presplit")
     make_shapes_folder(os.path.join(presplit, "train"), per_class=4)
     make_shapes_folder(os.path.join(presplit, "test"), per_class=2, seed=2)
