@@ -76,7 +76,10 @@ def load_dataset(args):
 
 
 def _load(args):
-    folders = class_folders.scan_class_folders(args.data_dir, args.channels)
+    # Absolute file names from here on: test_scores.csv, results.json and the split's lists name the images
+    # wherever they are read from, as the OCT job's do.
+    data_dir = storage.absolute(args.data_dir)
+    folders = class_folders.scan_class_folders(data_dir, args.channels)
     left_out = undecodable.left_out(args.model_dir)
     if left_out:
         folders = dataclasses.replace(folders, scans={s: scan.with_problems(left_out)
@@ -93,10 +96,10 @@ def _load(args):
     channels = args.channels or (saved or {}).get("channels") or (1 if folders.gray else 3)
     channels_reason = ("--channels" if args.channels else "the model dir's split" if (saved or {}).get("channels")
                        else "every image is gray" if folders.gray else "some images are in colour; a GIF counts as one")
-    duplicates = [os.path.join(args.data_dir, f) for f in (saved or {}).get("duplicates_left_out", [])]
+    duplicates = [os.path.join(data_dir, f) for f in (saved or {}).get("duplicates_left_out", [])]
     twins = None
     if saved:
-        splits = _splits_from_lists(folders, args.data_dir, args.model_dir, duplicates, left_out)
+        splits = _splits_from_lists(folders, data_dir, args.model_dir, duplicates, left_out)
     elif folders.presplit:
         splits, duplicates = _without_test_duplicates({s: folders.scans[s].good() for s in class_folders.SPLITS},
                                                        folders.class_names)
@@ -287,8 +290,8 @@ def _trained_left_out(args, left_out):
 
 def _splits_from_lists(folders, data_dir, model_dir, duplicates=(), undecodable=()):
     """Returns the splits listed in the model dir, minus files now skipped as bad and the `undecodable` ones
-    (absolute paths: see pipeline.undecodable.left_out) gone since: paths under `data_dir` as given now (relative or not),
-    as the scan names them (read_split checked that it is the same folder). `duplicates`, the training copies
+    (absolute paths: see pipeline.undecodable.left_out) gone since: paths under `data_dir`, as the scan names
+    them (read_split checked that it is the same folder). `duplicates`, the training copies
     of test images the split left out, are not new images."""
     label_of = {f: label for scan in folders.scans.values() for f, label in zip(*scan.good())}
     bad = {f for scan in folders.scans.values() for f in scan.problems}
