@@ -194,8 +194,8 @@ def _records_data(args, batch_size, size, serving):
     shards.hold_for_reading(args.records_dir)
     manifest = read_records_manifest(args.records_dir)
     if tuple(manifest["image_shape"][:2]) != size:
-        raise InputDataError(f"the shards in {args.records_dir} hold {manifest['image_shape'][0]}-pixel images; "
-                             f"pass --image-size {manifest['image_shape'][0]} or prepare them again")
+        raise FlagError(f"the shards in {args.records_dir} hold {manifest['image_shape'][0]}-pixel images; "
+                        f"pass --image-size {manifest['image_shape'][0]} or prepare them again")
     splits = manifest["splits"]
 
     def make(split, training, skip=0):

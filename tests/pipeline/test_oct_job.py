@@ -32,6 +32,12 @@ def test_prepared_shards_hold_the_decoded_scans_and_are_reused_until_a_scan_chan
     assert oct_job.prepare_records(data_dir, out, 32, num_shards=(3, 2))[1]  # reused
     os.utime(files[0], ns=(0, 0))  # a scan replaced: made anew
     assert not oct_job.prepare_records(data_dir, out, 32, num_shards=(3, 2))[1]
+    from pipeline.errors import FlagError
+    from pipeline.flags import build_parser
+    from pipeline.tasks.oct import TASK
+    other_size = build_parser(TASK).parse_args(["--records-dir", out, "--image-size", "64"])
+    with pytest.raises(FlagError, match=f"the shards in {out} hold 32-pixel images; pass --image-size 32 or prepare"):
+        oct_job.prepare_data(other_size, 4)  # a flag the data contradicts: exit 2, as a model dir's would be (was 1)
 
 
 def test_calibrating_on_shards_names_the_folders_not_a_validation_fraction_the_shards_refuse(tmp_path):
