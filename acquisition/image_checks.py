@@ -95,7 +95,7 @@ def shown_path(path):
     return repr(path) if has_line_break(path) or is_not_utf8(path) else path
 
 
-def check_bad_files(scans, on_bad_image, listed_in="results.json"):
+def check_bad_files(scans, on_bad_image, listed_in="the run's results.json"):
     """Raises InputDataError naming the first bad file of the FolderScans `scans` (the splits of one
     dataset), its problem and how many more there are in them all, when `on_bad_image` is 'fail';
     with 'skip' such files are left out, warned of in one line naming the file `listed_in` that lists

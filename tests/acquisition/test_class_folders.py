@@ -178,7 +178,7 @@ def test_the_bad_files_of_train_and_test_folders_are_counted_together(tmp_path, 
     assert folders.scans["train"].num_good == 11 and folders.scans["test"].num_good == 4
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert re.match(r"^3 bad image files left out \(--on-bad-image skip\), the first \S+/test/a/0001\.png .*; "
-                    r"results\.json lists each \(skipped_files\)$", warning), warning
+                    r"the run's results\.json lists each \(skipped_files\)$", warning), warning
 
 
 @pytest.mark.parametrize("layout,message", [
