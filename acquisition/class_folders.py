@@ -108,7 +108,7 @@ def read_layout(data_dir, flag="--data-dir"):
         raise InputDataError(f"no folder {data_dir}; pass {flag} with a folder of class folders "
                              "(DIR/<class>/<image>)")
     if is_not_utf8(data_dir):
-        raise InputDataError(f"the data dir {shown_path(data_dir)} {NOT_UTF8}")
+        raise InputDataError(f"{'the data dir' if flag == '--data-dir' else flag} {shown_path(data_dir)} {NOT_UTF8}")
     top = {d.lower(): d for d in _class_dirs(data_dir)}
     presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
     if not presplit:

@@ -7,6 +7,7 @@ import difflib
 import sys
 
 import hooks
+from acquisition.image_checks import NOT_UTF8, is_not_utf8
 from input_fns import AUGMENTATIONS, FLIP_DIRECTIONS
 
 
@@ -68,7 +69,9 @@ def checkpoint_folder(text):
     """Returns the path `text` of a model dir (or a file in one); ArgumentTypeError when it holds a character
     TensorFlow's checkpoint readers take for a glob pattern: they found nothing at runs/exp[1] (it matches
     runs/exp1), or another run's files at runs/exp? (runs/exp1's; and a run's clean-up globs its model dir
-    too)."""
+    too); or a name that is not UTF-8, which TensorFlow's file functions cannot take (a traceback, before)."""
+    if is_not_utf8(text):
+        raise argparse.ArgumentTypeError(f"{text!r} {NOT_UTF8}")
     found = [character for character in GLOB_CHARACTERS if character in text]
     if found:
         raise argparse.ArgumentTypeError(

@@ -236,6 +236,8 @@ def test_an_image_whose_name_is_not_utf8_is_a_bad_file_and_a_class_folder_so_nam
     os.rename(os.fsencode(tmp_path), os.fsencode(tmp_path) + b"-d\xe9")  # the data dir's own name: said as such
     with pytest.raises(InputDataError, match=r"^the data dir '.*-d\\udce9' has a name that is not UTF-8"):
         class_folders.read_layout(str(tmp_path) + "-d\udce9")
+    with pytest.raises(InputDataError, match=r"^--validation-dir '.*-d\\udce9' has a name that is not UTF-8"):
+        class_folders.read_layout(str(tmp_path) + "-d\udce9", flag="--validation-dir")  # (not 'the data dir')
 
 
 def test_a_class_folders_linked_subfolders_are_its_images_each_once_and_a_link_up_the_tree_ends(tmp_path):

@@ -59,6 +59,22 @@ def test_the_job_s_checkpoint_folders_refuse_pattern_characters(argv, capsys):
     assert f"argument {argv[0]}: runs/a[1]: TensorFlow's checkpoint readers" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--model-dir", "--init-from"])
+def test_the_job_s_checkpoint_folders_refuse_names_that_are_not_utf8(flag, capsys):
+    """'runs/m\xe9' (a Latin-1 name, held by Python as '\udce9') was a traceback inside TensorFlow's checkpoint
+    functions, in training, --eval-only, --init-from and predict.py alike."""
+    from pipeline.flag_types import model_path
+    from pipeline.flags import build_parser
+    from pipeline.tasks.images import TASK
+    with pytest.raises(SystemExit) as exit_:
+        build_parser(TASK).parse_args(["--synthetic", flag, "runs/m\udce9"])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert f"argument {flag}: 'runs/m\\udce9' has a name that is not UTF-8" in line and "rename it" in line
+    with pytest.raises(argparse.ArgumentTypeError, match="has a name that is not UTF-8"):
+        model_path("runs/m\udce9/export")
+
+
 def test_predict_takes_a_tflite_file_by_any_name_and_a_model_dir_without_pattern_characters():
     from pipeline.flag_types import model_path
     assert model_path("runs/exp[1]/lite/model.tflite") == "runs/exp[1]/lite/model.tflite"  # TFLite does not glob
