@@ -212,21 +212,42 @@ def _check_split_of_init_from(init_from, class_names, test_files):
     results is caught too), or trained on any of this run's `test_files`: the test figures would count
     images the starting weights learned."""
     try:
-        source = json.loads(storage.read_text(storage.join(init_from, SPLIT_DIR, "split.json")))
-        classes, source_root = source.get("class_names"), source["data_dir"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        classes = json.loads(storage.read_text(storage.join(init_from, SPLIT_DIR, "split.json"))).get("class_names")
+    except (OSError, ValueError, AttributeError):
         return  # not an images job's run (its own check of the model comes later), or no split kept
     check_same_classes(init_from, classes, class_names)
-    try:
-        trained = class_folders.read_split_list(storage.join(init_from, SPLIT_DIR, "train.txt"), source_root)
-    except (OSError, ValueError):
-        return
-    leaked = shared_images(trained, test_files)  # by path, link or copy: another data dir may hold copies
+    trained = _training_side_of(init_from)
+    leaked = shared_images(trained or [], test_files)  # by path, link or copy: another data dir may hold copies
     if leaked:
         raise FlagError(f"--init-from {init_from} trained on {len(leaked)} of this run's {len(test_files)} test "
                         f"images ({leaked[0][0]}, ...): its split differs; split as it was (its --split-seed, "
                         "--test-fraction, --group-by and --data-dir, in its split/split.json), or start from a run "
                         "that never saw them")
+
+
+def _training_side_of(init_from, without_validation=False):
+    """Returns the files of the training side of the images job's run in `init_from` (its split/train.txt), without
+    those it held out for validation (its VALIDATION_FILES) when `without_validation`; None where it kept none."""
+    try:
+        source_root = json.loads(storage.read_text(storage.join(init_from, SPLIT_DIR, "split.json")))["data_dir"]
+        trained = class_folders.read_split_list(storage.join(init_from, SPLIT_DIR, "train.txt"), source_root)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    held = set(listed_validation(storage.join(init_from, VALIDATION_FILES)) or ()) if without_validation else ()
+    return [f for f in trained if storage.absolute(f) not in held]
+
+
+def _check_validation_of_init_from(init_from, validation_files):
+    """Raises FlagError when the images job's run in `init_from` (--init-from) trained on any of this run's
+    `validation_files`: the validation that picks the exported model, stops early and fits --calibrate would
+    score images the starting weights learned."""
+    leaked = shared_images(_training_side_of(init_from, without_validation=True) or [], validation_files)
+    if leaked:
+        raise FlagError(f"--init-from {init_from} trained on {len(leaked)} of this run's {len(validation_files)} "
+                        f"validation images ({leaked[0][0]}, ...): validation would pick the model, stop early and "
+                        "calibrate on images its weights learned; hold out what it held out (its "
+                        "--validation-fraction and --split-seed), or pass a --validation-dir of images it never "
+                        "trained on")
 
 
 def read_split(model_dir, data_dir):
@@ -369,6 +390,8 @@ def prepare_data(args, batch_size):
 
     report = {**data.report, **_model_report(args)}
     held_out = validation_sides(args, data)
+    if held_out and getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):
+        _check_validation_of_init_from(args.init_from, held_out["validation"][0])  # (a resume reads no --init-from)
     if held_out:
         data = dataclasses.replace(data, splits={**data.splits, **held_out})
         report["validation_files"] = storage.absolute(storage.join(args.model_dir, VALIDATION_FILES))

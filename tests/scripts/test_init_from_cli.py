@@ -154,6 +154,8 @@ def test_fine_tuning_more_layers_of_a_batch_norm_network_on_two_replicas(shapes,
      "--init-from {head} was trained with --model small_resnet (its training_progress.json), and this run builds "
      "--model small_cnn, which its weights cannot fit; pass --model small_resnet"),
     (["--init-from", "{head}", "--split-seed", "7"], "--init-from {head} trained on"),  # test images it learned
+    (["--init-from", "{head}", "--validation-fraction", "0.3"],  # validation images it learned: taken, before
+     "of this run's 15 validation images"),
 ])
 def test_misuses_are_refused_in_one_line_leaving_both_folders_as_they_were(shapes, images_head, tmp_path, flags,
                                                                           words):
