@@ -112,7 +112,7 @@ def read_layout(data_dir, flag="--data-dir"):
     top = {d.lower(): d for d in _class_dirs(data_dir)}
     presplit = all(s in top for s in SPLITS) and set(top) <= _SPLIT_FOLDERS
     if not presplit:
-        _check_not_split_folders(data_dir, top)
+        _check_not_split_folders(data_dir, top, flag)
     layout = _split_layout(data_dir, top) if presplit else Layout(tuple(top.values()), {"all": data_dir}, ())
     broken = next((n for n in layout.class_names if has_line_break(n)), None)
     if broken is not None:
@@ -182,7 +182,7 @@ def scan_class_folders(data_dir, channels=None, workers=4, flag="--data-dir"):
                         unread_images(ignored), tuple(loose))
 
 
-def _check_not_split_folders(data_dir, top):
+def _check_not_split_folders(data_dir, top, flag):
     """Raises InputDataError when the folders of `data_dir` ({lowercased: name}), not a train/test layout,
     look like one (train/ with val/ and no test/, say): they would be trained as classes. One class called
     train or test among others is a class."""
@@ -197,7 +197,8 @@ def _check_not_split_folders(data_dir, top):
     elif "test" not in top:
         validation = next(top[n] for n in sorted(top) if n in _VALIDATION_FOLDERS)
         fix = (f"add {os.path.join(data_dir, 'test')}, or pass --data-dir {os.path.join(data_dir, top['train'])} "
-               f"(split into train and test here) with --validation-dir {os.path.join(data_dir, validation)}")
+               f"(split into train and test here) with --validation-dir {os.path.join(data_dir, validation)}"
+               if flag == "--data-dir" else f"pass {flag} a folder of class folders")
     else:
         fix = f"move {', '.join(others)} out of it, or into train/ and test/ as classes"
     raise InputDataError(f"{data_dir} holds the split folders {', '.join(named)}"

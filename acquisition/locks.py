@@ -124,16 +124,28 @@ def exclusive(path):
 @contextlib.contextmanager
 def exclusive_leaving_no_trace(path, made_folder, wait=True):
     """Holds the lock at `path` for the duration of the block, waiting for it if needed (without `wait`,
-    raises LockHeld at once); then removes the lock file, and its folder too when `made_folder` (this
-    process made it) and the folder is empty (a failed download), so the lock leaves no file behind."""
+    raises LockHeld at once); then removes the lock file when it is alone in its folder, or when the block
+    failed having added nothing there (a failed download beside files of the user's), and the folder too when
+    `made_folder` (this process made it), so a failure leaves nothing behind. A lock beside what a block
+    wrote stays: removing a file other hosts may hold open is safe on a local disk, not on every network
+    file system."""
     fd = acquire(path, wait=wait)
+    folder = os.path.dirname(path) or "."
+    before, failed = set(os.listdir(folder)), False
     try:
         yield
+    except BaseException:
+        failed = True
+        raise
     finally:
-        release_and_remove(fd, path)  # a process waiting on it locks the path anew (acquire)
-        if made_folder:
-            with contextlib.suppress(OSError):  # not empty: the block's files, or another process's lock
-                os.rmdir(os.path.dirname(path) or ".")
+        now = set(os.listdir(folder))
+        if now != {os.path.basename(path)} and not (failed and now <= before):
+            release(fd)
+        else:
+            release_and_remove(fd, path)  # a process waiting on it locks the path anew (acquire)
+            if made_folder:
+                with contextlib.suppress(OSError):  # another process's lock or files came in meanwhile
+                    os.rmdir(folder)
 
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long is taken over: its owner is gone

@@ -28,6 +28,16 @@ class ClusterTask:
         return self.task_type in ("chief", "worker")
 
 
+def names_an_evaluator(environ=None):
+    """Returns whether TF_CONFIG names this process a cluster's evaluator, read before anything checks it (a
+    TF_CONFIG that is not valid is read_tf_config's to refuse: False here)."""
+    try:
+        task = json.loads((environ if environ is not None else os.environ).get("TF_CONFIG", "") or "{}")["task"]
+        return task["type"] == "evaluator"
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 def read_tf_config(environ=None) -> Optional[ClusterTask]:
     """Returns this process's ClusterTask from TF_CONFIG, or None when TF_CONFIG names no cluster.
 

@@ -12,7 +12,7 @@ import traceback
 
 from acquisition.storage import op_error_line, url_failure
 from cluster.isolation import with_network_advice
-from cluster.tf_config import read_tf_config
+from cluster.tf_config import names_an_evaluator, read_tf_config
 from pipeline.errors import USER_ERRORS
 from pipeline.flags import build_parser
 from pipeline.gpu_visibility import CUDA_VISIBLE, narrow_visible_gpus
@@ -100,7 +100,8 @@ def set_tensorflow_environment(args, gpus=None, cpu_replicas=None):
     # first: pipeline.cluster_run narrows each task's share then.)
     if not (getattr(args, "cluster", None) == "slurm" and CUDA_VISIBLE not in os.environ):
         narrow_visible_gpus(gpus if gpus is not None else getattr(args, "gpus", None),
-                            cpu_replicas if cpu_replicas is not None else getattr(args, "cpu_replicas", None))
+                            cpu_replicas if cpu_replicas is not None else getattr(args, "cpu_replicas", None),
+                            evaluator=names_an_evaluator())
     # Its C++ start-up chatter (in 2.15 even harmless "Unable to register cuDNN factory"
     # errors) hides the job's own lines; --verbose shows its warnings and errors.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if getattr(args, "verbose", False) else "3")

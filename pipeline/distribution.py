@@ -78,10 +78,10 @@ def use_first_gpus(count):
 
 def _evaluator_devices(gpus, cpu_replicas):
     """Returns (the one device an evaluator evaluates on: its first GPU, else the CPU; the replicas each trainer
-    has, from the same device flags): an evaluator needs one GPU, whatever --gpus the trainers take."""
+    has, from the same device flags). Under --gpus N it sees one GPU (pipeline.gpu_visibility), whatever N."""
     visible = 0 if cpu_replicas is not None else gpu_count(None)
     trainers = 1 if cpu_replicas is not None else gpus if gpus is not None else visible
-    return use_first_gpus(min(visible, 1)) or ["/cpu:0"], max(trainers, 1)
+    return ["/gpu:0"] if visible else ["/cpu:0"], max(trainers, 1)
 
 
 def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=None):
@@ -121,7 +121,7 @@ def build_cluster_distribution(strategy_name, cluster, gpus=None, cpu_replicas=N
         description = (f"ParameterServerStrategy (v1), {cluster.num_workers} asynchronous workers x "
                        f"{per_worker} replica(s)")
     if cluster.task_type == "evaluator":
-        return DistributionPlan(None, replicas, devices[:1], f"evaluator (no strategy) of a {description}")
+        return DistributionPlan(None, replicas, devices, f"evaluator (no strategy) of a {description}")
     if strategy_name == "multi_worker_mirrored":
         strategy = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy(
             communication=tf.distribute.experimental.CollectiveCommunication.NCCL if on_gpus

@@ -76,12 +76,14 @@ def _describe_classes(class_names, shown=12):
 
 def _describe_model(setup):
     """Returns the header's line on the network trained: --model (or the task's own network), where its weights
-    come from and which of its backbone's layers train; '' for a job without --weights (Fashion's one CNN)."""
+    come from (a resumed run's or an --eval-only's: its checkpoint) and which of its backbone's layers train;
+    '' for a job without --weights (Fashion's one CNN)."""
     args = setup.settings
     if not hasattr(args, "weights"):
         return ""
     name = getattr(args, "model", None) or setup.task.network
     weights = ("every weight from --init-from's checkpoint" if setup.initial_weights else
+               "the weights of its checkpoint" if setup.steps.start_step or args.eval_only else  # (resumed)
                "random weights (--weights none)" if args.weights == "none" else
                "ImageNet weights" if args.weights == "imagenet" else f"the weights of {args.weights}")
     layers = trainable_layers_of(args)

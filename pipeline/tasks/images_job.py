@@ -444,7 +444,7 @@ def validation_sides(args, data):
 def _validation_dir(folder, class_names, channels, on_bad_image, undecodable):
     """Returns (files, labels) of the class folders in `folder`, labelled by the training classes; the
     `undecodable` ones (see pipeline.undecodable.left_out) count as bad files."""
-    folders = class_folders.scan_class_folders(folder, channels, flag="--validation-dir")
+    folders = class_folders.scan_class_folders(storage.absolute(folder), channels, flag="--validation-dir")
     scan = folders.scans
     _warn_of_images_left_out(folders, f"the class folders of --validation-dir {folder}", "validate on")
     if "all" not in scan:

@@ -30,7 +30,8 @@ def test_download_fetches_only_missing_files(fashion_data_dir, tmp_path, slash):
     assert sorted(fetched) == ["t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
                                "train-labels-idx1-ubyte.gz"]
     assert fashion_mnist.missing_files(str(target)) == []
-    assert sorted(os.listdir(target)) == sorted(n for p in fashion_mnist.FILES.values() for n in p)  # no lock left
+    assert sorted(os.listdir(target)) == sorted([fashion_mnist.DOWNLOAD_LOCK] + [n for p in fashion_mnist.FILES.values()
+                                                                                 for n in p])
 
 
 def test_offline_download_is_a_clear_error_and_leaves_nothing_behind(tmp_path):

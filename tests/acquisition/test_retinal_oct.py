@@ -55,7 +55,7 @@ def test_download_resolves_the_archive_quirks_into_a_clean_tree(oct_sample, tmp_
     root = retinal_oct.ensure_dataset(str(tmp_path), api_factory=lambda: api)
     assert root == str(tmp_path / "OCT2017")
     assert sorted(os.listdir(root)) == ["test", "train", "val"]
-    assert sorted(os.listdir(tmp_path)) == ["OCT2017"]  # no archive, staging, copy or lock left
+    assert sorted(os.listdir(tmp_path)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]  # no archive, staging or copy left
     scan = image_checks.scan_folder(retinal_oct.split_pattern(root, "train"), retinal_oct.CLASS_NAMES)
     assert scan.class_counts() == {name: 3 for name in OCT_CLASSES} and scan.bad_files == []
     # Once there, the data is not downloaded again.
@@ -149,7 +149,7 @@ def test_two_tasks_downloading_at_once_end_with_one_whole_dataset(oct_sample, tm
     assert len(calls.read_text().split()) == 1  # one task downloaded, the other waited and used its tree
     scan = image_checks.scan_folder(retinal_oct.split_pattern(str(data_dir / "OCT2017"), "train"), OCT_CLASSES)
     assert scan.class_counts() == dict.fromkeys(OCT_CLASSES, 3) and not scan.problems
-    assert sorted(os.listdir(data_dir)) == ["OCT2017"]
+    assert sorted(os.listdir(data_dir)) == [retinal_oct.DOWNLOAD_LOCK, "OCT2017"]
 
 
 class HangingKaggleApi(FakeKaggleApi):

@@ -1,8 +1,10 @@
 """The one line a failed file operation ends in: what failed, where, and advice that fits the error."""
 import argparse
 import errno
+import json
 import os
 import tempfile
+import types
 
 import pytest
 
@@ -221,6 +223,26 @@ def test_a_summary_writer_s_full_disk_is_one_line_and_its_thread_s_traceback_sta
 def test_a_run_shows_tensorflow_only_the_gpus_it_trains_on(gpus, cpu_replicas, current, expected):
     from pipeline.gpu_visibility import visible_gpus
     assert visible_gpus(gpus, cpu_replicas, current) == expected
+
+
+@pytest.mark.parametrize("gpus, current, expected", [
+    (2, None, "0"), (2, "2,3", "2"), (4, "GPU-a,GPU-b", "GPU-a"),  # one GPU of the trainers' --gpus N
+    (None, "2,3", "2,3"), (0, None, "-1"),  # no --gpus: as a trainer (it counts the GPUs it sees as theirs)
+])
+def test_a_cluster_s_evaluator_is_shown_one_gpu_of_the_trainers_gpus(gpus, current, expected, monkeypatch):
+    """It was shown --gpus N, and TensorFlow reserved the memory of each in its sessions, to evaluate on one."""
+    from cluster.tf_config import names_an_evaluator
+    from pipeline.gpu_visibility import visible_gpus
+    assert visible_gpus(gpus, None, current, evaluator=True) == expected
+    evaluator = {"cluster": {"chief": ["h:1"]}, "task": {"type": "evaluator", "index": 0}}
+    assert names_an_evaluator({"TF_CONFIG": json.dumps(evaluator)})
+    assert not names_an_evaluator({"TF_CONFIG": json.dumps({**evaluator, "task": {"type": "chief", "index": 0}})})
+    assert not names_an_evaluator({"TF_CONFIG": "{not json"}) and not names_an_evaluator({})
+    monkeypatch.setenv("TF_CONFIG", json.dumps(evaluator))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    from pipeline.cli import set_tensorflow_environment
+    set_tensorflow_environment(types.SimpleNamespace(gpus=2, cpu_replicas=None))
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
 
 
 @pytest.mark.parametrize("argv, expected", [(["--gpus", "1"], "3"), (["--cpu-replicas", "2"], "-1"), ([], "3,7")])

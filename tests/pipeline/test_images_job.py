@@ -293,9 +293,10 @@ def test_the_header_names_the_network_its_weights_and_the_layers_that_train():
     from pipeline.tasks.fashion import TASK as FASHION
     from pipeline.tasks.oct import TASK as OCT
 
-    def line(task, initial_weights=None, **settings):
-        return _describe_model(types.SimpleNamespace(task=task, settings=types.SimpleNamespace(**settings),
-                                                     initial_weights=initial_weights))
+    def line(task, initial_weights=None, start_step=0, **settings):
+        return _describe_model(types.SimpleNamespace(
+            task=task, settings=types.SimpleNamespace(**{"eval_only": False, **settings}),
+            initial_weights=initial_weights, steps=types.SimpleNamespace(start_step=start_step)))
     assert line(TASK, model="vgg16", weights="imagenet", trainable_layers=0) == \
         "  model:         vgg16, ImageNet weights, the head only trainable\n"
     assert line(TASK, model="small_cnn", weights="none", trainable_layers=None) == \
@@ -306,6 +307,10 @@ def test_the_header_names_the_network_its_weights_and_the_layers_that_train():
     assert "every weight from --init-from's checkpoint" in line(TASK, "the head run", model="small_cnn", weights="none",
                                                                  trainable_layers=3)
     assert line(FASHION, batch_size=32) == ""  # one network, no --weights
+    # resumed (an --init-from run's --weights resolve to none) or evaluated: not 'random weights'
+    for resumed in ({"start_step": 40}, {"eval_only": True}):
+        assert "small_cnn, the weights of its checkpoint, every layer" in line(
+            TASK, model="small_cnn", weights="none", trainable_layers=None, init_from="/runs/head", **resumed)
 
 
 def test_pictures_in_formats_no_job_reads_and_images_beside_the_class_folders_are_named_not_left_out_silently(
