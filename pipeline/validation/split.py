@@ -151,6 +151,11 @@ def check_same_split(listed_path, files, left_out=()):
     if listed.keys() == now.keys():
         _check_same_files(listed, now, listed_path)
         return
+    if listed and not now:  # none of them among the training images: they were a --validation-dir's
+        folders = {os.path.dirname(os.path.dirname(_absolute(p))) for p in listed.values()}
+        where = f"--validation-dir {folders.pop()}" if len(folders) == 1 else "a --validation-dir"
+        raise FlagError(f"the {len(listed)} validation images {listed_path} lists are none of this run's training "
+                        f"images: its run validated on {where}; resume with it, or pass another --model-dir")
     gone, new = sorted(listed.keys() - now.keys()), sorted(now.keys() - listed.keys())
     example = f"{gone[0]} no longer in it" if gone else f"{new[0]} new in it"
     raise UsageError(f"the validation split is not the one {listed_path} lists ({len(listed)} images then, {len(now)} "

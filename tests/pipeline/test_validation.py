@@ -522,6 +522,17 @@ def test_a_resume_validates_on_the_images_its_model_dir_lists_or_is_refused(tmp_
         run(images.TASK, args("--max-steps", "6"))
 
 
+def test_a_resume_without_the_validation_dir_it_validated_on_is_told_to_pass_it(tmp_path):
+    """It was 'the validation split is not the one ... lists (2 images then, 0 now ...)', exit 1, as for changed data."""
+    from pipeline.errors import FlagError
+    from pipeline.validation.split import check_same_split
+    listed = tmp_path / "validation_files.txt"
+    listed.write_text("".join(f"{tmp_path}/val/{name}\n" for name in ("CNV/a.jpeg", "DME/b.jpeg")))
+    with pytest.raises(FlagError, match=rf"^the 2 validation images {listed} lists are none of this run's training "
+                                        rf"images: its run validated on --validation-dir {tmp_path}/val; resume with it"):
+        check_same_split(str(listed), [])
+
+
 def test_files_are_told_apart_by_their_bytes_when_every_file_has_the_same_size(tmp_path, monkeypatch):
     """Fixed-size formats (BMP, .gray): a file of the same size but other bytes is no copy, and only the
     files whose first 4 KB are a file's asked about are read whole (every file of its size was)."""
