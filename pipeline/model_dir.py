@@ -69,7 +69,7 @@ def locked(model_dir):
     except locks.LockHeld as e:
         wait = f"wait for it to finish (or, if it is gone, {lease.ttl:.0f} s for its lease to expire)" if lease \
             else "wait for it to finish"
-        raise UsageError(f"another run ({e.owner}) is training in the model dir {model_dir}; {wait}, or pass "
+        raise UsageError(f"another run ({e.owner}) is using the model dir {model_dir}; {wait}, or pass "
                          "another --model-dir") from None
     try:
         yield

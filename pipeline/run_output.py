@@ -287,7 +287,7 @@ def per_class_lines(results):
         precision, recall = (f"{v:.3f}" if v is not None else "n/a"
                              for v in (figures["precision"], figures["recall"]))
         lines.append(f"           {name}{' ' * (width - _columns(name))} precision {precision}  recall {recall}  "
-                     f"({figures['support']} images)")
+                     f"({figures['support']} image{'' if figures['support'] == 1 else 's'})")
     return lines
 
 

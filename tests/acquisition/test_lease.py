@@ -38,7 +38,7 @@ def test_a_fresh_lease_refuses_a_second_run_in_one_line(capsys):
     ago = int(re.search(r"renewed (\d+) s ago", last).group(1))
     assert 5 <= ago <= 5 + waited + 1, last
     assert last == (
-        f"{PROG}: error: another run (pid 4242 on elsewhere, renewed {ago} s ago) is training in the model dir "
+        f"{PROG}: error: another run (pid 4242 on elsewhere, renewed {ago} s ago) is using the model dir "
         f"{model_dir}; wait for it to finish (or, if it is gone, 60 s for its lease to expire), or pass another "
         "--model-dir")
     assert json.loads(storage.read_text(lease))["token"] == "theirs"  # left as it was
@@ -52,7 +52,7 @@ def test_a_stale_lease_is_taken_over_renewed_and_removed():
     with model_dir_lib.locked(model_dir):
         held = json.loads(storage.read_text(lease))
         assert held["host"] == socket.gethostname() and held["token"] != "theirs"
-        with pytest.raises(UsageError, match="another run .* is training in the model dir"):
+        with pytest.raises(UsageError, match="another run .* is using the model dir"):
             with model_dir_lib.locked(model_dir):  # a second run meanwhile: refused
                 pass
     assert not storage.exists(lease)

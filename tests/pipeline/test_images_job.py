@@ -350,3 +350,5 @@ def test_the_summary_s_per_class_columns_line_up_under_class_names_in_wide_chara
     assert [row.split()[0] for row in rows] == ["猫", "dog", "犬犬犬"]
     columns = [sum(2 if ord(c) > 0x2e80 else 1 for c in row[:row.index(" precision")]) for row in rows]
     assert len(set(columns)) == 1, rows  # each character of 猫 and 犬 takes two columns of a terminal
+    one = per_class_lines({"per_class": {"dog": {**figures, "support": 1}}})
+    assert one[0].endswith("(1 image)") and rows[0].endswith("(4 images)")  # '(1 images)' before

@@ -74,7 +74,7 @@ def test_a_second_run_on_the_same_model_dir_stops_at_once_naming_the_first(fashi
         wait_for_training(first, model_dir)
         second = subprocess.run(command(fashion_data_dir, model_dir, "--max-steps", "10"), capture_output=True,
                                 text=True, timeout=120)
-        line = assert_clean_failure(second, f"another run (pid {first.pid} on ", "is training in the model dir",
+        line = assert_clean_failure(second, f"another run (pid {first.pid} on ", "is using the model dir",
                                     "--model-dir")
         assert second.returncode == 1, line
     finally:
