@@ -32,7 +32,7 @@ def make_sample(args):
     except ValueError as e:
         raise FlagError(f"argument --train: {e}") from None  # (a bound only the source's size gives: exit 2)
     print(f"wrote {num_train} training and {num_test} test images to {args.out}; train with\n"
-          f"  scripts/train_fashion.py --data-dir {shlex.quote(args.out)} {recipe_flags()}\n"
+          f"  scripts/in_venv.sh python scripts/train_fashion.py --data-dir {shlex.quote(args.out)} {recipe_flags()}\n"
           "(the shipped sample's recipe: the defaults, made for the full dataset's 60,000 images, learn next to "
           "nothing from so few)")
 

@@ -93,8 +93,8 @@ def test_make_fashion_sample_splits_the_real_sample(fashion_sample, tmp_path):
     # The command to train on it, with the sample's recipe (applied by itself only to the fallback) and the folder
     # quoted for a shell.
     command = shlex.split(result.stdout.splitlines()[1])
-    assert command[:3] == ["scripts/train_fashion.py", "--data-dir", str(out)]
-    parsed = build_parser(FASHION).parse_args(command[1:])
+    assert command[:5] == ["scripts/in_venv.sh", "python", "scripts/train_fashion.py", "--data-dir", str(out)]
+    parsed = build_parser(FASHION).parse_args(command[3:])
     assert {name: getattr(parsed, name) for name in SAMPLE_RECIPE if SAMPLE_RECIPE[name] is not None} == \
         {name: value for name, value in SAMPLE_RECIPE.items() if value is not None}
     assert len(os.listdir(out)) == 4
