@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from inspection import sheet
-from pipeline.signals import Interrupted
+from pipeline.signals import Interrupted, StopSignals
 from reporting.fonts import class_labels
 
 
@@ -17,16 +17,18 @@ def inspect_batches(input_fn, num_batches, num_classes, input_context=None, log=
     images_per_sec (batches after the first, which includes start-up; the first
     alone when there is one), first_images and first_labels (numpy arrays of the
     first batch, labels as class indices).
-    A stop (Ctrl-C, SIGTERM: KeyboardInterrupt or pipeline.signals.Interrupted) after the first batch ends
-    the count there: the report is of the batches read, and 'stopped' holds the stop, to raise once it is
-    shown (None when every batch was read). `log` (a callable taking a line), when given, is told when the
-    first batch came and, every `progress_every_secs`, how many have been read.
+    A stop (SIGINT, SIGTERM, SIGHUP) ends the count after the batch being read: the report is of the batches
+    read, and 'stopped' holds the stop (pipeline.signals.Interrupted), to raise once it is shown (None when every
+    batch was read); a second stop raises at once. (Raised from the handler, the first one came out inside
+    TensorFlow's iterator, whose C++ then corrupted its heap now and then: an abort instead of the report.)
+    `log` (a callable taking a line), when given, is told when the first batch came and, every
+    `progress_every_secs`, how many have been read.
     """
     dataset = input_fn(input_context) if input_context is not None else input_fn()
-    counts, first_images, first_labels, stopped = [], None, None, None
+    counts, first_images, first_labels = [], None, None
     start = time.perf_counter()
     after_first, images_after_first = start, 0
-    try:
+    with StopSignals() as stop, stop.training():
         for features, labels in dataset.take(num_batches).as_numpy_iterator():
             indices = labels.argmax(axis=-1)
             counts.append(np.bincount(indices, minlength=num_classes).tolist())
@@ -37,13 +39,12 @@ def inspect_batches(input_fn, num_batches, num_classes, input_context=None, log=
                     log(f"the first batch came after {after_first - start:.1f} s; reading {num_batches - 1:,} more")
             else:
                 images_after_first += len(indices)
+            if stop.requested():
+                break
             if log and time.perf_counter() - next_report >= progress_every_secs:
                 next_report += progress_every_secs
                 log(f"read {len(counts):,} of {num_batches:,} batches")
-    except (KeyboardInterrupt, Interrupted) as e:
-        if not counts:
-            raise
-        stopped = e
+    stopped = Interrupted(stop.received) if stop.requested() else None
     end = time.perf_counter()
     if images_after_first:
         rate = images_after_first / (end - after_first)
