@@ -6,9 +6,11 @@ for its own Ctrl-C, and a `kill -INT` sent to the run still means stop."""
 import contextlib
 import os
 import signal
+import sys
 import threading
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_REDELIVERY_DELAY_S = 0.01
 
 
 class Interrupted(Exception):
@@ -48,15 +50,19 @@ class StopSignals:
         self._previous = {}
         self._wakeup = None
         self._raised = None  # the Interrupted a handler raised
+        self._redelivery = None
 
     def __enter__(self):
         for signum in SIGNALS:
             if not _left_ignored(signum):
                 self._previous[signum] = signal.signal(signum, self._handle)
         self._watch_deliveries()
+        self._redelivery = _redelivering()
+        self._redelivery.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, traceback):
+        self._redelivery.__exit__(None, None, None)
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         if self._wakeup is not None:
@@ -131,6 +137,29 @@ def _raise_instead(exc, interrupted):
 
 
 @contextlib.contextmanager
+def _redelivering():
+    """While entered, a stop that a handler raised where Python cannot raise is signalled again, to come out
+    where the main thread is next. A handler runs between any two bytecodes of the main thread, those of a
+    weakref callback or a `__del__` that the garbage collector ran among them; Python only prints what
+    those raise ("Exception ignored in"), and the stop was lost."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        stop = unraisable.exc_value
+        if isinstance(stop, (Interrupted, KeyboardInterrupt)):
+            signum = getattr(stop, "signum", signal.SIGINT)
+            # From another thread, a moment later: sent from here, the handler would run inside this hook.
+            threading.Timer(_REDELIVERY_DELAY_S, os.kill, (os.getpid(), signum)).start()
+        else:
+            previous(unraisable)
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+@contextlib.contextmanager
 def stop_at_once():
     """While entered, SIGTERM and SIGHUP raise Interrupted at once, as SIGINT raises KeyboardInterrupt: a
     job's start-up (TensorFlow's import, before StopSignals takes over) or a tool's work. A SIGHUP this
@@ -144,7 +173,8 @@ def stop_at_once():
         if not _left_ignored(signum):
             previous[signum] = signal.signal(signum, handle)
     try:
-        yield
+        with _redelivering():
+            yield
     except BaseException as e:
         _raise_instead(e, raised[0] if raised else None)
         raise
