@@ -25,8 +25,8 @@ from pipeline.initial_weights import check_same_classes
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, \
     check_data_dir_given, trained_validation_list, write_validation_files
 from pipeline.training_record import layers_on_record
-from pipeline.validation.split import listed_validation, same_images, shared_images, split_off_validation, \
-    warn_of_twins
+from pipeline.validation.split import check_init_from_validation, listed_validation, same_images, shared_images, \
+    split_off_validation, warn_of_twins
 
 log = logging.getLogger(__name__)
 
@@ -237,19 +237,6 @@ def _training_side_of(init_from, without_validation=False):
     return [f for f in trained if storage.absolute(f) not in held]
 
 
-def _check_validation_of_init_from(init_from, validation_files):
-    """Raises FlagError when the images job's run in `init_from` (--init-from) trained on any of this run's
-    `validation_files`: the validation that picks the exported model, stops early and fits --calibrate would
-    score images the starting weights learned."""
-    leaked = shared_images(_training_side_of(init_from, without_validation=True) or [], validation_files)
-    if leaked:
-        raise FlagError(f"--init-from {init_from} trained on {len(leaked)} of this run's {len(validation_files)} "
-                        f"validation images ({leaked[0][0]}, ...): validation would pick the model, stop early and "
-                        "calibrate on images its weights learned; hold out what it held out (its "
-                        "--validation-fraction and --split-seed), or pass a --validation-dir of images it never "
-                        "trained on")
-
-
 def read_split(model_dir, data_dir):
     """Returns the split.json an earlier run of this model dir wrote, or None; raises FlagError when
     it was made from another data dir."""
@@ -391,7 +378,11 @@ def prepare_data(args, batch_size):
     report = {**data.report, **_model_report(args)}
     held_out = validation_sides(args, data)
     if held_out and getattr(args, "init_from", None) and not tf.train.latest_checkpoint(args.model_dir):
-        _check_validation_of_init_from(args.init_from, held_out["validation"][0])  # (a resume reads no --init-from)
+        # (a resume reads no --init-from)
+        trained = _training_side_of(args.init_from, without_validation=True) or []
+        leaked = [f for f, _ in shared_images(trained, held_out["validation"][0])]
+        check_init_from_validation(args.init_from, leaked, held_out["validation"][0],
+                                   "--validation-fraction and --split-seed")
     if held_out:
         data = dataclasses.replace(data, splits={**data.splits, **held_out})
         report["validation_files"] = storage.absolute(storage.join(args.model_dir, VALIDATION_FILES))

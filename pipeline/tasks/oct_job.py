@@ -17,7 +17,8 @@ from pipeline.errors import FlagError, UsageError
 from pipeline.tasks import FEATURE_KEY, FILE_KEY, VALIDATION_FILES, TaskData, backbone_weights, \
     trained_validation_list, write_validation_files
 from pipeline.tasks.oct_dataset import DEFAULT_DATA_DIR, FORBIDDEN_FLIPS, PATIENT_PATTERN, TRAIN_EXAMPLES
-from pipeline.validation.split import listed_validation, split_off_validation
+from pipeline.results import read_results
+from pipeline.validation.split import check_init_from_validation, listed_validation, named_as, split_off_validation
 
 # OCT2017's split sizes, so that --epochs means the same on synthetic data.
 SYNTHETIC_SIZES = {"train": TRAIN_EXAMPLES, "test": 968}
@@ -138,6 +139,10 @@ def _folder_data(args, batch_size, size, serving):
               "undecodable_left_out": undecodable.left_out_of_training(
                   left_out, [f for f in left_out if fnmatch.fnmatch(f, os.path.abspath(
                       retinal_oct.split_pattern(root, "train")))], listed), **_cache_report(args)}
+    if held_out and args.init_from and not tf.train.latest_checkpoint(args.model_dir):  # (a resume reads none)
+        validation = held_out["validation"][0]
+        leaked = named_as(_trained_by(args.init_from, root, train[0]) or [], validation)
+        check_init_from_validation(args.init_from, leaked, validation, "--validation-fraction")
     if held_out:
         train = held_out["train"]
         cache_key["validation"] = [args.validation_fraction, VALIDATION_SEED, args.validation_dir]
@@ -172,6 +177,22 @@ def _folder_data(args, batch_size, size, serving):
                     validation_files=held_out["validation"][0] if held_out else None,
                     num_validation_examples=len(held_out["validation"][0]) if held_out else 0,
                     train_input_at=train_input_at)
+
+
+def _trained_by(init_from, root, train_files):
+    """Returns the scans the OCT run in `init_from` (--init-from) trained on: the train/ scans of its data root
+    (this run's `train_files` where that is this run's `root`) less those it held out for validation (by name:
+    see named_as); None where it recorded no data root (a run stopped before its results.json, or one trained
+    from --records-dir)."""
+    try:
+        source_root = read_results(init_from).get("data_root")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(source_root, str):
+        return None
+    files = train_files if source_root == root else storage.glob(retinal_oct.split_pattern(source_root, "train"))
+    held = set(named_as(listed_validation(storage.join(init_from, VALIDATION_FILES)) or (), files))
+    return [f for f in files if f not in held]
 
 
 def _read_validation_dir(args, undecodable):

@@ -203,6 +203,25 @@ def check_kept_apart(validation_dir, validation_files, others):
                             "--validation-fraction to hold some out of the training images")
 
 
+def check_init_from_validation(init_from, leaked, validation_files, drawn_by):
+    """Raises FlagError when the run in `init_from` (--init-from) trained on any of this run's `validation_files`
+    (`leaked`, those it trained on): validation, which picks the exported model, stops early and fits
+    --calibrate, would score images the starting weights learned. `drawn_by` names the flags of its draw."""
+    if leaked:
+        raise FlagError(f"--init-from {init_from} trained on {len(leaked)} of this run's {len(validation_files)} "
+                        f"validation images ({leaked[0]}, ...): validation would pick the model, stop early and "
+                        f"calibrate on images its weights learned; hold out what it held out (its {drawn_by}), "
+                        "or pass a --validation-dir of images it never trained on")
+
+
+def named_as(files, others):
+    """Returns the files of `others` named as one of `files` by class folder and file name: the same image in a
+    dataset whose names are unique (OCT2017's name the patient and the scan), wherever a copy of it lies, and
+    not two scans of the same bytes, which a split by patient may put on both sides."""
+    names = set(map(_name, files))
+    return [other for other in others if _name(other) in names]
+
+
 def shared_images(files, others):
     """Returns [(a file of `others`, the file of `files` it is)] for each file of `others` that is one of
     `files`: the same file by its real path (a link), or a local file of the same bytes (a copy)."""

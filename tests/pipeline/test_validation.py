@@ -78,6 +78,34 @@ def test_the_oct_jobs_patient_split_at_real_size_keeps_every_patient_on_one_side
         assert abs(count / per_class[name] - 0.1) < 0.02  # about the default 0.1 of each class, patients whole
 
 
+def test_init_from_an_oct_run_that_trained_on_this_run_s_validation_scans_is_refused(oct_sample, tmp_path):
+    """Another --validation-fraction draws other patients: the starting weights learned some of them. Checked
+    where the starting run trained: its data root (a copy of this one is caught by its bytes)."""
+    from pipeline.errors import FlagError
+    root, _ = make_oct2017_patients_tree(oct_sample, str(tmp_path / "data" / "OCT2017"), num_patients=60)
+
+    def prepared(model_dir, *flags, data_dir=tmp_path / "data"):
+        os.makedirs(model_dir, exist_ok=True)
+        args = build_parser(oct.TASK).parse_args(["--data-dir", str(data_dir), "--model-dir", str(model_dir),
+                                                  "--image-size", "32", *map(str, flags)])
+        return oct_job.prepare_data(args, 32)
+    source = tmp_path / "source"
+    prepared(source, "--validation-fraction", 0.2).train_input_fn()  # writes its validation_files.txt
+    (source / "results.json").write_text(json.dumps({"data_root": os.path.realpath(root)}))
+
+    assert prepared(tmp_path / "same", "--validation-fraction", 0.2, "--init-from", source).num_validation_examples
+    with pytest.raises(FlagError, match=re.escape(f"--init-from {source} trained on ")) as refused:
+        prepared(tmp_path / "more", "--validation-fraction", 0.4, "--init-from", source)
+    assert "hold out what it held out (its --validation-fraction)" in str(refused.value)
+
+    shutil.copytree(tmp_path / "data", tmp_path / "copy")
+    with pytest.raises(FlagError, match="validation images"):
+        prepared(tmp_path / "copied", "--validation-fraction", 0.4, "--init-from", source, data_dir=tmp_path / "copy")
+
+    (source / "results.json").unlink()  # stopped before its results: where it trained is not known
+    assert prepared(tmp_path / "unknown", "--validation-fraction", 0.4, "--init-from", source).num_validation_examples
+
+
 def test_batches_for_replicas_count_every_example_once():
     for n in range(1, 90):
         for replicas in (2, 3):
