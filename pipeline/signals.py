@@ -161,15 +161,16 @@ def _redelivering():
 
 @contextlib.contextmanager
 def stop_at_once():
-    """While entered, SIGTERM and SIGHUP raise Interrupted at once, as SIGINT raises KeyboardInterrupt: a
-    job's start-up (TensorFlow's import, before StopSignals takes over) or a tool's work. A SIGHUP this
-    process was started ignoring stays ignored (_left_ignored)."""
+    """While entered, the stop signals raise Interrupted at once: a job's start-up (TensorFlow's import, before
+    StopSignals takes over) or a tool's work. A SIGINT this process was started ignoring is caught, as
+    StopSignals catches it (a tool started with `&` from a script still stops on `kill -INT`); a SIGHUP
+    stays ignored (_left_ignored)."""
     raised, previous = [], {}
 
     def handle(signum, frame):
         raised.append(Interrupted(signum))
         raise raised[-1]
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in SIGNALS:
         if not _left_ignored(signum):
             previous[signum] = signal.signal(signum, handle)
     try:

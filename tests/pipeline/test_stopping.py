@@ -98,8 +98,8 @@ def test_a_signal_is_known_as_delivered_while_the_main_thread_is_inside_a_c_call
     assert seen == {"asked": signal.SIGTERM, "received": None}
 
 
-def test_before_training_sigterm_and_sighup_stop_at_once():
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+def test_before_training_the_stop_signals_stop_at_once():
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with pytest.raises(Interrupted) as raised:
             with stop_at_once():
                 os.kill(os.getpid(), signum)
@@ -151,6 +151,17 @@ def test_other_unraisable_errors_are_still_printed():
     finally:
         sys.unraisablehook = previous
     assert [type(u.exc_value) for u in seen] == [ZeroDivisionError] and ref() is None
+
+
+def test_a_tool_started_ignoring_sigint_stops_on_it_and_leaves_it_ignored():
+    """A tool started with `&` from a shell script (SIGINT ignored) went on after `kill -INT`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with pytest.raises(Interrupted) as raised:
+        with stop_at_once():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # (never reached)
+    assert raised.value.signum == signal.SIGINT and raised.value.exit_code == 130
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def converted(exception):
