@@ -52,7 +52,7 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
         setup.mirrored_evaluation)
     keras_model = setup.task.build_model(settings, setup.schedule)
     if setup.initial_weights:  # a new model dir: model_to_estimator's first checkpoint holds them
-        initial_weights.load(keras_model, setup.initial_weights, settings)
+        initial_weights.load(keras_model, setup.initial_weights, settings, setup.task.name)
     run_figures = None
     if figures:
         run_figures = mfu_lib.run_figures(keras_model, settings.precision, setup.plan.devices, probe=probe_peak)

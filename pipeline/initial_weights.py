@@ -106,12 +106,12 @@ def _newest_readable(init_from):
     raise FlagError(f"--init-from {init_from} holds no checkpoint; pass the --model-dir of a run that has trained")
 
 
-def load(keras_model, initial, settings=None):
+def load(keras_model, initial, settings=None, job=None):
     """Sets every weight of `keras_model` to its value in the checkpoint of `initial` (an InitialWeights),
     each trainable one averaged when the checkpoint holds its --ema shadow; returns how many were set.
     Raises FlagError (exit 2) when the checkpoint holds a model of another shape (another --model,
     --image-size, --channels or number of classes), naming the first differences and the shaping flags
-    the source run recorded other than this run's `settings`."""
+    the source run recorded other than this run's `settings`, or the source's job where it is not `job`."""
     reader = model_dir_lib.read_checkpoint(initial.checkpoint)
     shapes = reader.get_variable_to_shape_map()
     object_based = OBJECT_GRAPH_KEY in shapes
@@ -122,23 +122,45 @@ def load(keras_model, initial, settings=None):
     unused = sorted(set(_layer_keys(shapes) if object_based else _named_weight_keys(shapes)) - set(raw))
     problems += [f"it has a weight this model lacks ({key.replace(_VALUE_SUFFIX, '')})" for key in unused[:1]]
     if problems:
-        differ = other_model_flags(initial.model_dir, settings)
-        fix = (f"it was trained with {' '.join(differ)} (its {training_record.PROGRESS_FILE}): pass "
-               f"{'those' if len(differ) > 1 else 'that'}" if differ else
-               "pass the --model, --image-size and --channels it was trained with")
         raise FlagError(f"--init-from: the checkpoint {initial.checkpoint} does not fit the model these flags build "
-                        f"({'; '.join(problems[:2])}); {fix}, on data of the same classes")
+                        f"({'; '.join(problems[:2])}); {_misfit_fix(initial.model_dir, settings, job)}")
     keras_model.set_weights([reader.get_tensor(key) for key in chosen])  # in graph mode too (a cluster's tasks)
     return len(chosen)
 
 
+def _misfit_fix(model_dir, settings, job):
+    """Returns the advice for a checkpoint in `model_dir` that does not fit this run's model: the run of another
+    job than `job` (this run's) is named as such; else the shaping flags it recorded other than `settings`'."""
+    shaping = [f"--{flag}" for flag in ("model", "image-size", "channels")
+               if settings is None or hasattr(settings, flag.replace("-", "_"))]
+    theirs = training_record.recorded_job(model_dir)
+    if job and theirs and theirs != job:
+        return (f"it is a run of the {theirs} job (its {training_record.PROGRESS_FILE}), and this {job} run builds "
+                f"another model; pass the model dir of {_a(job)} run"
+                + (f", or the {'/'.join(shaping)} that build the {theirs} job's model" if shaping else ""))
+    differ = other_model_flags(model_dir, settings)
+    if differ:
+        return (f"it was trained with {' '.join(differ)} (its {training_record.PROGRESS_FILE}): pass "
+                f"{'those' if len(differ) > 1 else 'that'}, on data of the same classes")
+    if not shaping:
+        return "pass the model dir of a run of this model"
+    listed = shaping[0] if len(shaping) == 1 else f"{', '.join(shaping[:-1])} and {shaping[-1]}"
+    return f"pass the {listed} it was trained with, on data of the same classes"
+
+
+def _a(word):
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
 def other_model_flags(model_dir, settings=None):
     """Returns the flags that shaped the model of the run in `model_dir`, as its training record keeps them,
-    where they differ from this run's `settings` (None: all): ['--model vgg16', ...]; [] where none is
-    recorded (a job without those flags, no record) or all are the same."""
+    where they differ from this run's `settings` (None: all; a flag this job has not is left out):
+    ['--model vgg16', ...]; [] where none is recorded (a job without those flags, no record) or all are the
+    same."""
     newest = training_record.newest_run(model_dir)
     return [f"--{flag} {newest[key]}" for flag, key in (("model", "model"), ("image-size", "image_size"))
-            if newest.get(key) is not None and newest.get(key) != getattr(settings, key, None)]
+            if newest.get(key) is not None and (settings is None or hasattr(settings, key))
+            and newest.get(key) != getattr(settings, key, None)]
 
 
 def _misfits(weights, keys, shapes):

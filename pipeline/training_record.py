@@ -170,6 +170,15 @@ def _fraction_flag(data):
         "no validation share held out of its training images (--validation-fraction 0, or a --validation-dir)"
 
 
+def recorded_job(model_dir):
+    """Returns the name of the job whose run `model_dir` holds, as its record (or, without one, its results.json)
+    says; None where neither says."""
+    try:
+        return json.loads(storage.read_text(storage.join(model_dir, PROGRESS_FILE)))["task"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return _results_task(model_dir)
+
+
 def _results_task(model_dir):
     try:
         return results_lib.read_results(model_dir).get("task")

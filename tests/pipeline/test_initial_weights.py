@@ -158,10 +158,22 @@ def test_a_misfit_names_the_flags_the_source_run_recorded_other_than_this_runs(t
     with pytest.raises(FlagError, match=r"it was trained with --model resnet50 \(its training_progress.json\): "
                                         "pass that,"):
         initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")),
-                             types.SimpleNamespace(image_size=64))
+                             types.SimpleNamespace(model="small_resnet", image_size=64, channels=3))
     with pytest.raises(FlagError, match=generic):  # the same flags: channels or classes differ, not these
         initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")),
-                             types.SimpleNamespace(model="resnet50", image_size=64))
+                             types.SimpleNamespace(model="resnet50", image_size=64, channels=3))
+    # A job without those flags (the Fashion job's) is not told to pass them.
+    with pytest.raises(FlagError, match=r"\); pass the model dir of a run of this model$"):
+        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")), types.SimpleNamespace())
+    with pytest.raises(FlagError, match=r"it is a run of the images job \(its training_progress.json\), and this "
+                                        "fashion run builds another model; pass the model dir of a fashion run$"):
+        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")), types.SimpleNamespace(),
+                             "fashion")
+    (tmp_path / "training_progress.json").write_text(json.dumps({"task": "oct", "runs": runs}))
+    with pytest.raises(FlagError, match=r"it is a run of the oct job .*; pass the model dir of an images run, or the "
+                                        "--model/--image-size/--channels that build the oct job's model$"):
+        initial_weights.load(small_model(2), initial(str(tmp_path / "model.ckpt-1")),
+                             types.SimpleNamespace(model="small_resnet", image_size=64, channels=3), "images")
     for damaged in ("{", "[]", '{"runs": []}', '{"runs": [7]}', '{"runs": "x"}'):
         (tmp_path / "training_progress.json").write_text(damaged)
         assert initial_weights.other_model_flags(str(tmp_path)) == []
