@@ -3,6 +3,7 @@ job's first run works without network on the sample shipped with the project."""
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -176,6 +177,29 @@ def test_in_venv_refuses_a_python_that_is_not_there_in_one_line(tmp_path):
     assert result.returncode == 1 and not (tmp_path / "venv").exists(), result.stderr
     assert_clean_failure(result, f"in_venv.sh: error: PYTHON={tmp_path / 'python3.11'} is not an interpreter found "
                                  "here; set PYTHON to the path of a Python 3.9-3.11")
+
+
+def test_in_venv_runs_a_ready_venv_whatever_python_the_path_holds_now(tmp_path):
+    """A venv made with PYTHON=/opt/python3.11 was refused on the next call, whose python3 was a 3.12: the
+    interpreter matters only to make the venv."""
+    import hashlib
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    with open(os.path.join(ROOT, "requirements.txt"), "rb") as f:
+        (venv / ".requirements.sha256").write_text(hashlib.sha256(f.read()).hexdigest() + "\n")
+    path = tmp_path / "path"
+    path.mkdir()
+    (path / "python3").write_text("#!/bin/sh\necho 'Python 3.12.3'; exit 1\n")  # a 3.12, and no python3.11
+    (path / "python3").chmod(0o755)
+    for tool in ("bash", "sh", "env", "dirname", "sha256sum", "cut", "cat"):  # the script's, and no other Python
+        (path / tool).symlink_to(shutil.which(tool))
+    result = subprocess.run([os.path.join(ROOT, "scripts", "in_venv.sh"), "sh", "-c", "command -v python"],
+                            capture_output=True, text=True, timeout=60,
+                            env={"PATH": str(path), "VENV": str(venv), "HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(venv / "bin" / "python") and not result.stderr
+    assert sorted(os.listdir(venv)) == [".requirements.sha256", "bin"]  # nothing installed again
 
 
 @pytest.mark.parametrize("name", ["pipline", "tensorflow.python.not_in_this_version", "scipy"])
