@@ -78,7 +78,14 @@ def _scan(folder, class_names, channels, workers):
         labels += [index] * len(found)
         ignored += others
     with ThreadPoolExecutor(workers) as pool:  # the checks wait on the disk, not the CPU
-        checks = list(pool.map(lambda f: check_image(f, channels), files, chunksize=256))
+        try:
+            checks = list(pool.map(lambda f: check_image(f, channels), files, chunksize=256))
+        except BaseException:
+            # A stop signal (or a failure) drops the checks not begun. Executor.map's iterator cancels them only
+            # once it has started: a stop that came while map still submitted them (a loaded machine's first
+            # seconds, thousands of files) left every one submitted to be checked on the way out.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     digest = hashlib.sha256()
     for f, check in zip(files, checks):
         digest.update(f"{f}\0{check.size}\0{check.mtime_ns}\n".encode("utf-8", "surrogateescape"))

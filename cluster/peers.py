@@ -101,6 +101,7 @@ class PeerWatch:
         self.every_secs = max(0.5, min(5.0, timeout_secs / 4))
         self._seen = {label: False for label in self.peers}
         self._failing_since, self._warned = {}, set()
+        self._failed_last_round = set()
         self._exiting = threading.Lock()
         self.running = False
 
@@ -125,6 +126,7 @@ class PeerWatch:
                     self._failing_since.setdefault(label, now)
             if self.cluster.task_type == "ps":
                 self._end_parameter_server(reasons)
+                self._failed_last_round = {label for label, reason in reasons.items() if reason}
             if failures and self.finished():  # training is over: peers that end are done, not lost
                 if self.cluster.task_type != "ps":
                     return
@@ -168,7 +170,11 @@ class PeerWatch:
             self._exit(0, f"{me}: training had finished, and the chief came and went without training; stopping "
                           "this parameter server")
         signum = self.stop_signal()
-        if signum is not None and reasons.get("chief 0"):
+        # The chief seen answering has ended once it fails two rounds in a row: one answer later than the probe's
+        # timeout (its server stalled a moment on a loaded machine) ended the ps while the chief still read its
+        # variables for the stop's checkpoint.
+        chief_gone = reasons.get("chief 0") and ("chief 0" in self._failed_last_round or not self._seen["chief 0"])
+        if signum is not None and chief_gone:
             self._exit(128 + signum, lambda: f"stopped by {signal.Signals(signum).name}; {me} served until the "
                                              f"chief, which saves the checkpoints, had ended: "
                                              f"{self.describe_kept_checkpoint()}")

@@ -5,9 +5,11 @@ run outlives the terminal. SIGINT and SIGTERM are caught even then: a shell scri
 for its own Ctrl-C, and a `kill -INT` sent to the run still means stop."""
 import contextlib
 import os
+import queue
 import signal
 import sys
 import threading
+import time
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _REDELIVERY_DELAY_S = 0.01
@@ -96,7 +98,7 @@ class StopSignals:
         self.received = self.received or signum
         if self._own > 1 or not (self._training or agreed):
             self._raised = Interrupted(signum)
-            raise self._raised
+            _raise_stop(self._raised, frame)
 
     def agree(self, signum):
         """Stops the run as `signum` would, without a signal to this process (its cluster's trainers
@@ -136,23 +138,73 @@ def _raise_instead(exc, interrupted):
         raise interrupted from None
 
 
+# Stop signals to send again (see _redelivering), sent by one daemon thread. SimpleQueue.put neither blocks nor
+# runs Python code: a signal handler and the unraisable hook may call it. (A threading.Timer started in the hook
+# waited there for its thread to start; on a loaded machine the 10 ms ran out first, the handler ran inside the
+# hook, and Python printed that stop as "Exception ignored in sys.unraisablehook": lost again.)
+_redeliveries = queue.SimpleQueue()
+_redeliverer = None
+_redeliverer_lock = threading.Lock()
+
+
+def _redeliver():
+    while True:
+        signum = _redeliveries.get()
+        time.sleep(_REDELIVERY_DELAY_S)
+        os.kill(os.getpid(), signum)
+
+
+def _start_redeliverer():
+    global _redeliverer
+    with _redeliverer_lock:
+        if _redeliverer is None or not _redeliverer.is_alive():  # (not in a forked child)
+            _redeliverer = threading.Thread(target=_redeliver, daemon=True, name="stop-redelivery")
+            _redeliverer.start()
+
+
+class _RedeliveringHook:
+    """sys.unraisablehook while _redelivering: a stop is queued to be sent again, anything else is passed on."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, unraisable):
+        stop = unraisable.exc_value
+        if isinstance(stop, (Interrupted, KeyboardInterrupt)):
+            _redeliveries.put(getattr(stop, "signum", signal.SIGINT))
+        else:
+            self.previous(unraisable)
+
+
+def _inside_the_hook(frame):
+    """Returns whether `frame` (where a signal's handler interrupted the main thread) runs inside _RedeliveringHook."""
+    while frame is not None:
+        if frame.f_code is _RedeliveringHook.__call__.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise_stop(interrupted, frame):
+    """Raises `interrupted` from a stop signal's handler that interrupted `frame`; inside the unraisable hook, where
+    Python would only print it, the signal is sent again instead, to come out once the hook has returned."""
+    if _inside_the_hook(frame):
+        _redeliveries.put(interrupted.signum)
+        return
+    raise interrupted
+
+
 @contextlib.contextmanager
 def _redelivering():
     """While entered, a stop that a handler raised where Python cannot raise is signalled again, to come out
     where the main thread is next. A handler runs between any two bytecodes of the main thread, those of a
     weakref callback or a `__del__` that the garbage collector ran among them; Python only prints what
-    those raise ("Exception ignored in"), and the stop was lost."""
+    those raise ("Exception ignored in"), and the stop was lost. The signal is sent again from another thread,
+    a moment later; should its handler still run inside the hook, it sends it again rather than raise there
+    (_raise_stop)."""
+    _start_redeliverer()
     previous = sys.unraisablehook
-
-    def hook(unraisable):
-        stop = unraisable.exc_value
-        if isinstance(stop, (Interrupted, KeyboardInterrupt)):
-            signum = getattr(stop, "signum", signal.SIGINT)
-            # From another thread, a moment later: sent from here, the handler would run inside this hook.
-            threading.Timer(_REDELIVERY_DELAY_S, os.kill, (os.getpid(), signum)).start()
-        else:
-            previous(unraisable)
-    sys.unraisablehook = hook
+    sys.unraisablehook = _RedeliveringHook(previous)
     try:
         yield
     finally:
@@ -169,7 +221,7 @@ def stop_at_once():
 
     def handle(signum, frame):
         raised.append(Interrupted(signum))
-        raise raised[-1]
+        _raise_stop(raised[-1], frame)
     for signum in SIGNALS:
         if not _left_ignored(signum):
             previous[signum] = signal.signal(signum, handle)

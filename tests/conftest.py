@@ -2,6 +2,7 @@
 starts, so the same process can train on 1 replica and mirror over 2."""
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -64,6 +65,13 @@ def write_cpuinfo(tmp_path, flags):
     path = tmp_path / "cpuinfo"
     path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu sse2 avx2 {flags}\n\n")
     return str(path)
+
+
+def default_sighup():
+    """A Popen preexec_fn: the child starts with SIGHUP's default disposition, not this process's. Children inherit
+    an ignored signal: under `nohup` (or a CI agent that ignores SIGHUP) the jobs and launchers the tests hang up
+    kept it ignored, as a run started under nohup must (pipeline.signals), and the tests waited for them in vain."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def alive(pid):

@@ -91,6 +91,38 @@ def test_a_stop_signal_mid_scan_ends_it_without_checking_the_files_not_begun(tmp
     assert 0 < checked_by_the_end < files / 2, checked_by_the_end
 
 
+def test_a_stop_signal_while_the_scan_queues_its_files_drops_the_ones_queued(tmp_path, monkeypatch):
+    """Executor.map cancels what it queued only from its iterator: a stop that came while it still queued the files
+    (the test above's timer, in a copy of it on a loaded machine: 2 runs in 60) left every file queued to be
+    checked on the way out."""
+    from concurrent.futures import ThreadPoolExecutor
+    for name in ("a", "b"):
+        write_images(str(tmp_path / name), 2)
+    files, begun = 400, []
+    real_check = class_folders.check_image
+
+    def slow_check(path, channels=None):
+        begun.append(path)
+        time.sleep(0.02)
+        return real_check(str(tmp_path / "a" / "0000.png"), channels)
+
+    class StoppedWhileQueueing(ThreadPoolExecutor):
+        queued = 0
+
+        def submit(self, *args, **kwargs):
+            future = super().submit(*args, **kwargs)
+            type(self).queued += 1
+            if type(self).queued == files:  # half the files queued
+                os.kill(os.getpid(), signal.SIGTERM)
+            return future
+    monkeypatch.setattr(class_folders, "walk_images", lambda folder: ([f"{folder}/{i:04}.png" for i in range(files)], []))
+    monkeypatch.setattr(class_folders, "check_image", slow_check)
+    monkeypatch.setattr(class_folders, "ThreadPoolExecutor", StoppedWhileQueueing)
+    with pytest.raises(Interrupted), StopSignals():
+        class_folders.scan_class_folders(str(tmp_path), workers=4)
+    assert len(begun) < files / 2, len(begun)
+
+
 def test_train_and_test_folders_are_used_as_they_are(tmp_path):
     for split, count in (("Train", 6), ("test", 2)):
         for name in ("a", "b"):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cluster.isolation import NO_ISOLATION_VARIABLE, interfaces, namespace
-from tests.conftest import ROOT, alive
+from tests.conftest import ROOT, alive, default_sighup
 
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local_cluster.py")
 # A stand-in task: says where it runs, then, on SIGTERM, writes STOPPED-<pid> into the folder it
@@ -40,7 +40,8 @@ def stand_in(folder, on_term="stop", secs=600):
 
 def start(flags, command, env=None):
     return subprocess.Popen([sys.executable, LAUNCHER, *flags, "--", *command], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})),
+                            preexec_fn=default_sighup)
 
 
 def wait_ready(launcher, tasks):
@@ -90,8 +91,8 @@ def test_sighup_and_sigterm_reach_every_task_and_sigkill_follows_the_grace_perio
         folder.mkdir()
         launcher = start(["--workers", "1", "--grace-secs", "2"], stand_in(folder, on_term))
         lines, pids = wait_ready(launcher, 2)
+        sent = time.monotonic()  # before the signal: the launcher's grace period starts after it has come
         os.kill(launcher.pid, signum)
-        sent = time.monotonic()
         out, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 128 + signum, out + err
         assert not any(alive(pid) for pid in pids)

@@ -13,7 +13,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.conftest import ROOT, assert_clean_failure, small_file_system
+from tests.conftest import ROOT, assert_clean_failure, default_sighup, small_file_system
 
 TRAIN = os.path.join(ROOT, "scripts", "train_fashion.py")
 
@@ -25,7 +25,7 @@ def command(data_dir, model_dir, *extra):
 
 def start(data_dir, model_dir, *extra):
     return subprocess.Popen(command(data_dir, model_dir, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=default_sighup)
 
 
 def wait_for_training(process, model_dir, timeout=120):
