@@ -12,7 +12,7 @@ from models import PRECISIONS
 from pipeline.cli import run_command, set_tensorflow_environment
 from pipeline.flag_types import fraction, positive_float, positive_int
 from pipeline.flags.devices import MAX_CPU_REPLICAS
-from pipeline.signals import Interrupted
+from pipeline.signals import Interrupted, stop_at_once
 from pipeline.flags import build_parser
 from pipeline.tasks.registry import TASKS, parse_tool_args, tool_parser
 
@@ -230,9 +230,11 @@ def _benchmark(args, task, task_args, variants):
 def _kept_if_stopped(rows, planned, out_dir, header, write_tables, columns):
     """Writes the `rows` measured so far (results.csv and results.json, their header saying how many of
     `planned`; no report or plots, which compare whole repeats) into `out_dir` when the block is stopped
-    by a signal (Ctrl-C, SIGTERM), then lets the stop end the tool."""
+    by a signal (Ctrl-C, SIGTERM), then lets the stop end the tool. A stop that came out as another error (one
+    inside Python code TensorFlow called, Keras' tracing say: see pipeline.signals.stop_at_once) is the stop."""
     try:
-        yield
+        with stop_at_once():
+            yield
     except (KeyboardInterrupt, Interrupted):
         if rows:
             stopped = f"{header}; STOPPED after {len(rows)} of {planned} measurements"

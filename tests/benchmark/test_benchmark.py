@@ -271,3 +271,21 @@ def test_a_sweep_stopped_midway_keeps_the_measurements_it_made(tmp_path, capsys)
         with _kept_if_stopped([], 6, str(tmp_path / "none"), "h", benchmark_report.write_tables, ()):
             raise KeyboardInterrupt
     assert not (tmp_path / "none").exists()
+
+
+def test_a_stop_that_came_out_as_another_error_keeps_the_measurements_made(tmp_path):
+    """A SIGTERM while Keras traced its step came out of model.fit as a StagingError: the rows were lost."""
+    import os
+    import signal
+    from benchmark.cli import _kept_if_stopped
+    from pipeline.signals import Interrupted
+    rows = [{"task": "fashion", "engine": "keras", "images_per_sec": 100.0}]
+    with pytest.raises(Interrupted) as raised:
+        with _kept_if_stopped(rows, 6, str(tmp_path), "fashion, training", benchmark_report.write_tables,
+                              benchmark_report.COLUMNS):
+            try:  # as Python code TensorFlow called: what was raised inside comes out as its own error
+                os.kill(os.getpid(), signal.SIGTERM)
+            except Interrupted:
+                raise SystemError("returned a result with an exception set") from None
+    assert raised.value.signum == signal.SIGTERM
+    assert json.loads((tmp_path / "results.json").read_text())["rows"] == rows
