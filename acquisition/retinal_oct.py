@@ -54,24 +54,36 @@ def find_split_root(directory):
 
 
 def make_sample_tree(root, sample=SHIPPED_SAMPLE_DIR, test_per_class=6):
-    """Copies the class folders of `sample` into an OCT2017-style tree at `root`: the last
-    `test_per_class` scans of each class (in name order) go to test/, the rest to train/.
-    Returns (training scans, test scans) written; raises InputDataError when `sample` lacks a class."""
-    counts = [0, 0]
+    """Copies the class folders of `sample` into an OCT2017-style tree at `root`, which must not exist: the last
+    `test_per_class` scans of each class (in name order) go to test/, the rest to train/. The tree is made in a
+    hidden folder beside `root` and renamed into place whole: a failure or a stop leaves nothing that looks like
+    data. Returns (training scans, test scans) written; raises InputDataError when `sample` lacks a class, and
+    ValueError when a class has no more scans than `test_per_class`."""
+    chosen = {}
     for name in CLASS_NAMES:
         try:
             files = sorted(f for f in os.listdir(os.path.join(sample, name)) if f.lower().endswith(".jpeg"))
         except OSError as e:
             raise InputDataError(f"the sample {sample} has no readable folder {name} ({e.strerror})") from None
         if len(files) <= test_per_class:
-            raise InputDataError(f"the sample {sample} holds {len(files)} {name} scans, not more than the "
-                                 f"{test_per_class} per class the test split takes")
-        for i, (split, chosen) in enumerate((("train", files[:-test_per_class]), ("test", files[-test_per_class:]))):
-            os.makedirs(os.path.join(root, split, name), exist_ok=True)
-            for f in chosen:
-                shutil.copyfile(os.path.join(sample, name, f), os.path.join(root, split, name, f))
-            counts[i] += len(chosen)
-    return tuple(counts)
+            raise ValueError(f"the sample {sample} holds {len(files)} {name} scans, not more than the "
+                             f"{test_per_class} per class the test split takes")
+        chosen[name] = {"train": files[:-test_per_class], "test": files[-test_per_class:]}
+    parent = os.path.dirname(os.path.abspath(root))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(root)}.", dir=parent)
+    try:
+        for name, splits in chosen.items():
+            for split, files in splits.items():
+                os.makedirs(os.path.join(staging, split, name))
+                for f in files:
+                    shutil.copyfile(os.path.join(sample, name, f), os.path.join(staging, split, name, f))
+        os.chmod(staging, 0o755)  # (mkdtemp's folder is the user's alone)
+        os.rename(staging, root)  # (fails where `root` exists and holds anything)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return tuple(sum(len(splits[split]) for splits in chosen.values()) for split in ("train", "test"))
 
 
 def split_pattern(root, split):

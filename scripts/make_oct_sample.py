@@ -9,6 +9,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
+from pipeline.errors import FlagError, UsageError  # noqa: E402
 from pipeline.flag_types import ArgumentParser, HelpFormatter, positive_int  # noqa: E402
 
 
@@ -28,10 +29,12 @@ def make_sample(args):
     from acquisition import retinal_oct
     root = os.path.join(args.out, retinal_oct.CLEAN_ROOT)
     if os.path.exists(root):
-        from pipeline.errors import UsageError
         raise UsageError(f"{root} already exists; pass another --out, or remove it first")
-    num_train, num_test = retinal_oct.make_sample_tree(root, args.source or retinal_oct.SHIPPED_SAMPLE_DIR,
-                                                       args.test_per_class)
+    try:
+        num_train, num_test = retinal_oct.make_sample_tree(root, args.source or retinal_oct.SHIPPED_SAMPLE_DIR,
+                                                           args.test_per_class)
+    except ValueError as e:
+        raise FlagError(f"argument --test-per-class: {e}") from None  # (a bound only the source gives: exit 2)
     print(f"wrote {num_train} training and {num_test} test scans to {root}; train with --data-dir {shlex.quote(args.out)}")
 
 

@@ -1,5 +1,6 @@
 import glob
 import os
+import shutil
 import re
 import signal
 import subprocess
@@ -195,6 +196,29 @@ def test_the_shipped_sample_lays_out_an_oct2017_tree(tmp_path):
     assert retinal_oct.find_split_root(str(tmp_path)) == root
     assert sorted(os.listdir(os.path.join(root, "test", "DME"))) == sorted(
         os.listdir(os.path.join(retinal_oct.SHIPPED_SAMPLE_DIR, "DME")))[-6:]
+
+
+def test_a_sample_too_small_for_the_test_split_leaves_no_tree_and_a_stop_none_either(tmp_path, monkeypatch):
+    """It copied three classes before it found the fourth too small, and left a tree its rerun refused."""
+    sample = tmp_path / "sample"
+    for name, count in (("CNV", 9), ("DME", 9), ("DRUSEN", 9), ("NORMAL", 6)):
+        (sample / name).mkdir(parents=True)
+        for i in range(count):
+            (sample / name / f"{name}-1-{i}.jpeg").write_bytes(b"x")
+    with pytest.raises(ValueError, match="holds 6 NORMAL scans, not more than the 6 per class"):
+        retinal_oct.make_sample_tree(str(tmp_path / "out" / "OCT2017"), str(sample))
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+    copies, copy = [], shutil.copyfile
+
+    def stopped_copy(source, target):  # a stop at the last class's test scans
+        copies.append(target)
+        if "NORMAL" in target and "test" in target:
+            raise KeyboardInterrupt
+        return copy(source, target)
+    monkeypatch.setattr(retinal_oct.shutil, "copyfile", stopped_copy)
+    with pytest.raises(KeyboardInterrupt):
+        retinal_oct.make_sample_tree(str(tmp_path / "out" / "OCT2017"), str(sample), test_per_class=2)
+    assert len(copies) > 20 and os.listdir(tmp_path / "out") == []
 
 
 def test_a_sample_without_a_class_is_named(tmp_path):

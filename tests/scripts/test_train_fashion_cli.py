@@ -103,6 +103,15 @@ def test_make_fashion_sample_splits_the_real_sample(fashion_sample, tmp_path):
                               capture_output=True, text=True, timeout=120)
     assert too_many.returncode == 2 and not (tmp_path / "x").exists()  # a flag out of bounds, as argparse's are
     assert_clean_failure(too_many, "error: argument --train: must be from 1 to 999 (the sample's 1000 images")
+    # Into a folder that holds such files (its own --source, a dataset's, its own last output): they were overwritten.
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    for source in (fashion_sample, str(out)):
+        again = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_fashion_sample.py"),
+                                "--source", source, "--out", str(out), "--train", "100", "--seed", "3"],
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 1
+        assert_clean_failure(again, f"{out} already holds ", "which this would overwrite; pass another --out")
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
 
 
 def test_a_home_where_no_folder_can_be_made_names_the_path_and_the_flag(tmp_path):
