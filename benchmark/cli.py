@@ -155,16 +155,21 @@ def _refuse_untimed_flags(parser, task, task_args, run_loop):
             parser.error(f"argument {flag}: {flag} {why}; leave it out")
 
 
+OUTPUT_FILES = ("results.json", "results.csv", "report.md", "throughput.png", "mfu.png", "time.png", "input.png",
+                "time_to_accuracy.png")  # what a benchmark writes into its --output
+
+
 def _check_output(parser, folder):
     """Makes the output folder before anything is measured, so that a sweep never ends unable to write:
-    exit 2 for a file or a folder holding a results.json, an earlier benchmark's or a training run's (it would
-    be overwritten, and a benchmark's plots left beside the new report), exit 1 for one that cannot be made or
-    written."""
+    exit 2 for a file or a folder holding a file of a benchmark's outputs (OUTPUT_FILES: an earlier benchmark's,
+    a training run's results.json, a user's report.md), which would be overwritten, exit 1 for one that cannot be
+    made or written."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         parser.error(f"argument --output: {folder} is a file; pass a folder")
-    if os.path.exists(os.path.join(folder, "results.json")):
-        parser.error(f"argument --output: {folder} holds a results.json (an earlier benchmark's, or a training "
-                     "run's), which would be overwritten; pass another --output, or move it away")
+    there = [name for name in OUTPUT_FILES if os.path.lexists(os.path.join(folder, name))]
+    if there:
+        parser.error(f"argument --output: {folder} holds a {there[0]} (an earlier benchmark's, or another's), which "
+                     "would be overwritten; pass another --output, or move it away")
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):

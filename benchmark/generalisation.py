@@ -28,6 +28,7 @@ METRICS = (("accuracy", True), ("nll", False), ("ece", False))  # (name, higher 
 COMMON_FLAGS = ("--deterministic", "--calibrate", "temperature", "--bootstrap-resamples", "100")
 PLAN_FILE = "measurement.json"  # the flags the runs under --output train with
 LOCK_FILE = ".measurement.lock"  # held by the measurement running in --output
+OUTPUT_FILES = ("results.csv", "summary.json", "report.md")  # what it writes over, beside PLAN_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +108,8 @@ def claim_output(output, job_argv, arms, job_settings=None):
     other flags must not go on in the same folder. The same `job_argv`, or where both plans have them the same
     `job_settings` ({setting: repr of its value}, of the flags given: the same flags in another order), is the
     same job.
-    Raises FlagError (exit 2) when they differ."""
+    Raises FlagError (exit 2) when they differ, or when `output` holds files of a measurement's names without
+    its plan (a user's report.md, say)."""
     plan = {"job_flags": list(job_argv), "arms": {arm.name: list(arm.flags) for arm in arms.values()}}
     if job_settings is not None:
         plan["job_settings"] = dict(job_settings)
@@ -125,6 +127,10 @@ def claim_output(output, job_argv, arms, job_settings=None):
             raise FlagError(f"--output {output} holds a measurement made with other flags: {changed}; pass another "
                             "--output, or the same flags to go on with it")
         return
+    there = [name for name in OUTPUT_FILES if os.path.lexists(os.path.join(output, name))]
+    if there:  # not a measurement's (it has no plan): a user's, or another tool's
+        raise FlagError(f"--output {output} holds {there[0]}, which no measurement made there and this would "
+                        "overwrite; pass another --output, or move it away")
     os.makedirs(output, exist_ok=True)
     with open(path + ".partial", "w") as f:
         json.dump(plan, f, indent=2)

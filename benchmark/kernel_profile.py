@@ -2,6 +2,7 @@
 measured row's timed steps (benchmark.kernels) in kernels.md beside the benchmark's own outputs."""
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from pipeline.errors import UsageError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARK = os.path.join(ROOT, "scripts", "benchmark.py")
 LOG_NAME = "onednn_verbose.log"
+REPORT_NAME = "kernels.md"
 
 
 def build_parser():
@@ -40,6 +42,10 @@ def _parse(parser, argv):
     if args.input_only or args.target_accuracy is not None:
         parser.error("argument --input-only/--target-accuracy: the kernel profile reads training throughput rows; "
                      "leave them out")
+    there = [name for name in (REPORT_NAME, LOG_NAME) if os.path.lexists(os.path.join(args.output, name))]
+    if there:
+        parser.error(f"argument --output: {args.output} holds a {there[0]}, which would be overwritten; pass another "
+                     "--output, or move it away")
     return args, argv
 
 
@@ -76,12 +82,12 @@ def profile(parsed):
         raise UsageError(f"oneDNN logged no kernel ({log_path} is empty): TensorFlow ran without oneDNN; "
                          "unset TF_ENABLE_ONEDNN_OPTS=0 and run on a CPU")
     peaks = {p: machine_peak(p, ["/cpu:0"]).flops for p in ("fp32", "bf16")}
-    header = f"`profile_kernels.py {' '.join(argv)}`; {describe_cpu()}"
+    header = f"`profile_kernels.py {shlex.join(argv)}`; {describe_cpu()}"
     text = kernels.report(rows, executions, peaks, header)
-    with open(os.path.join(args.output, "kernels.md"), "w") as f:
+    with open(os.path.join(args.output, REPORT_NAME), "w") as f:
         f.write(text)
     print(text)
-    print(f"kernels: {os.path.abspath(os.path.join(args.output, 'kernels.md'))} (oneDNN's log: {log_path})")
+    print(f"kernels: {os.path.abspath(os.path.join(args.output, REPORT_NAME))} (oneDNN's log: {log_path})")
     return 0
 
 

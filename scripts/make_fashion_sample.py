@@ -8,7 +8,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.errors import FlagError, UsageError  # noqa: E402
+from pipeline.errors import FlagError  # noqa: E402
 from pipeline.flag_types import ArgumentParser, HelpFormatter, int_in_range, positive_int  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def make_sample(args):
     there = [name for names in fashion_mnist.FILES.values() for name in names
              if os.path.lexists(os.path.join(args.out, name))]
     if there:
-        raise UsageError(f"{args.out} already holds {there[0]}{f' and {len(there) - 1} more' if len(there) > 1 else ''}"
+        raise FlagError(f"--out {args.out} already holds {there[0]}{f' and {len(there) - 1} more' if len(there) > 1 else ''}"
                          ", which this would overwrite; pass another --out, or move them away first")
     try:
         num_train, num_test = fashion_mnist.split_sample(args.source or fashion_mnist.SHIPPED_SAMPLE_DIR,

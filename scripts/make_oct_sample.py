@@ -9,7 +9,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.errors import FlagError, UsageError  # noqa: E402
+from pipeline.errors import FlagError  # noqa: E402
 from pipeline.flag_types import ArgumentParser, HelpFormatter, positive_int  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def make_sample(args):
     from acquisition import retinal_oct
     root = os.path.join(args.out, retinal_oct.CLEAN_ROOT)
     if os.path.exists(root):
-        raise UsageError(f"{root} already exists; pass another --out, or remove it first")
+        raise FlagError(f"--out {args.out} already holds {root}; pass another --out, or remove it first")
     try:
         num_train, num_test = retinal_oct.make_sample_tree(root, args.source or retinal_oct.SHIPPED_SAMPLE_DIR,
                                                            args.test_per_class)

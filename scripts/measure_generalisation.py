@@ -4,6 +4,7 @@ in --arms, --weight-decay and --optimizer sgd) each do to a job's test accuracy,
 against the plain run; see --help."""
 import argparse
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -131,7 +132,7 @@ def measure(parsed):
              for name, default in ARM_DEFAULTS.items()}
     arms = generalisation.build_arms(value["ema_decay"], value["label_smoothing"], value["mixup"], value["cutmix"],
                                      value["tta"], value["weight_decay"], value["sgd_rate"], args.arms)
-    header = (f"{args.name or task.name}: `{' '.join(['scripts/measure_generalisation.py', *sys.argv[1:]])}`; "
+    header = (f"{args.name or task.name}: `{shlex.join(['scripts/measure_generalisation.py', *sys.argv[1:]])}`; "
               f"seeds {','.join(map(str, args.seeds))}; {describe_cpu()}")
     with generalisation.holding_output(args.output):
         generalisation.claim_output(args.output, job_argv, arms, given_settings(build_job_parser(task), job_argv))

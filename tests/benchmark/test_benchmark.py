@@ -128,9 +128,13 @@ def test_an_output_it_could_not_write_or_would_overwrite_is_refused_before_any_m
     (tmp_path / "file").write_text("")
     (tmp_path / "earlier").mkdir()
     (tmp_path / "earlier" / "results.json").write_text("{}")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "report.md").write_text("mine")
     cases = [(tmp_path / "file", 2, "is a file; pass a folder"),
-             (tmp_path / "earlier", 2, "holds a results.json (an earlier benchmark's, or a training run's), which "
+             (tmp_path / "earlier", 2, "holds a results.json (an earlier benchmark's, or another's), which "
                                        "would be overwritten; pass another --output"),
+             (tmp_path / "mine", 2, "holds a report.md (an earlier benchmark's, or another's), which would be "
+                                    "overwritten"),
              (tmp_path / "file" / "under", 1, "cannot write the outputs to --output")]
     for folder, code, fragment in cases:
         with pytest.raises(SystemExit) as exit_info:  # the sweep would take minutes: it never starts
@@ -138,6 +142,7 @@ def test_an_output_it_could_not_write_or_would_overwrite_is_refused_before_any_m
         assert exit_info.value.code == code
         assert fragment in capsys.readouterr().err.strip().splitlines()[-1]
     assert (tmp_path / "earlier" / "results.json").read_text() == "{}"
+    assert os.listdir(tmp_path / "mine") == ["report.md"]
 
 
 def test_scaling_efficiency_and_ratios_come_from_the_same_run():

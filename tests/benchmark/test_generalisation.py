@@ -150,6 +150,15 @@ def test_an_output_folder_goes_on_only_with_the_flags_it_was_begun_with(tmp_path
                                     {**settings, "max_steps": "30"})
 
 
+def test_an_output_folder_holding_a_report_no_measurement_made_is_refused(tmp_path):
+    """A user's report.md and results.csv there were overwritten."""
+    arms = generalisation.build_arms(0.99, 0.1, 0.2, 1.0, "flip")
+    (tmp_path / "report.md").write_text("mine")
+    with pytest.raises(FlagError, match=f"--output {tmp_path} holds report.md, which no measurement made there"):
+        generalisation.claim_output(str(tmp_path), ["--max-steps", "20"], arms)
+    assert os.listdir(tmp_path) == ["report.md"] and (tmp_path / "report.md").read_text() == "mine"
+
+
 def test_a_failed_run_names_its_last_line_and_its_log(tmp_path):
     log = str(tmp_path / "run.log")
     with pytest.raises(TrainingError, match=r"exited 3: train.py: error: no data \(log: .*run.log\)"):

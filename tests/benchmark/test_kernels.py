@@ -160,3 +160,15 @@ def test_the_benchmark_ends_when_the_profiler_is_killed(tmp_path):
         profiler.kill()
         profiler.wait(timeout=30)
     assert_ends(benchmark, 30, "the benchmark outlived the profiler that started it")
+
+
+@pytest.mark.parametrize("name", ["kernels.md", "onednn_verbose.log"])
+def test_an_output_holding_a_kernel_report_or_log_is_refused_before_any_run(tmp_path, capsys, name):
+    """A user's kernels.md (or log) in --output was overwritten."""
+    from benchmark.kernel_profile import _parse, build_parser
+    (tmp_path / name).write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        _parse(build_parser(), ["--task", "fashion", "--synthetic", "--output", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert f"{tmp_path} holds a {name}, which would be overwritten" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == [name]

@@ -109,8 +109,8 @@ def test_make_fashion_sample_splits_the_real_sample(fashion_sample, tmp_path):
         again = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_fashion_sample.py"),
                                 "--source", source, "--out", str(out), "--train", "100", "--seed", "3"],
                                capture_output=True, text=True, timeout=120)
-        assert again.returncode == 1
-        assert_clean_failure(again, f"{out} already holds ", "which this would overwrite; pass another --out")
+        assert again.returncode == 2
+        assert_clean_failure(again, f"--out {out} already holds ", "which this would overwrite; pass another --out")
     assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
 
 
