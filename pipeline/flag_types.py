@@ -4,6 +4,7 @@ exit 2. Nothing here imports TensorFlow."""
 import argparse
 import csv
 import difflib
+import os
 import sys
 
 import hooks
@@ -85,6 +86,17 @@ def model_path(text):
     """Returns predict.py's --model `text`: a .tflite file as it is (TFLite reads its path as a name), else a
     checkpoint_folder (a model dir or an export)."""
     return text if text.lower().endswith(".tflite") else checkpoint_folder(text)
+
+
+def output_folder(text):
+    """Returns the path `text` of a folder a tool writes into (made if absent); ArgumentTypeError for an empty one
+    (a shell's unset variable: the tool went on writing nothing) or an existing file, refused before the work,
+    not after it."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; pass the folder to write into")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a file; pass a folder (made if absent)")
+    return text
 
 
 def positive_int(text):

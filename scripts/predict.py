@@ -12,7 +12,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cli import run_command  # noqa: E402
-from pipeline.flag_types import ArgumentParser, HelpFormatter, model_path, positive_int  # noqa: E402
+from pipeline.flag_types import ArgumentParser, HelpFormatter, model_path, output_folder, positive_int  # noqa: E402
 from pipeline.flags.tta import TTA_HELP, tta_views  # noqa: E402
 
 
@@ -25,7 +25,7 @@ def build_parser():
                              "the run validated), or a .tflite file a run's --tflite wrote (its class_names.txt "
                              "beside it)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per line instead of text")
-    parser.add_argument("--explain", metavar="OUT_DIR", default=None,
+    parser.add_argument("--explain", metavar="OUT_DIR", default=None, type=output_folder,
                         help="also write a Grad-CAM heatmap over each image, as OUT_DIR/<image>.gradcam.png: "
                              "where the model's last convolution looked for the predicted class")
     parser.add_argument("--explain-class", metavar="NAME", default=None,

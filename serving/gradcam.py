@@ -19,14 +19,11 @@ from acquisition import storage
 from acquisition.png_text import png_text
 from input_fns.decode import PIXELS_SIGNATURE
 from serving.export import CLASS_NAMES_FILE, PROBABILITIES, read_class_names, softmax_logits
-from serving.predict import is_pixels_name, load_newest_export, read_pixels
+from serving.predict import HEATMAP_SOURCE_KEY as SOURCE_KEY, is_pixels_name, load_newest_export, read_pixels
 
 _CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
 _FOLLOWERS = ("BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Identity", "FusedBatchNormV3", "Cast")
 _PASS_THROUGH = "GradCamPassThrough"
-# A heatmap PNG's text: the sha256 of the path of the file it explains (a rerun replaces only its own heatmaps),
-# not the path itself, which can name a patient and would travel with the PNG.
-SOURCE_KEY = "Source-SHA256"
 
 
 @tf.RegisterGradient(_PASS_THROUGH)

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from acquisition.image_formats import NOT_AN_IMAGE, check_image, describe_unread, is_image_name, unread_images
+from acquisition.png_text import png_text
 from input_fns.decode import PIXELS_SIGNATURE, decodes_reduced, forbidden_views
 from serving import ExportNotFoundError
 from acquisition import storage
@@ -209,27 +210,45 @@ def _image_problem(path, predictor):
             f"holding {_pixels_words(predictor.pixels_shape)}")
 
 
+# A heatmap PNG's text (serving.gradcam): the sha256 of the path of the file it explains (a rerun replaces only its own
+# heatmaps), not the path itself, which can name a patient and would travel with the PNG.
+HEATMAP_SOURCE_KEY = "Source-SHA256"
+HEATMAP_SUFFIX = ".gradcam.png"
+
+
+def is_heatmap(path):
+    """Returns whether the file at `path` is a Grad-CAM heatmap that --explain wrote (by its name and its PNG text)."""
+    return path.lower().endswith(HEATMAP_SUFFIX) and png_text(path, HEATMAP_SOURCE_KEY) is not None
+
+
 def image_paths(paths, left_out_folder=None, note=None):
     """Yields the files to classify: each path that is not a folder as given, and the image files
     (see image_formats.is_image_name) and raw pixel files (is_pixels_name) below each folder, walked
     recursively in sorted order, linked folders included (each folder once), `left_out_folder` not
-    (the heatmaps' folder: a rerun classified the heatmaps it had written). A folder's pictures in formats
-    no export reads (.webp, .tif...) are left out, in a line to `note`. A folder that holds no image is
+    (the heatmaps' folder: a rerun classified the heatmaps it had written), nor the heatmaps --explain wrote
+    elsewhere (is_heatmap: beside the images, say). A folder's pictures in formats no export reads (.webp,
+    .tif...) and its heatmaps are left out, in a line each to `note`. A folder that holds no image is
     yielded itself, in its place, which classify_files answers with that error."""
     for path in paths:
         if not storage.isdir(path):
             yield path
             continue
         found, others = 0, []
+        heatmaps = 0
         for parent, _, names in storage.walk(path, left_out=[left_out_folder] if left_out_folder else []):
             for name in names:
-                if is_image_name(name) or (is_pixels_name(name) and not name.startswith(".")):
+                if is_heatmap(storage.join(parent, name)):
+                    heatmaps += 1
+                elif is_image_name(name) or (is_pixels_name(name) and not name.startswith(".")):
                     found += 1
                     yield storage.join(parent, name)
                 else:
                     others.append(name)
         if not found:
             yield path
+        if heatmaps and note:
+            note(f"left out {heatmaps} Grad-CAM heatmap{'' if heatmaps == 1 else 's'} of {path} (predict.py "
+                 "--explain's); name one to classify it")
         unread = unread_images(others)
         if unread and note:
             count = sum(unread.values())

@@ -1,10 +1,12 @@
 """pipeline.flag_types: the argparse types that turn a flag's text into its value or one line."""
 import argparse
+import os
 import re
 
 import pytest
 
 from pipeline.flag_types import checkpoint_folder, name_list, names_text
+from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize("text, names", [
@@ -80,3 +82,19 @@ def test_predict_takes_a_tflite_file_by_any_name_and_a_model_dir_without_pattern
     assert model_path("runs/exp[1]/lite/model.tflite") == "runs/exp[1]/lite/model.tflite"  # TFLite does not glob
     with pytest.raises(argparse.ArgumentTypeError, match=r"take its \[ for a pattern"):
         model_path("runs/exp[1]")
+
+
+def test_predict_s_explain_folder_that_is_empty_or_a_file_is_refused_before_any_image_is_classified(tmp_path, capsys):
+    """--explain "" wrote no heatmap without a word; a file failed only after every image was classified."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("predict_script", os.path.join(ROOT, "scripts", "predict.py"))
+    predict_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(predict_script)
+    (tmp_path / "image.jpg").write_bytes(b"x")
+    for value, words in (("", "an empty path; pass the folder to write into"),
+                         (str(tmp_path / "image.jpg"), f"{tmp_path / 'image.jpg'} is a file; pass a folder")):
+        with pytest.raises(SystemExit) as exit_info:
+            predict_script.build_parser().parse_args(["--model", "m", "--explain", value, "in"])
+        assert exit_info.value.code == 2 and f"argument --explain: {words}" in capsys.readouterr().err
+    assert predict_script.build_parser().parse_args(["--model", "m", "--explain", str(tmp_path / "new"),
+                                                     "in"]).explain == str(tmp_path / "new")

@@ -43,6 +43,24 @@ def test_pictures_in_formats_the_export_cannot_read_are_named_in_a_line_not_left
     assert notes[-1].startswith(f"left out 1 file of {tmp_path / 'only'} in formats")  # (it said '1 files')
 
 
+def test_heatmaps_explain_wrote_beside_the_images_are_left_out_of_a_folder_in_a_line(tmp_path):
+    """A rerun on the folder its --explain had written into classified the heatmaps as images."""
+    from serving.gradcam import write_heatmap_png
+    image = draw_shape("circle", 24, np.random.default_rng(0))
+    os.makedirs(tmp_path / "x")
+    image.save(tmp_path / "x" / "1.png")
+    write_heatmap_png(image, np.ones((3, 3), np.float32), str(tmp_path / "x" / "1.gradcam.png"),
+                      str(tmp_path / "x" / "1.png"))
+    image.save(tmp_path / "x" / "mine.gradcam.png")  # a picture of the user's of that name: no heatmap of ours
+    notes = []
+    assert list(image_paths([str(tmp_path / "x")], note=notes.append)) == [
+        str(tmp_path / "x" / "1.png"), str(tmp_path / "x" / "mine.gradcam.png")]
+    assert notes == [f"left out 1 Grad-CAM heatmap of {tmp_path / 'x'} (predict.py --explain's); name one to classify "
+                     "it"]
+    named = str(tmp_path / "x" / "1.gradcam.png")
+    assert list(image_paths([named])) == [named]  # named, it is classified
+
+
 def test_linked_folders_are_walked_each_once_and_a_link_up_the_tree_ends(tmp_path):
     """A linked subfolder was left out without a word; a link to a folder above must not walk forever."""
     png = encode(draw_shape("circle", 24, np.random.default_rng(0)), "RGB", "PNG")
