@@ -84,12 +84,18 @@ def _print(results, as_json):
         if as_json:
             print(json.dumps(r))
         elif "error" in r:
-            print(f"{r['file']}: error: {r['error']}")
+            print(f"{_one_line(r['file'])}: error: {r['error']}")
         else:
             spread = "  ".join(f"{n} {p:.3f}" for n, p in r["probabilities"].items())
-            heatmap = f"  heatmap of {r['explained_class']}: {r['heatmap']}" if "heatmap" in r else ""
-            print(f"{r['file']}: {r['class']}  ({spread}){heatmap}", flush=True)
+            heatmap = f"  heatmap of {r['explained_class']}: {_one_line(r['heatmap'])}" if "heatmap" in r else ""
+            print(f"{_one_line(r['file'])}: {r['class']}  ({spread}){heatmap}", flush=True)
     return failed
+
+
+def _one_line(path):
+    """Returns `path` as a line per file shows it: quoted and escaped when it holds a line break."""
+    from acquisition.image_checks import has_line_break
+    return repr(path) if has_line_break(path) else path
 
 
 def _gradcam(args, export_dir):

@@ -39,6 +39,10 @@ def resolve_export_dir(path):
         if lite:
             raise ExportNotFoundError(f"{path} holds TFLite files, not a SavedModel: pass one of them to --model, "
                                       f"e.g. {lite[-1]}")
+        if storage.isfile(storage.join(path, "checkpoint")) or storage.glob(storage.join(path, "model.ckpt-*.index")):
+            raise ExportNotFoundError(f"{path} holds a run that has exported no model yet (it exports at its first "
+                                      "validation, or at its end without one); wait for it, or run its training "
+                                      "command again to go on")
         raise ExportNotFoundError(f"no exported model at {path}: pass --model with a training run's model dir or "
                                   "the export folder it printed (<model dir>/export/<timestamp>)")
     return newest

@@ -126,6 +126,13 @@ def test_a_model_dir_an_export_folder_or_an_export_itself_name_the_newest_export
         resolve_export_dir(str(tmp_path / "export" / "1700000000" / "variables"))
 
 
+def test_a_model_dir_whose_run_has_exported_nothing_yet_is_told_so(tmp_path):
+    """It was told to pass a training run's model dir, which it had."""
+    (tmp_path / "model.ckpt-0.index").write_bytes(b"")  # killed before its first validation
+    with pytest.raises(ExportNotFoundError, match=f"{tmp_path} holds a run that has exported no model yet"):
+        resolve_export_dir(str(tmp_path))
+
+
 def test_an_export_on_a_url_still_being_copied_is_passed_over_and_removed_by_the_next_run():
     import uuid
     from acquisition import storage
@@ -320,3 +327,19 @@ def test_a_class_names_file_of_another_count_is_named_in_words_that_agree():
     with pytest.raises(ExportNotFoundError, match="names 2 classes but"):
         check_class_count(["a", "b"], 3, "names.txt", "m")
     check_class_count(["a", "b", "c"], 3, "names.txt", "m")
+
+
+def test_a_name_with_a_line_break_keeps_one_line_per_file(capsys):
+    """A file named 'new\\nline.jpg' printed as two lines."""
+    import importlib.util
+    from tests.conftest import ROOT
+    spec = importlib.util.spec_from_file_location("predict_script", os.path.join(ROOT, "scripts", "predict.py"))
+    predict_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(predict_script)
+    failed = predict_script._print([{"file": "in/new\nline.jpg", "class": "a", "probabilities": {"a": 0.75, "b": 0.25}},
+                                    {"file": "in/bad\r.jpg", "error": "not an image"},
+                                    {"file": "in/plain name.jpg", "class": "b", "probabilities": {"a": 0.1, "b": 0.9}}],
+                                   as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert failed and lines == ["'in/new\\nline.jpg': a  (a 0.750  b 0.250)", "'in/bad\\r.jpg': error: not an image",
+                                "in/plain name.jpg: b  (a 0.100  b 0.900)"]
