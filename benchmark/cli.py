@@ -160,7 +160,7 @@ OUTPUT_FILES = ("results.json", "results.csv", "report.md", "throughput.png", "m
 
 
 def _check_output(parser, folder):
-    """Makes the output folder before anything is measured, so that a sweep never ends unable to write:
+    """Tries the output folder before anything is measured, so that a sweep never ends unable to write:
     exit 2 for a file or a folder holding a file of a benchmark's outputs (OUTPUT_FILES: an earlier benchmark's,
     a training run's results.json, a user's report.md), which would be overwritten, exit 1 for one that cannot be
     made or written."""
@@ -170,10 +170,13 @@ def _check_output(parser, folder):
     if there:
         parser.error(f"argument --output: {folder} holds a {there[0]} (an earlier benchmark's, or another's), which "
                      "would be overwritten; pass another --output, or move it away")
+    made = not os.path.exists(folder)
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
             pass
+        if made:  # made again with the outputs: a sweep that fails on its data leaves no empty folder
+            os.rmdir(folder)
     except OSError as e:
         parser.exit(1, f"{parser.prog}: error: cannot write the outputs to --output {folder}: {e.strerror or e}; "
                        "pass another --output\n")
