@@ -8,6 +8,7 @@ input_fns.image_folder, or shards of it (acquisition.shards).
 import os
 import shutil
 import tempfile
+import uuid
 import zipfile
 
 from acquisition import kaggle, locks, storage
@@ -53,12 +54,16 @@ def find_split_root(directory):
     return None
 
 
+class SampleTooSmall(ValueError):
+    """A class of the sample has no more scans than the test split takes of each."""
+
+
 def make_sample_tree(root, sample=SHIPPED_SAMPLE_DIR, test_per_class=6):
     """Copies the class folders of `sample` into an OCT2017-style tree at `root`, which must not exist: the last
     `test_per_class` scans of each class (in name order) go to test/, the rest to train/. The tree is made in a
     hidden folder beside `root` and renamed into place whole: a failure or a stop leaves nothing that looks like
     data. Returns (training scans, test scans) written; raises InputDataError when `sample` lacks a class, and
-    ValueError when a class has no more scans than `test_per_class`."""
+    SampleTooSmall when a class has no more scans than `test_per_class`."""
     chosen = {}
     for name in CLASS_NAMES:
         try:
@@ -66,19 +71,19 @@ def make_sample_tree(root, sample=SHIPPED_SAMPLE_DIR, test_per_class=6):
         except OSError as e:
             raise InputDataError(f"the sample {sample} has no readable folder {name} ({e.strerror})") from None
         if len(files) <= test_per_class:
-            raise ValueError(f"the sample {sample} holds {len(files)} {name} scans, not more than the "
+            raise SampleTooSmall(f"the sample {sample} holds {len(files)} {name} scans, not more than the "
                              f"{test_per_class} per class the test split takes")
         chosen[name] = {"train": files[:-test_per_class], "test": files[-test_per_class:]}
     parent = os.path.dirname(os.path.abspath(root))
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(root)}.", dir=parent)
+    staging = os.path.join(parent, f".{os.path.basename(root)}.{uuid.uuid4().hex[:8]}")
+    os.mkdir(staging)
     try:
         for name, splits in chosen.items():
             for split, files in splits.items():
                 os.makedirs(os.path.join(staging, split, name))
                 for f in files:
                     shutil.copyfile(os.path.join(sample, name, f), os.path.join(staging, split, name, f))
-        os.chmod(staging, 0o755)  # (mkdtemp's folder is the user's alone)
         os.rename(staging, root)  # (fails where `root` exists and holds anything)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

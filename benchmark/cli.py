@@ -170,13 +170,16 @@ def _check_output(parser, folder):
     if there:
         parser.error(f"argument --output: {folder} holds a {there[0]} (an earlier benchmark's, or another's), which "
                      "would be overwritten; pass another --output, or move it away")
-    made = not os.path.exists(folder)
+    made, path = [], os.path.abspath(folder)
+    while not os.path.exists(path) and path != os.path.dirname(path):
+        made.append(path)
+        path = os.path.dirname(path)
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
             pass
-        if made:  # made again with the outputs: a sweep that fails on its data leaves no empty folder
-            os.rmdir(folder)
+        for path in made:  # made again with the outputs: a sweep that fails on its data leaves no empty folder
+            os.rmdir(path)
     except OSError as e:
         parser.exit(1, f"{parser.prog}: error: cannot write the outputs to --output {folder}: {e.strerror or e}; "
                        "pass another --output\n")

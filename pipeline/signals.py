@@ -30,12 +30,59 @@ class Interrupted(Exception):
         return 128 + self.signum
 
 
-class StopSignals:
+class _Catcher:
+    """What StopSignals and stop_at_once share. While entered, SIGNALS (but a SIGHUP this process was started
+    ignoring: _left_ignored) go to `_handle`, whose stop `_raise` raises. A handler runs between any two bytecodes
+    of the main thread, those of a weakref callback or a `__del__` the garbage collector ran among them too,
+    where Python only prints what is raised ("Exception ignored in"): such a stop is sent again (_LostStops), or
+    raised at the exit when that comes first. One that came out as another error is raised instead
+    (_raise_instead)."""
+
+    def __init__(self):
+        self._previous = {}
+        self._raised = None  # the Interrupted a handler raised last
+        self._lost = self._hook = None
+
+    def __enter__(self):
+        self._lost = _LostStops()
+        self._hook = _RedeliveringHook(sys.unraisablehook)
+        sys.unraisablehook = self._hook  # (before the handlers, and restored after them)
+        _start_redeliverer()
+        for signum in SIGNALS:
+            if not _left_ignored(signum):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        unsent = self._lost.close()
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        sys.unraisablehook = self._hook.previous
+        if exc is None and unsent is not None:
+            raise unsent
+        _raise_instead(exc, self._raised)
+        return False
+
+    def _handle(self, signum, frame):
+        raise NotImplementedError
+
+    def _raise(self, interrupted, frame):
+        """Raises `interrupted`, the stop of a handler that interrupted `frame`; inside the unraisable hook, where
+        Python would only print it, it is sent again instead, to come out once the hook has returned."""
+        interrupted.lost_stops = self._lost
+        self._raised = interrupted
+        if _inside_the_hook(frame):
+            self._lost.lose(interrupted)
+            return
+        raise interrupted
+
+
+class StopSignals(_Catcher):
     """While entered, catches SIGNALS (but a SIGHUP this process was started ignoring: _left_ignored).
 
     Inside `training()` the first signal only sets `received`, which the training
     hook checks after each step to end the session cleanly (and save a checkpoint).
-    Elsewhere, or at a second signal, Interrupted is raised at once.
+    Elsewhere, or at a second signal, Interrupted is raised at once (see _Catcher).
 
     Python runs a signal's handler in the main thread, between two of its bytecodes: not
     while that thread waits inside TensorFlow (a step's all-reduce, say). `delivered` is set
@@ -46,34 +93,24 @@ class StopSignals:
     """
 
     def __init__(self):
+        super().__init__()
         self.received = self.delivered = None
         self._training = False
         self._own = 0
-        self._previous = {}
         self._wakeup = None
-        self._raised = None  # the Interrupted a handler raised
-        self._redelivery = None
 
     def __enter__(self):
-        for signum in SIGNALS:
-            if not _left_ignored(signum):
-                self._previous[signum] = signal.signal(signum, self._handle)
+        super().__enter__()
         self._watch_deliveries()
-        self._redelivery = _redelivering()
-        self._redelivery.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, traceback):
-        self._redelivery.__exit__(None, None, None)
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
         if self._wakeup is not None:
             previous_fd, write_fd = self._wakeup
             signal.set_wakeup_fd(previous_fd)
             os.close(write_fd)  # the reader sees end-of-file and ends
             self._wakeup = None
-        _raise_instead(exc, self._raised)
-        return False
+        return super().__exit__(exc_type, exc, traceback)
 
     def _watch_deliveries(self):
         read_fd, write_fd = os.pipe()
@@ -92,13 +129,16 @@ class StopSignals:
                     self.delivered = signal.Signals(signum)
 
     def _handle(self, signum, frame):
+        if self._lost.take_resent():  # the stop that was raised and lost, not a second: raised again, but for a
+            if not (self._training and self._own == 1):  # first one that training's hook now ends with a checkpoint
+                self._raise(Interrupted(signum), frame)
+            return
         self._own += 1
         self.delivered = self.delivered or signal.Signals(signum)
         agreed = self.received is not None  # the run stops already, with its cluster
         self.received = self.received or signum
         if self._own > 1 or not (self._training or agreed):
-            self._raised = Interrupted(signum)
-            _raise_stop(self._raised, frame)
+            self._raise(Interrupted(signum), frame)
 
     def agree(self, signum):
         """Stops the run as `signum` would, without a signal to this process (its cluster's trainers
@@ -138,8 +178,8 @@ def _raise_instead(exc, interrupted):
         raise interrupted from None
 
 
-# Stop signals to send again (see _redelivering), sent by one daemon thread. SimpleQueue.put neither blocks nor
-# runs Python code: a signal handler and the unraisable hook may call it. (A threading.Timer started in the hook
+# The _LostStops whose stop is to be sent again, by one daemon thread. SimpleQueue.put neither blocks nor runs
+# Python code: a signal's handler and the unraisable hook may call it. (A threading.Timer started in the hook
 # waited there for its thread to start; on a loaded machine the 10 ms ran out first, the handler ran inside the
 # hook, and Python printed that stop as "Exception ignored in sys.unraisablehook": lost again.)
 _redeliveries = queue.SimpleQueue()
@@ -149,9 +189,9 @@ _redeliverer_lock = threading.Lock()
 
 def _redeliver():
     while True:
-        signum = _redeliveries.get()
+        lost = _redeliveries.get()
         time.sleep(_REDELIVERY_DELAY_S)
-        os.kill(os.getpid(), signum)
+        lost.resend()
 
 
 def _start_redeliverer():
@@ -162,16 +202,51 @@ def _start_redeliverer():
             _redeliverer.start()
 
 
+class _LostStops:
+    """A _Catcher's stop whose raise Python lost: its signal is sent again, a moment later and from another thread
+    (sent from the hook, its handler would run inside the hook), while the _Catcher is still entered; one not
+    sent by its exit is raised there (_Catcher.__exit__). `take_resent()` tells the handler it is the same stop."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entered, self._lost, self._resent = True, None, False
+
+    def lose(self, interrupted):
+        with self._lock:
+            self._lost = interrupted
+        _redeliveries.put(self)
+
+    def resend(self):
+        with self._lock:
+            if self._entered and self._lost is not None:
+                self._resent = True
+                os.kill(os.getpid(), self._lost.signum)
+                self._lost = None
+
+    def take_resent(self):
+        with self._lock:
+            resent, self._resent = self._resent, False
+            return resent
+
+    def close(self):
+        """Ends the sending; returns the stop lost and not sent again yet, or None."""
+        with self._lock:
+            unsent, self._entered, self._lost = self._lost, False, None
+            return unsent
+
+
 class _RedeliveringHook:
-    """sys.unraisablehook while _redelivering: a stop is queued to be sent again, anything else is passed on."""
+    """sys.unraisablehook while a _Catcher is entered: a stop its handler raised is sent again (_LostStops),
+    anything else is passed on."""
 
     def __init__(self, previous):
         self.previous = previous
 
     def __call__(self, unraisable):
         stop = unraisable.exc_value
-        if isinstance(stop, (Interrupted, KeyboardInterrupt)):
-            _redeliveries.put(getattr(stop, "signum", signal.SIGINT))
+        lost = getattr(stop, "lost_stops", None) if isinstance(stop, Interrupted) else None
+        if lost is not None:
+            lost.lose(stop)
         else:
             self.previous(unraisable)
 
@@ -185,52 +260,15 @@ def _inside_the_hook(frame):
     return False
 
 
-def _raise_stop(interrupted, frame):
-    """Raises `interrupted` from a stop signal's handler that interrupted `frame`; inside the unraisable hook, where
-    Python would only print it, the signal is sent again instead, to come out once the hook has returned."""
-    if _inside_the_hook(frame):
-        _redeliveries.put(interrupted.signum)
-        return
-    raise interrupted
+class _AtOnce(_Catcher):
+    def _handle(self, signum, frame):
+        self._lost.take_resent()
+        self._raise(Interrupted(signum), frame)
 
 
-@contextlib.contextmanager
-def _redelivering():
-    """While entered, a stop that a handler raised where Python cannot raise is signalled again, to come out
-    where the main thread is next. A handler runs between any two bytecodes of the main thread, those of a
-    weakref callback or a `__del__` that the garbage collector ran among them; Python only prints what
-    those raise ("Exception ignored in"), and the stop was lost. The signal is sent again from another thread,
-    a moment later; should its handler still run inside the hook, it sends it again rather than raise there
-    (_raise_stop)."""
-    _start_redeliverer()
-    previous = sys.unraisablehook
-    sys.unraisablehook = _RedeliveringHook(previous)
-    try:
-        yield
-    finally:
-        sys.unraisablehook = previous
-
-
-@contextlib.contextmanager
 def stop_at_once():
-    """While entered, the stop signals raise Interrupted at once: a job's start-up (TensorFlow's import, before
-    StopSignals takes over) or a tool's work. A SIGINT this process was started ignoring is caught, as
-    StopSignals catches it (a tool started with `&` from a script still stops on `kill -INT`); a SIGHUP
-    stays ignored (_left_ignored)."""
-    raised, previous = [], {}
-
-    def handle(signum, frame):
-        raised.append(Interrupted(signum))
-        _raise_stop(raised[-1], frame)
-    for signum in SIGNALS:
-        if not _left_ignored(signum):
-            previous[signum] = signal.signal(signum, handle)
-    try:
-        with _redelivering():
-            yield
-    except BaseException as e:
-        _raise_instead(e, raised[0] if raised else None)
-        raise
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    """Returns a context in which the stop signals raise Interrupted at once: a job's start-up (TensorFlow's import,
+    before StopSignals takes over) or a tool's work (see _Catcher). A SIGINT this process was started ignoring is
+    caught, as StopSignals catches it (a tool started with `&` from a script still stops on `kill -INT`); a
+    SIGHUP stays ignored (_left_ignored)."""
+    return _AtOnce()

@@ -10,7 +10,8 @@ venv="${VENV:-$root/.venv}"
 want="$(sha256sum "$root/requirements.txt" | cut -d' ' -f1)"
 stamp="$venv/.requirements.sha256"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  # The interpreter matters only to make the venv: a ready one runs whatever python3 is here now.
+  # The interpreter matters only to make the venv (a ready one runs its own): PYTHON, else the venv's own when
+  # requirements.txt changed, else python3.11 or python3.
   if [ -n "${PYTHON:-}" ]; then
     python="$PYTHON"
     if ! command -v "$python" >/dev/null 2>&1; then
@@ -18,6 +19,8 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
            "Python 3.9-3.11 (python3.11, say), or leave it unset" >&2
       exit 1
     fi
+  elif [ -x "$venv/bin/python" ]; then
+    python="$venv/bin/python"
   else
     python=python3.11
     command -v "$python" >/dev/null 2>&1 || python=python3

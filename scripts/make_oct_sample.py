@@ -33,7 +33,7 @@ def make_sample(args):
     try:
         num_train, num_test = retinal_oct.make_sample_tree(root, args.source or retinal_oct.SHIPPED_SAMPLE_DIR,
                                                            args.test_per_class)
-    except ValueError as e:
+    except retinal_oct.SampleTooSmall as e:
         raise FlagError(f"argument --test-per-class: {e}") from None  # (a bound only the source gives: exit 2)
     print(f"wrote {num_train} training and {num_test} test scans to {root}; train with --data-dir {shlex.quote(args.out)}")
 

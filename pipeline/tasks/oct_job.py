@@ -181,16 +181,16 @@ def _folder_data(args, batch_size, size, serving):
 
 def _trained_by(init_from, root, train_files):
     """Returns the scans the OCT run in `init_from` (--init-from) trained on: the train/ scans of its data root
-    (this run's `train_files` where that is this run's `root`) less those it held out for validation (by name:
-    see named_as); None where it recorded no data root (a run stopped before its results.json, or one trained
-    from --records-dir)."""
+    (this run's `train_files` where that is this run's `root`, or not on this machine: a model dir copied from a
+    cluster; OCT2017's names are unique) less those it held out for validation (by name: see named_as); None
+    where it recorded no data root (a run stopped before its results.json, or one trained from --records-dir)."""
     try:
         source_root = read_results(init_from).get("data_root")
     except (OSError, ValueError, AttributeError):
         return None
     if not isinstance(source_root, str):
         return None
-    files = train_files if source_root == root else storage.glob(retinal_oct.split_pattern(source_root, "train"))
+    files = (source_root != root and storage.glob(retinal_oct.split_pattern(source_root, "train"))) or train_files
     held = set(named_as(listed_validation(storage.join(init_from, VALIDATION_FILES)) or (), files))
     return [f for f in files if f not in held]
 

@@ -155,6 +155,52 @@ def test_a_second_signal_in_training_raised_inside_a_weakref_callback_comes_out_
             time.sleep(5)  # (the stop comes again 10 ms later: never reached)
 
 
+def _recording(signum):
+    """Sets a handler that records `signum`'s arrivals; returns the list."""
+    arrived = []
+    signal.signal(signum, lambda n, frame: arrived.append(n))
+    return arrived
+
+
+@pytest.mark.parametrize("context", [stop_at_once, StopSignals])
+def test_a_lost_stop_not_sent_again_by_the_exit_is_raised_there_and_never_sent_after(context, monkeypatch):
+    """Sent 10 ms later whatever came first, it reached the handler restored after the block: Python's default
+    ended the process (no line, no flush), or an ignored SIGINT lost it."""
+    monkeypatch.setattr(signals, "_REDELIVERY_DELAY_S", 0.2)
+    with pytest.raises(Interrupted) as raised:
+        with context():
+            _stop_inside_a_weakref_callback(signal.SIGTERM)
+    assert raised.value.signum == signal.SIGTERM
+    arrived = _recording(signal.SIGTERM)
+    time.sleep(0.5)
+    assert arrived == []
+
+
+@pytest.mark.parametrize("context", [stop_at_once, StopSignals])
+def test_a_lost_stop_that_came_out_as_another_error_is_not_sent_again(context, monkeypatch):
+    """It came out in the other error's place, then was sent again and stopped the handling of that stop
+    (benchmark.py's writing of the rows it measured)."""
+    monkeypatch.setattr(signals, "_REDELIVERY_DELAY_S", 0.2)
+    with pytest.raises(Interrupted):
+        with context():
+            _stop_inside_a_weakref_callback(signal.SIGTERM)
+            raise RuntimeError("an error of TensorFlow's, in the stop's place")
+    arrived = _recording(signal.SIGTERM)
+    time.sleep(0.5)
+    assert arrived == []
+
+
+def test_a_first_stop_lost_before_training_is_left_to_training_s_hook_when_it_comes_again():
+    """Sent again once training had begun, it counted as a second signal and ended the run with no checkpoint."""
+    with StopSignals() as stop:
+        _stop_inside_a_weakref_callback(signal.SIGTERM)
+        with stop.training():
+            time.sleep(0.3)  # (it comes again here, 10 ms later)
+            assert stop.requested() and stop.received == signal.SIGTERM
+        with pytest.raises(Interrupted):  # a second signal ends it at once
+            os.kill(os.getpid(), signal.SIGINT)
+
+
 def test_other_unraisable_errors_are_still_printed():
     seen = []
     previous, sys.unraisablehook = sys.unraisablehook, seen.append

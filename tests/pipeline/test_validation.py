@@ -102,6 +102,11 @@ def test_init_from_an_oct_run_that_trained_on_this_run_s_validation_scans_is_ref
     with pytest.raises(FlagError, match="validation images"):
         prepared(tmp_path / "copied", "--validation-fraction", 0.4, "--init-from", source, data_dir=tmp_path / "copy")
 
+    # Its data root not on this machine (a model dir copied from a cluster): this run's scans, by name.
+    (source / "results.json").write_text(json.dumps({"data_root": str(tmp_path / "gone" / "OCT2017")}))
+    with pytest.raises(FlagError, match="validation images"):
+        prepared(tmp_path / "moved", "--validation-fraction", 0.4, "--init-from", source)
+
     (source / "results.json").unlink()  # stopped before its results: where it trained is not known
     assert prepared(tmp_path / "unknown", "--validation-fraction", 0.4, "--init-from", source).num_validation_examples
 
