@@ -23,6 +23,12 @@ def write_text_atomically(path, text):
     return storage.write_atomically(path, text)
 
 
+def present(folder, names):
+    """Returns those of `names` that stand in the local `folder` (links too, even broken ones): the outputs a
+    tool would write over."""
+    return [name for name in names if os.path.lexists(os.path.join(folder, name))]
+
+
 def write_json_atomically(path, value):
     """Writes `value` as indented JSON to `path` with write_text_atomically; returns `path`."""
     return write_text_atomically(path, json.dumps(value, indent=2, sort_keys=True) + "\n")

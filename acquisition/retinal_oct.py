@@ -72,7 +72,7 @@ def make_sample_tree(root, sample=SHIPPED_SAMPLE_DIR, test_per_class=6):
             raise InputDataError(f"the sample {sample} has no readable folder {name} ({e.strerror})") from None
         if len(files) <= test_per_class:
             raise SampleTooSmall(f"the sample {sample} holds {len(files)} {name} scans, not more than the "
-                             f"{test_per_class} per class the test split takes")
+                                 f"{test_per_class} per class the test split takes")
         chosen[name] = {"train": files[:-test_per_class], "test": files[-test_per_class:]}
     parent = os.path.dirname(os.path.abspath(root))
     os.makedirs(parent, exist_ok=True)

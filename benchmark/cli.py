@@ -8,6 +8,7 @@ import sys
 import tempfile
 
 import benchmark
+from acquisition.files import present
 from models import PRECISIONS
 from pipeline.cli import run_command, set_tensorflow_environment
 from pipeline.flag_types import fraction, positive_float, positive_int
@@ -166,7 +167,7 @@ def _check_output(parser, folder):
     made or written."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         parser.error(f"argument --output: {folder} is a file; pass a folder")
-    there = [name for name in OUTPUT_FILES if os.path.lexists(os.path.join(folder, name))]
+    there = present(folder, OUTPUT_FILES)
     if there:
         parser.error(f"argument --output: {folder} holds a {there[0]} (an earlier benchmark's, or another's), which "
                      "would be overwritten; pass another --output, or move it away")

@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 from acquisition import locks
+from acquisition.files import present
 from benchmark import ARM_SGD_RATE, ARM_WEIGHT_DECAY, DEFAULT_GENERALISATION_ARMS, paired
 from cluster.lifeline import held_lifeline
 from pipeline.errors import FlagError, TrainingError, UsageError
@@ -127,7 +128,7 @@ def claim_output(output, job_argv, arms, job_settings=None):
             raise FlagError(f"--output {output} holds a measurement made with other flags: {changed}; pass another "
                             "--output, or the same flags to go on with it")
         return
-    there = [name for name in OUTPUT_FILES if os.path.lexists(os.path.join(output, name))]
+    there = present(output, OUTPUT_FILES)
     if there:  # not a measurement's (it has no plan): a user's, or another tool's
         raise FlagError(f"--output {output} holds {there[0]}, which no measurement made there and this would "
                         "overwrite; pass another --output, or move it away")

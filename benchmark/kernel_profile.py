@@ -6,6 +6,7 @@ import shlex
 import subprocess
 import sys
 
+from acquisition.files import present
 from benchmark import cli as benchmark_cli, kernels
 from cluster.lifeline import held_lifeline
 from pipeline.cli import run_command
@@ -42,7 +43,7 @@ def _parse(parser, argv):
     if args.input_only or args.target_accuracy is not None:
         parser.error("argument --input-only/--target-accuracy: the kernel profile reads training throughput rows; "
                      "leave them out")
-    there = [name for name in (REPORT_NAME, LOG_NAME) if os.path.lexists(os.path.join(args.output, name))]
+    there = present(args.output, (REPORT_NAME, LOG_NAME))
     if there:
         parser.error(f"argument --output: {args.output} holds a {there[0]}, which would be overwritten; pass another "
                      "--output, or move it away")

@@ -26,11 +26,12 @@ def build_parser():
 
 def make_sample(args):
     from acquisition import fashion_mnist  # imports TensorFlow: only once the arguments are good
-    there = [name for names in fashion_mnist.FILES.values() for name in names
-             if os.path.lexists(os.path.join(args.out, name))]
+    from acquisition.files import present
+    there = present(args.out, [name for names in fashion_mnist.FILES.values() for name in names])
     if there:
-        raise FlagError(f"--out {args.out} already holds {there[0]}{f' and {len(there) - 1} more' if len(there) > 1 else ''}"
-                         ", which this would overwrite; pass another --out, or move them away first")
+        more = f" and {len(there) - 1} more" if len(there) > 1 else ""
+        raise FlagError(f"--out {args.out} already holds {there[0]}{more}, which this would overwrite; pass another "
+                        "--out, or move them away first")
     try:
         num_train, num_test = fashion_mnist.split_sample(args.source or fashion_mnist.SHIPPED_SAMPLE_DIR,
                                                          args.out, args.train, args.seed)
