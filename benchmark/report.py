@@ -8,8 +8,8 @@ import statistics
 
 from benchmark import plots
 
-COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size", "repeat",
-           "warm_up_steps", "timed_steps", "images_per_sec", "images_per_sec_std",
+COLUMNS = ("task", "mode", "engine", "data", "precision", "conv_gradients", "replicas", "per_replica_batch_size",
+           "global_batch_size", "repeat", "warm_up_steps", "timed_steps", "images_per_sec", "images_per_sec_std",
            "images_per_sec_median", "images_per_sec_span", "step_time_mean",
            "cpu_seconds_per_image", "total_seconds", "epoch_seconds", "scaling_efficiency", "train_flops_per_image",
            "peak_flops", "peak_source", "mfu", "devices",
@@ -199,6 +199,7 @@ def markdown_report(summary, header, rows=()):
         lines += ["", "MFU: images/sec x training FLOPs per image (the forward pass and the trained layers' "
                   "gradients, models/flops.py) / the peak:"]
         lines += [f"- {precision}: {flops / 1e9:.1f} GFLOP/s, {source}" for precision, flops, source in peaks]
+    lines += _conv_gradient_lines(rows)
     found = ratios(summary, rows)
     if found:
         lines += ["", "Ratios (same invocation). Means: of images/sec over the repeats. Paired: each repeat's "
@@ -221,6 +222,18 @@ def markdown_report(summary, header, rows=()):
                   f"| {o['fraction_of_limit']:.2f} | {o['cpu_overhead_ms']:.2f} | {o['cpu_fraction_of_limit']:.2f} |"
                   for o in overheads]
     return "\n".join(lines) + "\n"
+
+
+def _conv_gradient_lines(rows):
+    """Returns the report's line saying where the Estimator's wide convolutions took their weight gradients as
+    matmuls (--conv-gradients; rows before it have no such field), or no line where none did."""
+    matmul = sorted({r["precision"] for r in rows
+                     if r.get("engine") == "estimator" and r.get("conv_gradients") == "matmul"})
+    if not matmul:
+        return []
+    return ["", f"The Estimator's rows in {', '.join(matmul)} computed the weight gradients of wide convolutions as "
+                "matmuls (--conv-gradients; pipeline/conv_gradients.py); the other engines' and precisions' are "
+                "TensorFlow's kernels."]
 
 
 def write_outputs(rows, out_dir, header):

@@ -29,6 +29,7 @@ from pipeline import batching, mfu as mfu_lib
 from pipeline.distribution import build_distribution, split_cpu
 from pipeline.errors import UsageError
 from pipeline.estimator import estimator_from_keras, build_run_config, session_config
+from pipeline.machine import conv_gradients_choice
 
 # What the sweep chooses itself, so that no task recipe (the Fashion sample's) replaces it.
 SWEEP_SETS = frozenset({"batch_size", "learning_rate", "lr_scaling"})
@@ -95,7 +96,8 @@ def measure_estimator(task, task_args, plan, batch_size, warm_up_steps, timed_st
         config = build_run_config(model_dir, plan, checkpoint_steps=_NEVER, summary_steps=_NEVER,
                                   session=session_config(task_args.xla, task_args.intra_op_threads,
                                                          task_args.inter_op_threads, task_args.precision))
-        estimator = estimator_from_keras(task.build_model(task_args, task_args.learning_rate), config)
+        estimator = estimator_from_keras(task.build_model(task_args, task_args.learning_rate), config,
+                                         conv_gradients_by_matmul=task_args.conv_gradients == "matmul")
         hook = ExamplesPerSecondHook(global_batch, every_n_steps=_NEVER, warm_up_steps=warm_up_steps)
         steps = warm_up_steps + timed_steps
         run_loop_hooks = [LossWatchHook(task_args.log_steps), ProgressHook(steps, global_batch, task_args.log_steps)]
@@ -224,6 +226,10 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
                     setattr(args, name, value)
         args.explicit_flags = SWEEP_SETS
         args.precision = config.precision
+        # The Estimator's weight gradients as the job would compute them (--conv-gradients); the other
+        # engines' are TensorFlow's.
+        args.conv_gradients = "onednn" if config.engine != "estimator" else conv_gradients_choice(
+            task_args.conv_gradients, config.precision, any("GPU" in device.upper() for device in plan.devices))[0]
         args.learning_rate = batching.scaled_learning_rate(
             task_args.learning_rate, config.batch_size * plan.replicas, task_args.reference_batch_size,
             task_args.lr_scaling)
@@ -238,6 +244,7 @@ def _measure(task, task_args, config, plans, variants, warm_up_steps, timed_step
         "engine": config.engine,
         "data": config.data,
         "precision": config.precision,
+        "conv_gradients": None if config.engine == "input" else args.conv_gradients,
         "replicas": config.replicas,
         "per_replica_batch_size": config.batch_size,
         "global_batch_size": config.batch_size * config.replicas,

@@ -21,6 +21,7 @@ from hooks.loss_watch import DivergenceError
 from models.optimizers import precision
 from pipeline import estimator as estimator_lib, model_dir as model_dir_lib
 from pipeline.errors import UsageError
+from pipeline.machine import resolved_conv_gradients
 from pipeline.run_setup import prepare
 from pipeline.settings import settings_of
 from pipeline.training_hooks import build_training_hooks, stop_hook
@@ -59,9 +60,9 @@ def measure_time_to_accuracy(task, task_args, plan, config, target, seed, time_b
     measurement's fields (see benchmark.accuracy_report.COLUMNS)."""
     load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as model_dir, precision(config.precision):
-        settings = settings_of(task_args).replace(  # the sweep's batch and rate, as in sweep.py
+        settings = resolved_conv_gradients(settings_of(task_args).replace(  # the sweep's batch and rate, as in sweep.py
             synthetic=False, explicit_flags=SWEEP_SETS, batch_size=config.batch_size, precision=config.precision,
-            seed=seed, stop_at_accuracy=target, patience=None, eval_only=False, model_dir=model_dir)
+            seed=seed, stop_at_accuracy=target, patience=None, eval_only=False, model_dir=model_dir))
         setup = prepare(task, settings, None, plan)
         if setup.data.validation_input_fn is None:
             raise UsageError("--target-accuracy needs a validation split, and this data has none: give "

@@ -18,7 +18,8 @@ from input_fns import FILE_KEY, augmentation, mixing as mixing_lib
 from models import GRAPH_REWRITE_PRECISIONS
 from pipeline.batching import batch_sizes_for_replicas
 from pipeline.evaluation_report import EVAL_ONLY_DIR
-from pipeline import determinism, ema as ema_lib, initial_weights, mfu as mfu_lib, model_dir as model_dir_lib
+from pipeline import conv_gradients, determinism, ema as ema_lib, initial_weights, mfu as mfu_lib, \
+    model_dir as model_dir_lib
 from pipeline.mixing import mixing_of
 from pipeline.metrics import CROSS_ENTROPY, mean_cross_entropy, per_class_metric_ops
 from pipeline.validation.best import index_digest
@@ -63,6 +64,7 @@ def build_estimator(setup, pacing=None, figures=True, probe_peak=True, saves_whe
     estimator = estimator_from_keras(keras_model, config, setup.data.class_names, settings.augment,
                                      settings.seed or 0, mixing=mixing_of(settings), ema=settings.ema,
                                      checkpoints=checkpoints,
+                                     conv_gradients_by_matmul=settings.conv_gradients == "matmul",
                                      weights_from=functools.partial(weights_sources, settings, setup.initial_weights))
     if settings.eval_only:  # its evaluations' TensorBoard events beside its report, not among the training run's
         estimator.eval_dir = _eval_only_dirs(settings.model_dir)
@@ -136,7 +138,7 @@ def build_run_config(model_dir, plan, checkpoint_steps, summary_steps, keep_chec
 
 
 def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), augment_seed=0, mixing=None,
-                         ema=None, checkpoints=None, weights_from=None):
+                         ema=None, checkpoints=None, weights_from=None, conv_gradients_by_matmul=False):
     """Returns the Estimator made from `keras_model` by model_to_estimator.
 
     Each evaluation leaves each replica's probabilities, labels and file names (the
@@ -164,6 +166,9 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
 
     `checkpoints` (a hooks.checkpoint_saver.CheckpointCadence, or None for the Estimator's own saver
     every save_checkpoints_steps since training started) is when training saves checkpoints.
+
+    With `conv_gradients_by_matmul`, the convolutions pipeline.conv_gradients.by_matmul picks compute their
+    weight gradients as one matmul each (--conv-gradients).
     """
     def origin_of():
         return weights_origin(keras_model, weights_from() if weights_from else None)
@@ -184,7 +189,8 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
             features = augmented(features, augment, augment_seed)
         if mode == tf.estimator.ModeKeys.TRAIN and mixing:
             features, labels = mixed(features, labels, mixing, augment_seed)
-        spec = keras_model_fn(features, labels, mode)
+        with conv_gradients.gradients_by_matmul(conv_gradients_by_matmul):
+            spec = keras_model_fn(features, labels, mode)
         probabilities = next(iter(spec.predictions.values()))  # the models' one softmax output
         if spec.scaffold is not None and spec.scaffold.saver is not None:
             spec.scaffold.saver._max_to_keep = keep

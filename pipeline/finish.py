@@ -175,5 +175,6 @@ def _results(setup, hooks, figures, train_seconds, throughput, evaluation, eval_
         eval_step=eval_step, deterministic=args.deterministic, seed=args.seed,
         precision_requested=getattr(args, "precision_requested", args.precision),
         precision_reason=getattr(args, "precision_reason", None),
+        conv_gradients=args.conv_gradients, conv_gradients_reason=args.conv_gradients_reason,
         init_from=initial_weights.started_from(segments), optimizer=args.optimizer, weight_decay=args.weight_decay,
         **mixing.results_fields(args))

@@ -94,6 +94,28 @@ def auto_precision(uses_gpus, cpuinfo="/proc/cpuinfo"):
     return "fp32", "this CPU has neither AMX nor AVX512_BF16 (bf16 would be emulated, slower than fp32)"
 
 
+def conv_gradients_choice(requested, precision, uses_gpus, cpuinfo="/proc/cpuinfo"):
+    """Returns (mode, why) for --conv-gradients `requested`: 'matmul' or 'onednn' as asked (why None); for
+    'auto', 'matmul' when `precision` computes in bfloat16 on a CPU with AMX (oneDNN 3.2's AMX weight-gradient
+    kernel is slow on wide layers with few positions: pipeline.conv_gradients), else 'onednn'."""
+    if requested != "auto":
+        return requested, None
+    if uses_gpus:
+        return "onednn", "training on GPUs"
+    if GRAPH_REWRITE_PRECISIONS.get(precision, precision) != "bf16":
+        return "onednn", f"{precision} math"
+    if "amx_bf16" not in _cpuinfo(cpuinfo)[1]:
+        return "onednn", "this CPU has no AMX"
+    return "matmul", "bfloat16 on a CPU with AMX"
+
+
+def resolved_conv_gradients(settings):
+    """Returns `settings` with --conv-gradients auto resolved for its (resolved) precision: `conv_gradients`
+    'matmul' or 'onednn', and `conv_gradients_reason` saying why auto picked it (None when asked)."""
+    mode, why = conv_gradients_choice(settings.conv_gradients, settings.precision, _uses_gpus(settings))
+    return settings.replace(conv_gradients=mode, conv_gradients_reason=why)
+
+
 def graph_rewrite_unavailable(uses_gpus, cpuinfo="/proc/cpuinfo"):
     """Returns why TensorFlow's oneDNN bfloat16 rewrite (--precision bf16-amp) would leave the model
     float32 on these devices, with the fix, or None where it applies: it rewrites CPU ops only, and

@@ -71,6 +71,9 @@ class RunResults:
     # --precision auto: what was asked ('auto', else the precision itself) and why `precision` was picked.
     precision_requested: Optional[str] = None
     precision_reason: Optional[str] = None
+    # --conv-gradients as applied ('matmul' or 'onednn'), and why auto picked it (None when asked).
+    conv_gradients: str = "onednn"
+    conv_gradients_reason: Optional[str] = None
     # The training labels' treatment (pipeline.mixing): 0 off; the switch null unless both methods are on.
     label_smoothing: float = 0.0
     optimizer: str = "adam"  # --optimizer, and its decoupled --weight-decay (0: none)

@@ -22,7 +22,7 @@ from pipeline.errors import FlagError, PeerLostError, TrainingError, UsageError
 from pipeline.estimator import build_estimator, build_run_config
 from pipeline.finish import finish
 from pipeline.logs import configure_logging
-from pipeline.machine import resolved_precision
+from pipeline.machine import resolved_conv_gradients, resolved_precision
 from pipeline.run_output import finished_results, print_header
 from pipeline.run_setup import cluster_plan, ensure_writable_dir, local_plan, prepare, stopped_early_at_start, \
     warn_about
@@ -54,6 +54,7 @@ def run(task, args):
     task.check(settings)
     cluster = resolve_cluster(settings)
     settings = resolved_precision(settings, in_cluster=cluster is not None)  # refused before any folder is made
+    settings = resolved_conv_gradients(settings)
     made_model_dir = ensure_writable_dir(settings.model_dir)
     with model_dir_lib.removed_if_left_empty(settings.model_dir, made_model_dir):
         if cluster is not None and settings.eval_only:

@@ -159,6 +159,10 @@ def _describe_precision(args):
         described += f", picked by --precision auto: {args.precision_reason}"
     extras = (["XLA"] if args.xla else []) + [f"{n} {kind}-op threads" for kind, n in
                                               (("intra", args.intra_op_threads), ("inter", args.inter_op_threads)) if n]
+    if getattr(args, "conv_gradients", None) == "matmul":
+        reason = getattr(args, "conv_gradients_reason", None)
+        extras.append("wide convolutions' weight gradients as matmuls"
+                      + (f" (--conv-gradients auto: {reason})" if reason else ""))
     return described + (f"; {', '.join(extras)}" if extras else "")
 
 

@@ -1,7 +1,9 @@
-"""scripts/amx_benchmarks.sh: refused in one line on a CPU without AMX, and on one with AMX every
-command it would run is one the benchmark, the kernel profiler and the peak probe accept."""
+"""scripts/amx_benchmarks.sh: refused in one line on a CPU without AMX or where a measurement is recorded
+already, and on one with AMX every command it would run is one the benchmark, the kernel profiler and
+the peak probe accept."""
 import os
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -49,9 +51,13 @@ def test_every_command_on_an_amx_cpu_is_accepted_by_the_tool_it_runs(tmp_path, m
     monkeypatch.setattr(os, "environ", dict(os.environ))  # --xla's parse sets TensorFlow's environment
     outputs, tools = [], []
     for argv in commands:
-        environment = [word for word in argv if "=" in word and argv.index(word) < argv.index("python")]
-        assert all(word.startswith("TF_SET_ONEDNN_FPMATH_MODE=") for word in environment), argv
-        tool, flags = argv[argv.index("python") + 1], argv[argv.index("python") + 2:]
+        if argv[0].endswith("ab.sh"):  # OUT PAIRS, then the benchmark's flags, run with --conv-gradients each way
+            tool, output, flags = argv[0], argv[1], argv[3:] + ["--conv-gradients", "matmul", "--output", argv[1]]
+            assert os.path.exists(os.path.join(ROOT, tool)) and int(argv[2]) >= 2
+        else:
+            environment = [word for word in argv if "=" in word and argv.index(word) < argv.index("python")]
+            assert all(word.startswith(("TF_SET_ONEDNN_FPMATH_MODE=", "PYTHONPATH=")) for word in environment), argv
+            tool, flags = argv[argv.index("python") + 1], argv[argv.index("python") + 2:]
         tools.append(os.path.basename(tool))
         if tool.endswith("probe_peak.py"):
             assert set(probe_parser().parse_args(flags).precision) == {"fp32", "bf16"}
@@ -61,7 +67,7 @@ def test_every_command_on_an_amx_cpu_is_accepted_by_the_tool_it_runs(tmp_path, m
             continue
         assert "--output" in flags, argv
         output = flags[flags.index("--output") + 1]
-        assert output.startswith("docs/benchmarks/amx-") and not os.path.exists(os.path.join(ROOT, output))
+        assert output.startswith("docs/benchmarks/amx-")
         outputs.append(output)
         flags[flags.index("--output") + 1] = str(tmp_path / os.path.basename(output))  # parsing makes the folder
         parser = kernel_parser() if tool.endswith("profile_kernels.py") else benchmark_cli.build_benchmark_parser()
@@ -69,4 +75,21 @@ def test_every_command_on_an_amx_cpu_is_accepted_by_the_tool_it_runs(tmp_path, m
         assert args.cpu_replicas == [1] and args.data == ["synthetic"] and task_args.synthetic
         assert task.name in ("fashion", "oct")
     assert len(set(outputs)) == len(outputs)  # no measurement refused for another's folder
-    assert {"probe_peak.py", "profile_kernels.py", "benchmark.py", "measure.py"} == set(tools)
+    assert {"probe_peak.py", "profile_kernels.py", "benchmark.py", "measure.py", "ab.sh"} == set(tools)
+
+
+def test_a_recorded_measurement_is_refused_before_anything_runs(tmp_path):
+    """A copy of the script in a tree of its own (no scripts/in_venv.sh there: were a refusal missed, nothing
+    could be measured), where the kernel profile of the Fashion CNN is recorded already."""
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(SCRIPT, tree / "scripts")
+    (tree / "docs" / "benchmarks" / "amx-kernels-fashion").mkdir(parents=True)
+    (tree / "docs" / "benchmarks.md").write_text("# Benchmarks\n")
+    refused = subprocess.run([str(tree / "scripts" / "amx_benchmarks.sh"), "--only", "amx-peak,amx-kernels-fashion"],
+                             env=dict(os.environ, AMX_BENCHMARKS_CPUINFO=write_cpuinfo(tmp_path, "amx_tile amx_bf16")),
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert_clean_failure(refused, "docs/benchmarks/amx-kernels-fashion holds a recorded measurement", "--only")
+    assert (tree / "docs" / "benchmarks.md").read_text() == "# Benchmarks\n"
+    assert sorted(os.listdir(tree / "docs" / "benchmarks")) == ["amx-kernels-fashion"]  # no amx-peak.txt
