@@ -8,8 +8,8 @@ import textwrap
 from benchmark.plots import pyplot
 from benchmark.report import _fmt, write_tables
 
-COLUMNS = ("task", "mode", "engine", "data", "precision", "replicas", "per_replica_batch_size", "global_batch_size",
-           "repeat", "seed", "target_accuracy", "reached", "stopped_because", "seconds_to_accuracy",
+COLUMNS = ("task", "mode", "engine", "data", "precision", "conv_gradients", "replicas", "per_replica_batch_size",
+           "global_batch_size", "repeat", "seed", "target_accuracy", "reached", "stopped_because", "seconds_to_accuracy",
            "steps_to_accuracy", "images_to_accuracy", "epochs_to_accuracy", "evaluations_to_accuracy",
            "validation_seconds", "best_validation_accuracy", "final_step", "budget_steps", "time_budget_seconds",
            "train_seconds", "images_per_sec", "cpu_seconds_per_image", "learning_rate", "train_examples",

@@ -85,6 +85,7 @@ def measure_time_to_accuracy(task, task_args, plan, config, target, seed, time_b
             "final_step": final_step, "budget_steps": setup.max_steps, "time_budget_seconds": time_budget,
             "train_seconds": train_seconds, "images_per_sec": (hooks.throughput() or {}).get("images_per_sec"),
             "cpu_seconds_per_image": (hooks.throughput() or {}).get("cpu_seconds_per_image"), "seed": seed,
+            "conv_gradients": settings.conv_gradients,
             "learning_rate": setup.learning_rate, "train_examples": setup.data.num_train_examples,
             "validation_examples": setup.data.num_validation_examples, "evaluation_cadence": cadence.describe(),
             "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()[0],

@@ -168,7 +168,7 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
     every save_checkpoints_steps since training started) is when training saves checkpoints.
 
     With `conv_gradients_by_matmul`, the convolutions pipeline.conv_gradients.by_matmul picks compute their
-    weight gradients as one matmul each (--conv-gradients).
+    weight gradients as one matmul each in training (--conv-gradients).
     """
     def origin_of():
         return weights_origin(keras_model, weights_from() if weights_from else None)
@@ -189,7 +189,8 @@ def estimator_from_keras(keras_model, run_config, class_names=None, augment=(), 
             features = augmented(features, augment, augment_seed)
         if mode == tf.estimator.ModeKeys.TRAIN and mixing:
             features, labels = mixed(features, labels, mixing, augment_seed)
-        with conv_gradients.gradients_by_matmul(conv_gradients_by_matmul):
+        # Training graphs only: an export's Conv2D ops would otherwise name a gradient only this project registers.
+        with conv_gradients.gradients_by_matmul(conv_gradients_by_matmul and mode == tf.estimator.ModeKeys.TRAIN):
             spec = keras_model_fn(features, labels, mode)
         probabilities = next(iter(spec.predictions.values()))  # the models' one softmax output
         if spec.scaffold is not None and spec.scaffold.saver is not None:

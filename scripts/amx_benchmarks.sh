@@ -22,8 +22,11 @@ while [ $# -gt 0 ]; do
     *) echo "amx_benchmarks.sh: error: unknown argument $1; use --dry-run, --only NAMES or nothing" >&2; exit 2 ;;
   esac
 done
+matched=","  # the measurements --only named that exist
 skipped() {  # name: whether --only leaves it out
-  [ -n "$only" ] && [[ "$only" != *",$1,"* ]]
+  [ -n "$only" ] && [[ "$only" != *",$1,"* ]] && return 0
+  matched="$matched$1,"
+  return 1
 }
 cpuinfo="${AMX_BENCHMARKS_CPUINFO:-/proc/cpuinfo}"  # another file in tests only
 if ! grep -qsw amx_bf16 "$cpuinfo"; then
@@ -38,13 +41,12 @@ synthetic=(--synthetic --data synthetic --cpu-replicas 1)
 vgg64=(--image-size 64 --weights none)
 
 phase=check  # first every selected measurement's outputs are checked to be new, then each is run
-refuse_existing() {  # name: exits 1 where a recorded measurement would be written over
+recorded=""  # the first selected measurement whose output exists
+note_existing() {  # name
   local found
   for found in "docs/benchmarks/$1" "docs/benchmarks/$1.txt"; do
-    if [ -e "$found" ]; then
-      echo "amx_benchmarks.sh: error: $found holds a recorded measurement; move it away, or leave $1 out with" \
-           "--only (nothing was run)" >&2
-      exit 1
+    if [ -e "$found" ] && [ -z "$recorded" ]; then
+      recorded="$found:$1"
     fi
   done
 }
@@ -56,7 +58,7 @@ run() {  # name, then the command after `scripts/in_venv.sh`; its output folder 
     return
   fi
   if [ "$phase" = check ]; then
-    $dry_run || refuse_existing "$name"
+    $dry_run || note_existing "$name"
     return
   fi
   if $dry_run; then
@@ -76,7 +78,7 @@ run_plain() {  # name, then a command that prints its figures; kept in docs/benc
     return
   fi
   if [ "$phase" = check ]; then
-    $dry_run || refuse_existing "$name"
+    $dry_run || note_existing "$name"
     return
   fi
   if $dry_run; then
@@ -136,6 +138,18 @@ run_plain amx-conv-gradients-fashion docs/benchmarks/conv-gradients-amx/ab.sh do
 }
 
 measurements
+for name in ${only//,/ }; do
+  if [[ "$matched" != *",$name,"* ]]; then
+    echo "amx_benchmarks.sh: error: --only $name: no such measurement; the names are the docs/benchmarks/amx-*" \
+         "outputs the commands write (--dry-run lists them)" >&2
+    exit 2
+  fi
+done
+if [ -n "$recorded" ]; then
+  echo "amx_benchmarks.sh: error: ${recorded%:*} holds a recorded measurement; move it away, or leave" \
+       "${recorded##*:} out with --only (nothing was run)" >&2
+  exit 1
+fi
 phase=run
 echo "amx_benchmarks.sh: $cpu" >&2
 measurements

@@ -35,10 +35,10 @@ def add_device_flags(parser):
                               "oneDNN graph rewrite runs in bfloat16 (CPUs with AVX-512). docs/benchmarks.md has "
                               "what each measured")
     devices.add_argument("--conv-gradients", choices=CONV_GRADIENTS, default="auto",
-                         help="how a convolution's weight gradient is computed where the layer has 64 or more "
+                         help="how a 3x3 convolution's weight gradient is computed where the layer has 64 or more "
                               "input channels and at most 14x14 output positions: 'matmul' (one matrix product), "
                               "'onednn' (TensorFlow's kernel), or 'auto' (the default): matmul when training in "
-                              "bfloat16 on a CPU with AMX, where it measured 1.3-5x faster, onednn elsewhere")
+                              "bfloat16 on a CPU with AMX, where it measured 1.2-4.9x faster, onednn elsewhere")
     devices.add_argument("--xla", action="store_true",
                          help="compile the training graph with XLA (often faster on GPUs; slower on the CPUs "
                               "measured, see docs/benchmarks.md)")

@@ -41,6 +41,14 @@ def test_an_unknown_argument_is_a_flag_error(tmp_path):
     assert_clean_failure(refused, "unknown argument --repeats")
 
 
+def test_an_unknown_measurement_for_only_is_a_flag_error(tmp_path):
+    before = docs_state()
+    refused = run_script(write_cpuinfo(tmp_path, "amx_tile amx_bf16"), "--only", "amx-peak,amx-engines-oct46")
+    assert refused.returncode == 2
+    assert_clean_failure(refused, "--only amx-engines-oct46: no such measurement", "--dry-run")
+    assert docs_state() == before
+
+
 def test_every_command_on_an_amx_cpu_is_accepted_by_the_tool_it_runs(tmp_path, monkeypatch):
     before = docs_state()
     listed = run_script(write_cpuinfo(tmp_path, "avx512f avx512_bf16 amx_tile amx_bf16"), "--dry-run")

@@ -12,9 +12,9 @@ echo "seed,conv_gradients,precision,eval_accuracy,eval_loss,train_images_per_sec
 for seed in $seeds; do
   for way in onednn matmul; do
     dir="$out/runs/seed$seed-$way"
-    .venv/bin/python scripts/train_fashion.py --model-dir "$dir" --deterministic --seed "$seed" \
+    "${VENV:-.venv}/bin/python" scripts/train_fashion.py --model-dir "$dir" --deterministic --seed "$seed" \
       --conv-gradients "$way" > "$dir.log" 2>&1 || { echo "failed: $dir (see $dir.log)" >&2; exit 1; }
-    .venv/bin/python -c "import json, sys; r = json.load(open(sys.argv[1]))
+    "${VENV:-.venv}/bin/python" -c "import json, sys; r = json.load(open(sys.argv[1]))
 print(sys.argv[2], r['conv_gradients'], r['precision'], r['eval_accuracy'], round(r['eval_loss'], 4),
       r['train_images_per_sec'], sep=',')" "$dir/results.json" "$seed" >> "$out/accuracy.csv"
   done

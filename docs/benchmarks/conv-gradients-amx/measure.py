@@ -39,7 +39,7 @@ def ways(padding, x, w, dy):
     strides, pad = [1, 1, 1, 1], padding
     return {
         ("weights", "onednn"): lambda: tf.compat.v1.nn.conv2d_backprop_filter(x, w.shape, dy, strides, pad),
-        ("weights", "matmul"): lambda: conv_gradients.weight_gradient(x, dy, w.shape, pad.encode()),
+        ("weights", "matmul"): lambda: conv_gradients.weight_gradient(x, dy, w.shape, dy.shape[1:3], pad.encode()),
         ("input", "onednn"): lambda: tf.compat.v1.nn.conv2d_backprop_input(x.shape, w, dy, strides, pad),
         ("input", "matmul"): lambda: input_by_matmul(w, dy, x.shape[1:3], pad.encode()),
     }
